@@ -1,0 +1,3 @@
+"""regionalize: rewrite PyTorch models to compile their repeated blocks regionally."""
+
+__version__ = "0.1.0"

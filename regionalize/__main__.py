@@ -1,0 +1,3 @@
+from regionalize.cli import main
+
+main(prog_name="regionalize")

@@ -1,0 +1,134 @@
+"""The `regionalize` command: parse flags, merge pyproject settings, hand files to the runner, report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from regionalize import __version__, config
+from regionalize.options import GUARD_BYPASS, MODES, STYLES, Options
+from regionalize.report import FileReport, site_line, summarize, summary_line, to_json, to_sarif
+from regionalize.runner import Selection, discover, run
+
+EXIT_CLEAN, EXIT_PENDING, EXIT_ERROR = 0, 1, 2
+
+HELP = """Rewrite PyTorch models so that each repeated block (a layer of a ModuleList, Sequential or
+ModuleDict) is compiled once and reused, instead of torch.compile inlining every layer into one graph.
+
+By default prints a unified diff and one line per site, and changes nothing. --apply writes the
+files; --check prints only the site lines (for CI and pre-commit).
+
+\b
+Exit status: 0 nothing left to rewrite, 1 rewrites pending (without --apply), 2 an error.
+Settings can also live in [tool.regionalize] of pyproject.toml; flags win over the file.
+See also: regionalize verify --help (prove a rewrite equivalent and faster to compile).
+"""
+
+
+class _DefaultCommandGroup(click.Group):
+    """`regionalize PATH...` runs the rewrite; `regionalize verify ...` the subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] != "--version"):
+            args = ["rewrite", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultCommandGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="regionalize")
+def main() -> None:
+    pass
+
+
+@main.command("rewrite", help=HELP)
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str), required=True)
+@click.option("--apply", is_flag=True, help="Write the rewritten files.")
+@click.option("--check", is_flag=True, help="Print only the site lines; exit 1 if rewrites are pending.")
+@click.option("--style", type=click.Choice(STYLES), help="inplace (default): block.compile(), state_dict keys "
+              "unchanged. wrap: torch.compile(Block(..)), which prefixes every key with `_orig_mod.`.")
+@click.option("--mode", type=click.Choice(MODES), help="torch.compile mode.")
+@click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph.")
+@click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic).")
+@click.option("--backend", help="torch.compile backend (default: inductor).")
+@click.option("--guard-bypass", type=click.Choice(GUARD_BYPASS),
+              help="Skip Dynamo's per-call guard checks on each block (see README).")
+@click.option("--always", multiple=True, help="Class name always treated as a repeated block (repeatable).")
+@click.option("--never", multiple=True, help="Class name never treated as a repeated block (repeatable).")
+@click.option("--include", multiple=True, help="Glob of files to take when walking directories (repeatable).")
+@click.option("--exclude", multiple=True, help="Glob of files to leave out when walking directories.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel processes (default: CPU cores).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text",
+              show_default=True, help="Report format on standard output.")
+@click.option("--report", "report_file", type=click.Path(dir_okay=False, writable=True),
+              help="Also write the JSON report (or SARIF with --format sarif) to this file.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+              help="pyproject.toml to read (default: the nearest one above the paths).")
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+def rewrite(paths: tuple[str, ...], apply: bool, check: bool, fmt: str, report_file: str | None,
+            config_file: str | None, quiet: bool, **flags: Any) -> None:
+    if apply and check:
+        raise click.UsageError("--apply and --check exclude each other")
+    try:
+        found = Path(config_file) if config_file else config.find_pyproject(list(paths))
+        settings = config.load(found) if found else {}
+    except config.ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    settings.update({k: v for k, v in flags.items() if v not in (None, ())})
+    options = Options.from_settings(settings)
+    if options.style == "wrap" and fmt == "text":
+        click.echo("warning: --style wrap prefixes every state_dict key with `_orig_mod.`: existing "
+                   "checkpoints no longer load without remapping", err=True)
+    selection = Selection(tuple(settings.get("include", ())), tuple(settings.get("exclude", ())))
+    files: list[str] = []
+    reports: list[FileReport] = []
+    for path, error in discover(paths, selection):
+        if error is None:
+            files.append(path)
+        else:
+            reports.append(FileReport(path, error=error))
+    jobs = settings.get("jobs") or os.cpu_count() or 1
+    reports += _run_with_progress(files, options, apply, jobs, show=fmt == "text" and not quiet)
+    _emit(reports, fmt, check, report_file, quiet)
+    sys.exit(_exit_code(reports, apply))
+
+
+def _run_with_progress(files: list[str], options: Options, apply: bool, jobs: int, show: bool) -> list:
+    """A progress bar only for a person watching a long run: not when piped, not in CI."""
+    interactive = show and sys.stderr.isatty() and not os.environ.get("CI") and len(files) > 50
+    if not interactive:
+        return run(files, options, apply, jobs)
+    with click.progressbar(length=len(files), label="regionalize", file=sys.stderr) as bar:
+        return run(files, options, apply, jobs, on_done=lambda report: bar.update(1))
+
+
+def _emit(reports: list[FileReport], fmt: str, check: bool, report_file: str | None, quiet: bool) -> None:
+    if report_file:
+        Path(report_file).write_text(to_sarif(reports) if fmt == "sarif" else to_json(reports), encoding="utf-8")
+    if fmt == "json":
+        click.echo(to_json(reports))
+        return
+    if fmt == "sarif":
+        click.echo(to_sarif(reports))
+        return
+    for report in reports:
+        if report.diff and not check:
+            click.echo(report.diff, nl=False)
+        for site in report.sites:
+            click.echo(site_line(report.path, site))
+        if report.error:
+            click.echo(f"error: {report.path}: {report.error}", err=True)
+    if not quiet:
+        click.echo(summary_line(summarize(reports)), err=True)
+
+
+def _exit_code(reports: list[FileReport], apply: bool) -> int:
+    if any(r.error for r in reports):
+        return EXIT_ERROR
+    if not apply and any(r.changed for r in reports):
+        return EXIT_PENDING
+    return EXIT_CLEAN

@@ -1,0 +1,898 @@
+"""The LibCST codemod: find containers of repeated blocks and compile each block regionally.
+
+Analysis and editing are separate passes. `_Finder` walks the module once, decides every site (rewrite
+or skip, with a reason) and records the edits as plain data keyed by the original nodes; `_Editor` then
+applies them. Nothing is rewritten unless the finder proved the site, so a skipped site is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from regionalize import guard_bypass
+from regionalize.options import Options
+from regionalize.report import CODES, Site
+
+CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
+# torch.nn classes that are themselves repeated blocks; every other torch.nn class is a leaf layer.
+TORCH_COMPOSITES = {
+    "Transformer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+}
+# Class names from other libraries (timm's DropPath, Llama's RMSNorm, ...) that name single layers.
+LEAF_NAME = re.compile(
+    r"(Linear|Conv[123]d|Conv|ConvTranspose[123]d|Norm|Norm[123]d|Dropout|Dropout[123]d|DropPath|Identity"
+    r"|Embedding|ReLU|GELU|SiLU|Sigmoid|Tanh|Softmax|Activation|Pool|Pool[123]d|Upsample|Flatten)$"
+)
+SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
+# Cheap pre-filter: a file without any of these words has no site, so it is never parsed.
+TRIGGERS = ("ModuleList", "Sequential", "ModuleDict", "add_module")
+
+
+@dataclass
+class TransformResult:
+    """Like LibCST's codemod results: status is "success", "skip" (with a reason) or "failure"."""
+
+    status: str
+    code: str
+    sites: list[Site] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.status == "success"
+
+
+def might_have_sites(source: str) -> bool:
+    return any(word in source for word in TRIGGERS)
+
+
+def transform_source(source: str, options: Options = Options()) -> TransformResult:
+    """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason."""
+    if not might_have_sites(source):
+        return TransformResult("skip", source, reason="no module containers")
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    finder = _Finder(module, options, source.splitlines())
+    wrapper.visit(finder)
+    sites = sorted(finder.sites, key=lambda s: (s.line, s.col, s.code))
+    if not finder.edits:
+        return TransformResult("skip", source, sites, reason="nothing to rewrite")
+    edited = module.visit(_Editor(finder.edits))
+    if finder.edits.needs_torch:
+        context = CodemodContext()
+        AddImportsVisitor.add_needed_import(context, "torch")
+        edited = AddImportsVisitor(context).transform_module(edited)
+    if finder.edits.helper:
+        edited = _add_helper(edited, finder.edits.helper)
+    code = edited.code
+    try:
+        cst.parse_module(code)
+    except cst.ParserSyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
+        return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {_one_line(exc)}")
+    return TransformResult("success", code, sites)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+@dataclass
+class _Edits:
+    wrap: set[cst.Call] = field(default_factory=set)  # element calls to wrap in torch.compile(...)
+    after: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=dict)
+    split: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=dict)
+    needs_torch: bool = False
+    helper: str | None = None  # module-level source the guard bypass needs
+    kwargs: str = ""
+    options: Options = field(default_factory=Options)
+
+    def __bool__(self) -> bool:
+        return bool(self.wrap or self.after or self.split)
+
+
+@dataclass
+class _Element:
+    kind: str  # "block", "compiled", "leaf", "other", "excluded" or "nested"
+    label: str
+    call: cst.Call | None = None
+    inner: _Container | None = None  # the inner container of a "nested" element
+    int_vars: frozenset[str] = frozenset()  # integer loop variables in scope where it is built
+
+
+@dataclass
+class _Container:
+    pattern: str
+    dict_like: bool
+    repeated: list[_Element]  # elements built once per iteration
+    single: list[_Element]  # elements that stand once, beside the repeated ones
+
+
+class _Scope:
+    """What the finder knows about one function body (or the module body)."""
+
+    def __init__(self, node: cst.CSTNode, module: cst.Module) -> None:
+        self.bindings: dict[str, list[cst.BaseExpression]] = {}
+        self.names: set[str] = set()
+        self.container_calls: list[cst.Call] = []  # calls spelled like a container, resolved later
+        node.visit(_ScopeCollector(self, module))
+
+    def fresh(self, base: str) -> str:
+        """A name the function does not use, so the inserted loop shadows nothing."""
+        name, n = base, 1
+        while name in self.names:
+            n += 1
+            name = f"{base}{n}"
+        return name
+
+
+class _ScopeCollector(cst.CSTVisitor):
+    def __init__(self, scope: _Scope, module: cst.Module) -> None:
+        self.scope = scope
+        self.module = module
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.scope.names.add(node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        if name in CONTAINERS:
+            self.scope.container_calls.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        self.scope.bindings.setdefault(self.module.code_for_node(target), []).append(value)
+
+
+class _Finder(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, module: cst.Module, options: Options, lines: list[str]) -> None:
+        self.module = module
+        self.options = options
+        self.lines = lines
+        self.sites: list[Site] = []
+        self.edits = _Edits(kwargs=_kwargs_source(options), options=options)
+        self.imports = _imports(module)
+        self.compiled_iterables = _compiled_iterables(module)
+        self.container_attrs: set[str] = set()
+        self.scopes: list[_Scope] = []
+        self.loops: list[cst.For | cst.While] = []  # loops of the innermost function only
+        self.loop_stack_saved: list[list[cst.For | cst.While]] = []
+        self.blocks: list[cst.BaseSuite | cst.Module] = []
+        self.statements: list[cst.BaseStatement] = []
+        self.consumed: set[cst.Call] = set()  # inner containers already reported with their outer one
+
+    # -- traversal bookkeeping -------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(_Scope(node, node))
+        self.container_attrs = _container_attrs(node, self)
+        self.blocks.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(_Scope(node, self.module))
+        self.loop_stack_saved.append(self.loops)
+        self.loops = []
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        self.loops = self.loop_stack_saved.pop()
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.blocks.append(node)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        self.blocks.pop()
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self.blocks.append(node)
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self.blocks.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loops.append(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops.append(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self.loops.pop()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.statements.append(node)
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self.statements.pop()
+
+    # -- name resolution --------------------------------------------------------------------------
+    def dotted(self, expr: cst.BaseExpression) -> str | None:
+        """`nn.ModuleList` -> `torch.nn.ModuleList` through the file's imports and aliases."""
+        parts: list[str] = []
+        while isinstance(expr, cst.Attribute):
+            parts.append(expr.attr.value)
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            return None
+        parts.append(self.imports.get(expr.value, expr.value))
+        return ".".join(reversed(parts))
+
+    def container_kind(self, call: cst.Call) -> str | None:
+        dotted = self.dotted(call.func)
+        if dotted is None or not dotted.startswith("torch.nn."):
+            return None
+        last = dotted.rsplit(".", 1)[-1]
+        return last if last in CONTAINERS else None
+
+    def is_torch_compile(self, call: cst.Call) -> bool:
+        return self.dotted(call.func) in ("torch.compile", "torch.compiler.compile")
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # -- classification ---------------------------------------------------------------------------
+    def classify(self, expr: cst.BaseExpression, int_vars: set[str]) -> list[_Element]:
+        if isinstance(expr, cst.IfExp):
+            return self.classify(expr.body, int_vars) + self.classify(expr.orelse, int_vars)
+        if not isinstance(expr, cst.Call):
+            return [_Element("other", self.code(expr))]
+        label = self.code(expr.func)
+        element = self._classify_call(expr, label, int_vars)
+        element.int_vars = frozenset(int_vars)
+        return [element]
+
+    def _classify_call(self, expr: cst.Call, label: str, int_vars: set[str]) -> _Element:
+        if self.is_torch_compile(expr):
+            inner = expr.args[0].value if expr.args else None
+            return _Element("compiled", self.code(inner.func) if isinstance(inner, cst.Call) else label, expr)
+        if (kind := self.container_kind(expr)) is not None:
+            inner = self.container(expr, kind, int_vars)
+            if inner is None or not inner.repeated:
+                return _Element("other", label, expr)
+            return _Element("nested", label, expr, inner)
+        dotted = self.dotted(expr.func) or label
+        last = dotted.rsplit(".", 1)[-1]
+        if dotted == "copy.deepcopy":  # `_get_clones(module, N)` in torch.nn.Transformer and its copies
+            return _Element("block", label, expr)
+        if last in self.options.never:
+            return _Element("excluded", label, expr)
+        if last in self.options.always:
+            return _Element("block", label, expr)
+        if dotted.startswith("torch.nn."):
+            return _Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
+        if dotted.startswith("torch.") or not last[:1].isupper():
+            return _Element("other", label, expr)
+        return _Element("leaf" if LEAF_NAME.search(last) else "block", label, expr)
+
+    def container(self, call: cst.Call, kind: str, int_vars: set[str]) -> _Container | None:
+        """The elements of a ModuleList/Sequential/ModuleDict call, or None if nothing is repeated."""
+        found = _Container("comprehension", kind == "ModuleDict", [], [])
+        for arg in call.args:
+            if arg.keyword is not None:
+                continue
+            self.collect(arg.value, found, int_vars, starred=arg.star == "*")
+        return found if found.repeated else None
+
+    def collect(
+        self, expr: cst.BaseExpression, found: _Container, int_vars: set[str], starred: bool
+    ) -> None:
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
+            comp_vars = int_vars | _comprehension_int_vars(expr.for_in)
+            elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
+            found.repeated += self.classify(elt, comp_vars)
+            found.pattern = {cst.ListComp: "comprehension", cst.GeneratorExp: "generator"}.get(
+                type(expr), "dict-comprehension"
+            )
+            if starred:
+                found.pattern = "sequential-star"
+        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            self.collect(expr.left, found, int_vars, starred)
+            self.collect(expr.right, found, int_vars, starred)
+            if found.repeated and found.single:
+                found.pattern = "concatenation"
+        elif isinstance(expr, (cst.List, cst.Tuple)):
+            for element in expr.elements:
+                if isinstance(element, cst.StarredElement):
+                    self.collect(element.value, found, int_vars, starred=True)
+                else:
+                    found.single += self.classify(element.value, int_vars)
+        elif isinstance(expr, cst.Name) and (values := self.scopes[-1].bindings.get(expr.value)):
+            before = len(found.repeated)
+            if len(values) == 1 and isinstance(values[0], (cst.ListComp, cst.GeneratorExp)):
+                self.collect(values[0], found, int_vars, starred)
+                if len(found.repeated) > before:
+                    found.pattern = "listcomp-variable"
+        elif not starred:
+            found.single += self.classify(expr, int_vars)
+
+    # -- sites: containers ------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if node in self.consumed:
+            return
+        kind = self.container_kind(node)
+        if kind is not None:
+            found = self.container(node, kind, set())
+            if found is not None:
+                self.consume_inner(found)
+                self.container_site(node, found)
+            return
+        self.loop_site(node)
+
+    def consume_inner(self, found: _Container) -> None:
+        for element in found.repeated + found.single:
+            if element.inner is not None and element.call is not None:
+                self.consumed.add(element.call)
+                self.consume_inner(element.inner)
+
+    def container_site(self, call: cst.Call, found: _Container) -> None:
+        blocks = _blocks(found)
+        statement = self.statements[-1] if self.statements else None
+        target = _bound_target(statement, call) if statement is not None else None
+        labels = " | ".join(dict.fromkeys(e.label for e in _leaves(found) if e.kind == "block"))
+        site = self.site_maker(call, found.pattern, labels or _first_label(found))
+        if any(e.kind == "compiled" for e in _leaves(found)) or (
+            target is not None and self.already_compiled_iterable(target)
+        ):
+            return site("RGZ002", "skip")
+        if self.skip_comment(call):
+            return site("RGZ101", "skip")
+        if not blocks:
+            return site(*_why_not(_leaves(found)))
+        self.warn_int_vars(blocks, found.pattern)
+        if self.options.style == "wrap":
+            for element in blocks:
+                self.wrap(element)
+            return site("RGZ001", "rewrite")
+        if not isinstance(self.blocks[-1], (cst.IndentedBlock, cst.Module)):
+            return site("RGZ106", "skip")
+        if target is None:
+            return site("RGZ104", "skip", "use --style wrap, or bind the container to a name first")
+        loop = self.compile_loop(found, self.code(target))
+        if loop is None:
+            return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
+        self.edits.after.setdefault(statement, []).append(loop)
+        site("RGZ001", "rewrite")
+
+    def compile_loop(self, found: _Container, iterable: str) -> cst.BaseStatement | None:
+        """`for block in <iterable>: block.compile()`, descending into nested containers."""
+        scope = self.scopes[-1]
+        mixed = any(e.kind != "block" for e in found.repeated + found.single)
+        nested = [e for e in found.repeated if e.kind == "nested"]
+        var = scope.fresh("stage" if nested else "block")
+        source = f"{iterable}.values()" if found.dict_like else iterable
+        if nested:
+            if mixed and len(nested) != len(found.repeated + found.single):
+                return None
+            inner = nested[0].inner
+            assert inner is not None
+            body = self.compile_loop(inner, var)
+            if body is None:
+                return None
+            return cst.For(
+                target=cst.Name(var),
+                iter=cst.parse_expression(source),
+                body=cst.IndentedBlock([body]),
+            )
+        statement = self.guarded_compile(var, _blocks(found), mixed)
+        if statement is None:
+            return None
+        text = f"for {var} in {source}:\n" + _indent(statement, self.module.default_indent)
+        return cst.parse_statement(text, config=self.module.config_for_parsing)
+
+    # -- sites: loops that append or add_module one block per iteration ----------------------------
+    def loop_site(self, call: cst.Call) -> None:
+        if not self.loops or not isinstance(call.func, cst.Attribute) or not self.statements:
+            return
+        method = call.func.attr.value
+        args = [a for a in call.args if a.keyword is None and not a.star]
+        if method == "append" and len(args) == 1:
+            receiver = call.func.value
+            if not self.holds_modules(receiver):
+                return
+            pattern = "loop-append"
+        elif method == "add_module" and len(args) == 2:
+            pattern = "loop-add-module"
+        else:
+            return
+        statement = self.statements[-1]
+        element = args[-1].value
+        if not _is_only_statement(statement, call):
+            return
+        int_vars = self.loop_int_vars()
+        if isinstance(element, cst.Name):
+            return self.loop_name_site(call, statement, element, pattern, int_vars)
+        elements = self.classify(element, int_vars)
+        found = _Container(pattern, False, elements, [])
+        blocks = _blocks(found)
+        site = self.site_maker(call, pattern, _labels(elements))
+        if any(e.kind == "compiled" for e in elements):
+            return site("RGZ002", "skip")
+        if any(e.kind == "nested" for e in elements):
+            return  # an inner container: reported where it is built
+        if self.skip_comment(call):
+            return site("RGZ101", "skip")
+        if not blocks:
+            return site(*_why_not(elements))
+        self.warn_int_vars(blocks, pattern)
+        if self.options.style == "wrap":
+            for block in blocks:
+                self.wrap(block)
+            return site("RGZ001", "rewrite")
+        if not isinstance(self.blocks[-1], cst.IndentedBlock):
+            return site("RGZ106", "skip")
+        var = self.scopes[-1].fresh("block")
+        compile_stmt = self.guarded_compile(var, blocks, any(e.kind != "block" for e in elements))
+        if compile_stmt is None:
+            return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
+        assign = cst.parse_statement(f"{var} = {self.code(element)}\n", config=self.module.config_for_parsing)
+        assert isinstance(assign, cst.SimpleStatementLine)
+        new_call = call.with_deep_changes(args[-1], value=cst.Name(var))
+        appended = statement.with_changes(body=[cst.Expr(new_call)], leading_lines=[])
+        self.edits.split[statement] = [
+            assign.with_changes(leading_lines=statement.leading_lines),
+            cst.parse_statement(compile_stmt + "\n", config=self.module.config_for_parsing),
+            appended,
+        ]
+        site("RGZ001", "rewrite")
+
+    def loop_name_site(
+        self, call: cst.Call, statement: cst.BaseStatement, name: cst.Name, pattern: str, int_vars: set[str]
+    ) -> None:
+        """`layer = Block(..)` then `layers.append(layer)` in the same loop body."""
+        body = self.blocks[-1]
+        if not isinstance(body, cst.IndentedBlock):
+            return
+        index = body.body.index(statement) if statement in body.body else -1
+        binding = None
+        for earlier in reversed(body.body[:index]):
+            value = _assigned_value(earlier, name.value)
+            if value is not None:
+                binding = (earlier, value)
+                break
+        if binding is None or not isinstance(binding[1], (cst.Call, cst.IfExp)):
+            return
+        bound_stmt, value = binding
+        elements = self.classify(value, int_vars)
+        blocks = _blocks(_Container(pattern, False, elements, []))
+        site = self.site_maker(call, pattern, _labels(elements))
+        compiled_here = any(_calls_method(s, name.value, "compile") for s in body.body)
+        if compiled_here or any(e.kind == "compiled" for e in elements):
+            return site("RGZ002", "skip")
+        if any(e.kind == "nested" for e in elements):
+            return
+        if self.skip_comment(call):
+            return site("RGZ101", "skip")
+        if not blocks:
+            return site(*_why_not(elements))
+        self.warn_int_vars(blocks, pattern)
+        if self.options.style == "wrap":
+            for block in blocks:
+                self.wrap(block)
+            return site("RGZ001", "rewrite")
+        compile_stmt = self.guarded_compile(name.value, blocks, any(e.kind != "block" for e in elements))
+        if compile_stmt is None:
+            return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
+        self.edits.after.setdefault(bound_stmt, []).append(
+            cst.parse_statement(compile_stmt + "\n", config=self.module.config_for_parsing)
+        )
+        site("RGZ001", "rewrite")
+
+    def holds_modules(self, receiver: cst.BaseExpression) -> bool:
+        """True if `receiver` is a module container, or a list that ends up in one."""
+        code = self.code(receiver)
+        scope = self.scopes[-1]
+        for value in scope.bindings.get(code, []):
+            if isinstance(value, cst.Call) and self.container_kind(value):
+                return True
+        if isinstance(receiver, cst.Attribute) and receiver.attr.value in self.container_attrs:
+            return True
+        return code in _container_arguments(scope, self)
+
+    def loop_int_vars(self) -> set[str]:
+        names: set[str] = set()
+        for loop in self.loops:
+            if isinstance(loop, cst.For):
+                names |= _int_targets(loop.target, loop.iter)
+        return names
+
+    # -- shared helpers ---------------------------------------------------------------------------
+    def compile_statement(self, var: str) -> str:
+        mode = self.options.guard_bypass
+        if mode == "none":
+            return f"{var}.compile({self.edits.kwargs})"
+        self.use_bypass(mode)
+        return guard_bypass.inplace_statement(mode, var, self.edits.kwargs)
+
+    def guarded_compile(self, var: str, blocks: list[_Element], mixed: bool) -> str | None:
+        """The compile statement, behind an isinstance test when other modules share the container."""
+        statement = self.compile_statement(var)
+        if not mixed:
+            return statement
+        if any(e.call is None or self.dotted(e.call.func) == "copy.deepcopy" for e in blocks):
+            return None  # no class to test against
+        names = list(dict.fromkeys(e.label for e in blocks))
+        test = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+        return f"if isinstance({var}, {test}):\n{self.module.default_indent}{statement}"
+
+    def wrap(self, element: _Element) -> None:
+        if element.kind == "nested" and element.inner is not None:
+            for inner in _blocks(element.inner):
+                self.wrap(inner)
+        elif element.call is not None:
+            self.edits.wrap.add(element.call)
+            self.edits.needs_torch = True
+            if self.options.guard_bypass != "none":
+                self.use_bypass(self.options.guard_bypass)
+
+    def use_bypass(self, mode: str) -> None:
+        self.edits.helper = guard_bypass.helper_source(mode)
+        self.edits.needs_torch = True
+
+    def already_compiled_iterable(self, target: cst.BaseExpression) -> bool:
+        code = self.code(target)
+        if code in self.compiled_iterables:
+            return True
+        return isinstance(target, cst.Attribute) and f".{target.attr.value}" in self.compiled_iterables
+
+    def skip_comment(self, node: cst.CSTNode) -> bool:
+        statement = self.statements[-1] if self.statements else node
+        start = self.get_metadata(PositionProvider, statement).start.line
+        end = self.get_metadata(PositionProvider, node).end.line
+        return any(SKIP_COMMENT.search(line) for line in self.lines[start - 1 : end])
+
+    def site_maker(self, node: cst.CSTNode, pattern: str, block: str):  # noqa: ANN201
+        position = self.get_metadata(PositionProvider, node).start
+
+        def add(code: str, action: str, hint: str = "") -> None:
+            reason = "" if action == "rewrite" else _reason(code, hint)
+            self.sites.append(Site(position.line, position.column + 1, code, pattern, block, action, reason))
+
+        return add
+
+    def warn_int_vars(self, blocks: list[_Element], pattern: str) -> None:
+        for element in blocks:
+            if element.kind == "nested" and element.inner is not None:
+                self.warn_int_vars(_blocks(element.inner), pattern)
+                continue
+            if element.call is None:
+                continue
+            used = _int_uses(element.call, self.loop_int_vars() | element.int_vars)
+            if not used:
+                continue
+            position = self.get_metadata(PositionProvider, element.call).start
+            names = ", ".join(sorted(used))
+            reason = (
+                f"per-block integer `{names}` reaches {element.label}(...): Dynamo specializes integer "
+                "attributes of a module, so each block may compile its own graph, and past "
+                "torch._dynamo.config.recompile_limit (8) the remaining blocks run eager with only a log "
+                "warning; keep per-layer integers out of the block's attributes, or check with "
+                "`regionalize verify`"
+            )
+            self.sites.append(
+                Site(position.line, position.column + 1, "RGZ201", pattern, element.label, "warn", reason)
+            )
+
+
+class _Editor(cst.CSTTransformer):
+    def __init__(self, edits: _Edits) -> None:
+        self.edits = edits
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if original_node not in self.edits.wrap:
+            return updated_node
+        options = self.edits.options
+        if options.guard_bypass != "none":
+            source = guard_bypass.wrap_expression(
+                options.guard_bypass, cst.Module([]).code_for_node(updated_node), self.edits.kwargs
+            )
+            return cst.parse_expression(source)
+        kwargs = f", {self.edits.kwargs}" if self.edits.kwargs else ""
+        call = cst.parse_expression(f"torch.compile(block{kwargs})")
+        assert isinstance(call, cst.Call)
+        return call.with_changes(args=[call.args[0].with_changes(value=updated_node), *call.args[1:]])
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated_node.with_changes(body=self.body(original_node.body, updated_node.body))
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        return updated_node.with_changes(body=self.body(original_node.body, updated_node.body))
+
+    def body(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
+        out: list[cst.BaseStatement] = []
+        for before, after in zip(original, updated):
+            out += self.edits.split.get(before, [after])
+            out += self.edits.after.get(before, [])
+        return out
+
+
+# -- pure helpers -----------------------------------------------------------------------------------
+def _kwargs_source(options: Options) -> str:
+    """`mode="max-autotune", fullgraph=True`: Python literals, double-quoted as Black writes them."""
+    items = options.compile_kwargs().items()
+    return ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in items)
+
+
+def _indent(text: str, indent: str) -> str:
+    return "".join(indent + line + "\n" for line in text.splitlines())
+
+
+def _reason(code: str, hint: str) -> str:
+    return CODES[code] + (f"; {hint}" if hint else "")
+
+
+def _imports(module: cst.Module) -> dict[str, str]:
+    """Local name -> dotted name for every import in the file (function-level ones too)."""
+    table: dict[str, str] = {}
+
+    class Collector(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> None:
+            for alias in node.names:
+                dotted = module.code_for_node(alias.name)
+                if alias.asname is not None:
+                    table[module.code_for_node(alias.asname.name)] = dotted
+                else:
+                    table[dotted.split(".")[0]] = dotted.split(".")[0]
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            base = "." * len(node.relative) + (module.code_for_node(node.module) if node.module else "")
+            if isinstance(node.names, cst.ImportStar):
+                if base in ("torch.nn", "torch.nn.modules"):
+                    table.update({name: f"torch.nn.{name}" for name in CONTAINERS | TORCH_COMPOSITES})
+                return
+            for alias in node.names:
+                name = module.code_for_node(alias.name)
+                local = module.code_for_node(alias.asname.name) if alias.asname is not None else name
+                table[local] = f"{base}.{name}" if not base.endswith(".") else f"{base}{name}"
+
+    module.visit(Collector())
+    # torch.nn.modules.container.ModuleList and friends are the same classes.
+    return {k: re.sub(r"^torch\.nn\.modules(\.\w+)?(?=\.)", "torch.nn", v) for k, v in table.items()}
+
+
+def _compiled_iterables(module: cst.Module) -> set[str]:
+    """Iterables of `for x in <it>:` loops that compile `x`: the in-place form, however it was written."""
+    found: set[str] = set()
+
+    def compiles(loop: cst.For) -> bool:
+        if not isinstance(loop.target, cst.Name):
+            return False
+        var = loop.target.value
+        if _calls_method(loop.body, var, "compile") or "torch.compile(" in module.code_for_node(loop.body):
+            return True
+        inner_loops = [n for n in _walk(loop.body) if isinstance(n, cst.For)]
+        return any(_iterated(inner) == var and compiles(inner) for inner in inner_loops)
+
+    class Collector(cst.CSTVisitor):
+        def visit_For(self, node: cst.For) -> None:
+            if compiles(node):
+                iterable = _strip_values(node.iter)
+                found.add(module.code_for_node(iterable))
+                if isinstance(iterable, cst.Attribute):
+                    found.add(f".{iterable.attr.value}")
+
+    module.visit(Collector())
+    return found
+
+
+def _strip_values(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """`x.values()` -> `x`: a ModuleDict is compiled through its values."""
+    if (
+        isinstance(iterable, cst.Call)
+        and isinstance(iterable.func, cst.Attribute)
+        and iterable.func.attr.value in ("values", "children", "modules")
+    ):
+        return iterable.func.value
+    return iterable
+
+
+def _iterated(loop: cst.For) -> str | None:
+    iterable = _strip_values(loop.iter)
+    return iterable.value if isinstance(iterable, cst.Name) else None
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _container_attrs(module: cst.Module, finder: _Finder) -> set[str]:
+    """Attribute names (`self.layers`) assigned a module container anywhere in the file."""
+    attrs: set[str] = set()
+
+    class Collector(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if isinstance(node.value, cst.Call) and finder.container_kind(node.value):
+                for target in node.targets:
+                    if isinstance(target.target, cst.Attribute):
+                        attrs.add(target.target.attr.value)
+
+    module.visit(Collector())
+    return attrs
+
+
+def _container_arguments(scope: _Scope, finder: _Finder) -> set[str]:
+    """Names passed whole to a container: `nn.Sequential(*layers)`, `nn.ModuleList(layers)`."""
+    return {
+        arg.value.value
+        for call in scope.container_calls
+        if finder.container_kind(call)
+        for arg in call.args
+        if isinstance(arg.value, cst.Name)
+    }
+
+
+def _calls(node: cst.CSTNode) -> Iterator[cst.Call]:
+    return (n for n in _walk(node) if isinstance(n, cst.Call))
+
+
+def _calls_method(node: cst.CSTNode, receiver: str, method: str) -> bool:
+    return any(
+        isinstance(c.func, cst.Attribute)
+        and c.func.attr.value == method
+        and isinstance(c.func.value, cst.Name)
+        and c.func.value.value == receiver
+        for c in _calls(node)
+    )
+
+
+def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        target = small.targets[0].target
+        if isinstance(target, cst.Name) and target.value == name:
+            return small.value
+    return None
+
+
+def _is_only_statement(statement: cst.BaseStatement, call: cst.Call) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and statement.body[0].value is call
+    )
+
+
+def _bound_target(statement: cst.BaseStatement, call: cst.Call) -> cst.BaseExpression | None:
+    """The name or attribute a statement binds `call` to, when the call is the whole value."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and small.value is call:
+        target = small.targets[0].target
+    elif isinstance(small, cst.AnnAssign) and small.value is call:
+        target = small.target
+    else:
+        return None
+    return target if isinstance(target, (cst.Name, cst.Attribute)) else None
+
+
+def _leaves(found: _Container) -> list[_Element]:
+    out: list[_Element] = []
+    for element in found.repeated:
+        out += _leaves(element.inner) if element.kind == "nested" and element.inner else [element]
+    return out
+
+
+def _blocks(found: _Container) -> list[_Element]:
+    """Repeated elements worth compiling: blocks, and inner containers whose elements are blocks."""
+    return [
+        e
+        for e in found.repeated
+        if e.kind == "block" or (e.kind == "nested" and e.inner is not None and _blocks(e.inner))
+    ]
+
+
+def _labels(elements: list[_Element]) -> str:
+    return " | ".join(dict.fromkeys(e.label for e in elements))
+
+
+def _first_label(found: _Container) -> str:
+    leaves = _leaves(found)
+    return leaves[0].label if leaves else ""
+
+
+def _why_not(elements: list[_Element]) -> tuple[str, str, str]:
+    kinds = {e.kind for e in elements}
+    if "excluded" in kinds:
+        return ("RGZ105", "skip", "")
+    if "leaf" in kinds:
+        return ("RGZ102", "skip", "")
+    return ("RGZ103", "skip", "")
+
+
+def _int_targets(target: cst.BaseExpression, iterable: cst.BaseExpression) -> set[str]:
+    """Loop variables known to be integers: `for i in range(..)`, `for i, x in enumerate(..)`."""
+    if not isinstance(iterable, cst.Call) or not isinstance(iterable.func, cst.Name):
+        return set()
+    if iterable.func.value == "range" and isinstance(target, cst.Name):
+        return {target.value}
+    if (
+        iterable.func.value == "enumerate"
+        and isinstance(target, (cst.Tuple, cst.List))
+        and target.elements
+        and isinstance(target.elements[0].value, cst.Name)
+    ):
+        return {target.elements[0].value.value}
+    return set()
+
+
+def _comprehension_int_vars(for_in: cst.CompFor | None) -> set[str]:
+    names: set[str] = set()
+    while for_in is not None:
+        names |= _int_targets(for_in.target, for_in.iter)
+        for_in = for_in.inner_for_in
+    return names
+
+
+def _int_uses(call: cst.Call, int_vars: set[str]) -> set[str]:
+    """Integer loop variables used as values in the arguments (not as an index: `dpr[i]` is a float)."""
+    used: set[str] = set()
+
+    class Collector(cst.CSTVisitor):
+        def visit_SubscriptElement(self, node: cst.SubscriptElement) -> bool:
+            return False
+
+        def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in int_vars:
+                used.add(node.value)
+
+    for arg in call.args:
+        arg.value.visit(Collector())
+    return used
+
+
+def _add_helper(module: cst.Module, helper: str) -> cst.Module:
+    """Put the guard-bypass helper after the imports, once."""
+    name = re.search(r"def (\w+)", helper)
+    if name and any(
+        isinstance(s, cst.FunctionDef) and s.name.value == name.group(1) for s in module.body
+    ):
+        return module
+    index = 0
+    for i, statement in enumerate(module.body):
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom, cst.Expr)) for s in statement.body
+        ):
+            index = i + 1
+        else:
+            break
+    parsed = cst.parse_module(helper).body
+    first = parsed[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    rest = list(module.body[index:])
+    if rest:
+        rest[0] = rest[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *rest[0].leading_lines])
+    return module.with_changes(body=[*module.body[:index], first, *parsed[1:], *rest])

@@ -1,0 +1,47 @@
+"""Settings shared by the codemod, the runner and the verifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STYLES = ("inplace", "wrap")
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+GUARD_BYPASS = ("none", "filter", "depyf")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How blocks are compiled; every field maps onto a command-line flag and a pyproject key."""
+
+    style: str = "inplace"
+    mode: str = "default"
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    backend: str = "inductor"
+    guard_bypass: str = "none"
+    # Class names the user says are (or are not) repeated blocks, overriding the built-in heuristics.
+    always: frozenset[str] = field(default_factory=frozenset)
+    never: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> Options:
+        """Options from checked settings (pyproject and flags merged), ignoring the runner's own keys."""
+        known = {k: v for k, v in settings.items() if k in cls.__dataclass_fields__}
+        for key in ("always", "never"):
+            if key in known:
+                known[key] = frozenset(known[key])
+        return cls(**known)
+
+    def compile_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for torch.compile / Module.compile, defaults omitted."""
+        kwargs: dict[str, object] = {}
+        if self.backend != "inductor":
+            kwargs["backend"] = self.backend
+        if self.mode != "default":
+            kwargs["mode"] = self.mode
+        if self.fullgraph:
+            kwargs["fullgraph"] = True
+        if self.dynamic is not None:
+            kwargs["dynamic"] = self.dynamic
+        return kwargs

@@ -1,0 +1,127 @@
+"""What a run found: sites per file, rendered as text lines, JSON or SARIF."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from regionalize import __version__
+
+# Stable codes: tools and people grep for these, so they never change meaning.
+CODES = {
+    "RGZ001": "repeated block compiled regionally",
+    "RGZ002": "already compiled",
+    "RGZ101": "skipped by a `# regionalize: skip` comment",
+    "RGZ102": "element is a leaf layer, not a block",
+    "RGZ103": "element is not a module constructor",
+    "RGZ104": "container is not bound to a name, so its blocks cannot be compiled in place",
+    "RGZ105": "element class is excluded by configuration",
+    "RGZ106": "the statement cannot take a new line after it",
+    "RGZ201": "a per-iteration integer reaches the block's constructor",
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    line: int
+    col: int
+    code: str
+    pattern: str
+    block: str
+    action: str  # "rewrite", "skip" or "warn"
+    reason: str = ""
+
+
+@dataclass
+class FileReport:
+    path: str
+    sites: list[Site] = field(default_factory=list)
+    error: str | None = None
+    changed: bool = False
+    diff: str = ""
+
+    @property
+    def rewrites(self) -> int:
+        return sum(site.action == "rewrite" for site in self.sites)
+
+
+def site_line(path: str, site: Site) -> str:
+    """One line per site, in the `path:line:col: CODE message` shape that editors and CI parse."""
+    what = f"{site.pattern} of {site.block}" if site.block else site.pattern
+    text = {"rewrite": f"compile {what} regionally", "skip": f"skip {what}", "warn": f"warning for {what}"}[
+        site.action
+    ]
+    if site.reason:
+        text += f": {site.reason}"
+    return f"{path}:{site.line}:{site.col}: {site.code} {text}"
+
+
+def summarize(reports: list[FileReport]) -> dict[str, object]:
+    skipped = Counter(s.code for r in reports for s in r.sites if s.action == "skip")
+    warnings = Counter(s.code for r in reports for s in r.sites if s.action == "warn")
+    return {
+        "files_scanned": len(reports),
+        "files_changed": sum(r.changed for r in reports),
+        "sites_rewritten": sum(r.rewrites for r in reports),
+        "skipped": dict(sorted(skipped.items())),
+        "warnings": dict(sorted(warnings.items())),
+        "errors": sum(r.error is not None for r in reports),
+    }
+
+
+def summary_line(summary: dict[str, object]) -> str:
+    skipped = summary["skipped"]
+    warnings = summary["warnings"]
+    assert isinstance(skipped, dict) and isinstance(warnings, dict)
+    parts = [
+        f"{summary['files_scanned']} files scanned",
+        f"{summary['files_changed']} changed",
+        f"{summary['sites_rewritten']} sites rewritten",
+        f"{sum(skipped.values())} skipped" + (f" ({_counts(skipped)})" if skipped else ""),
+        f"{sum(warnings.values())} warnings" + (f" ({_counts(warnings)})" if warnings else ""),
+        f"{summary['errors']} errors",
+    ]
+    return ", ".join(parts)
+
+
+def _counts(counter: dict[str, int]) -> str:
+    return ", ".join(f"{code} x{n}" for code, n in counter.items())
+
+
+def to_json(reports: list[FileReport]) -> str:
+    files = [
+        {"path": r.path, "changed": r.changed, "sites": [asdict(s) for s in r.sites], "error": r.error}
+        for r in reports
+    ]
+    return json.dumps({"version": __version__, "files": files, "summary": summarize(reports)}, indent=2)
+
+
+def to_sarif(reports: list[FileReport]) -> str:
+    """SARIF 2.1.0, so code-scanning tools show each site inline."""
+    rules = [{"id": code, "shortDescription": {"text": text}} for code, text in CODES.items()]
+    levels = {"rewrite": "warning", "skip": "note", "warn": "warning"}
+    results = []
+    for report in reports:
+        location = {"physicalLocation": {"artifactLocation": {"uri": report.path}}}
+        if report.error:
+            results.append({"ruleId": "RGZ900", "level": "error", "message": {"text": report.error},
+                            "locations": [location]})
+        for site in report.sites:
+            region = {"startLine": site.line, "startColumn": site.col}
+            results.append(
+                {
+                    "ruleId": site.code,
+                    "level": levels[site.action],
+                    "message": {"text": site_line(report.path, site).split(": ", 1)[1]},
+                    "locations": [{"physicalLocation": {**location["physicalLocation"], "region": region}}],
+                }
+            )
+    rules.append({"id": "RGZ900", "shortDescription": {"text": "file could not be processed"}})
+    run = {
+        "tool": {"driver": {"name": "regionalize", "version": __version__, "rules": rules,
+                            "informationUri": "https://pypi.org/project/regionalize/"}},
+        "results": results,
+    }
+    sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
+    return json.dumps(sarif, indent=2)

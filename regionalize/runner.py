@@ -1,0 +1,213 @@
+"""The file runner: find files, read them faithfully, run the codemod, write results atomically."""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import fnmatch
+import os
+import subprocess
+import tempfile
+import tokenize
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from regionalize.codemod import might_have_sites, transform_source
+from regionalize.options import Options
+from regionalize.report import FileReport
+
+MAX_BYTES = 10 * 1024 * 1024  # larger "source" is generated data; parsing it would stall the run
+SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+
+def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterator[tuple[str, str | None]]:
+    """Yield (path, error) for every Python file under `paths`; error is set for a path that is unusable.
+
+    Files named explicitly are always taken; directories are walked, skipping hidden, virtual-env,
+    cache and git-ignored folders and files, then --include/--exclude globs are applied.
+    """
+    for given in paths:
+        path = Path(given)
+        try:
+            path.stat()
+        except OSError as exc:
+            yield given, _os_error(exc)
+            continue
+        if not path.is_dir():
+            yield given, None
+            continue
+        found = sorted(_walk(path))
+        ignored = _git_ignored(path, found)
+        for file in found:
+            if file in ignored or not _selected(file, selection):
+                continue
+            yield file, None
+
+
+def _walk(root: Path) -> Iterator[str]:
+    for directory, dirnames, filenames in os.walk(root, onerror=None):
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if not d.startswith(".")
+            and d not in SKIP_DIRS
+            and not (Path(directory, d) / "pyvenv.cfg").exists()
+        ]
+        for name in filenames:
+            if name.endswith((".py", ".pyi")) and not name.startswith("."):
+                yield os.path.join(directory, name)
+
+
+def _selected(file: str, selection: Selection) -> bool:
+    def matches(patterns: tuple[str, ...]) -> bool:
+        return any(fnmatch.fnmatch(file, p) or fnmatch.fnmatch(os.path.basename(file), p) for p in patterns)
+
+    if selection.include and not matches(selection.include):
+        return False
+    return not matches(selection.exclude)
+
+
+def _git_ignored(root: Path, files: list[str]) -> set[str]:
+    """Files git ignores under `root`; empty when git is missing or `root` is not in a work tree."""
+    if not files:
+        return set()
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "check-ignore", "--no-index", "-z", "--stdin"],
+            input="\0".join(os.path.relpath(f, root) for f in files).encode(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if done.returncode not in (0, 1):  # 128: not a git repository
+        return set()
+    return {os.path.join(root, f) for f in done.stdout.decode().split("\0") if f}
+
+
+def _os_error(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+@dataclass
+class SourceFile:
+    """A file's text plus what is needed to write it back byte-for-byte the same way."""
+
+    text: str
+    encoding: str
+    bom: bool
+
+
+def read_source(path: str) -> SourceFile:
+    """Raises ValueError with a one-line reason when the file is not usable Python source."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    bom = data.startswith(codecs.BOM_UTF8)
+    try:
+        encoding, _ = tokenize.detect_encoding(iter(data.splitlines(keepends=True)).__next__)
+    except SyntaxError as exc:
+        raise ValueError(f"bad encoding declaration: {exc}") from None
+    encoding = "utf-8" if encoding == "utf-8-sig" else encoding
+    body = data[len(codecs.BOM_UTF8) :] if bom else data
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid {encoding}: byte {exc.start}") from None
+    if "\0" in text:
+        raise ValueError("file contains NUL bytes: not Python source")
+    return SourceFile(text, encoding, bom)
+
+
+def write_atomically(path: str, source: SourceFile, text: str) -> None:
+    """Temp file in the same directory, then rename: a crash leaves the old file or the new one."""
+    data = (codecs.BOM_UTF8 if source.bom else b"") + text.encode(source.encoding)
+    mode = os.stat(path).st_mode
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".regionalize-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode & 0o7777)
+        os.replace(temp, os.path.realpath(path))
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def process_file(path: str, options: Options, apply: bool) -> FileReport:
+    """Never raises for a bad file: its error goes into the report and the run goes on."""
+    report = FileReport(path)
+    try:
+        source = read_source(path)
+    except (OSError, ValueError) as exc:
+        report.error = _os_error(exc) if isinstance(exc, OSError) else str(exc)
+        return report
+    if not might_have_sites(source.text):
+        return report
+    try:
+        result = transform_source(source.text, options)
+    except RecursionError:
+        report.error = "nested too deeply to parse"
+        return report
+    report.sites = result.sites
+    if result.status == "failure":
+        report.error = result.reason
+        return report
+    if not result.changed:
+        return report
+    report.changed = True
+    report.diff = unified_diff(path, source.text, result.code)
+    if apply:
+        try:
+            write_atomically(path, source, result.code)
+        except OSError as exc:
+            report.error = f"cannot write: {_os_error(exc)}"
+    return report
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+    )
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def _process(args: tuple[str, Options, bool]) -> FileReport:
+    return process_file(*args)
+
+
+def run(
+    files: list[str],
+    options: Options,
+    apply: bool,
+    jobs: int,
+    on_done: Callable[[FileReport], None] = lambda report: None,
+) -> list[FileReport]:
+    """Process files in parallel; reports come back in the order of `files`, whatever finishes first."""
+    work = [(f, options, apply) for f in files]
+    if jobs <= 1 or len(files) < 2:
+        reports = []
+        for item in work:
+            reports.append(_process(item))
+            on_done(reports[-1])
+        return reports
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        reports = []
+        for report in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
+            reports.append(report)
+            on_done(report)
+        return reports
