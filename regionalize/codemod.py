@@ -65,7 +65,7 @@ def transform_source(source: str, options: Options = Options()) -> TransformResu
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
+        return TransformResult("failure", source, reason=f"cannot parse: line {exc.raw_line}: {exc.message}")
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     finder = _Finder(module, options, source.splitlines())
     wrapper.visit(finder)
@@ -370,12 +370,23 @@ class _Finder(cst.CSTVisitor):
             return site("RGZ001", "rewrite")
         if not isinstance(self.blocks[-1], (cst.IndentedBlock, cst.Module)):
             return site("RGZ106", "skip")
-        if target is None:
+        returned = _returned(statement, call)
+        if target is None and returned is None:
             return site("RGZ104", "skip", "use --style wrap, or bind the container to a name first")
-        loop = self.compile_loop(found, self.code(target))
+        name = self.scopes[-1].fresh("blocks") if returned is not None else ""
+        loop = self.compile_loop(found, name or self.code(target))
         if loop is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
-        self.edits.after.setdefault(statement, []).append(loop)
+        if returned is not None:
+            # `return Container(..)` becomes `blocks = Container(..)`, the loop, then `return blocks`.
+            assign = cst.Assign([cst.AssignTarget(cst.Name(name))], call)
+            self.edits.split[statement] = [
+                statement.with_changes(body=[assign]),
+                loop,
+                cst.SimpleStatementLine([returned.with_changes(value=cst.Name(name))]),
+            ]
+        else:
+            self.edits.after.setdefault(statement, []).append(loop)
         site("RGZ001", "rewrite")
 
     def compile_loop(self, found: _Container, iterable: str) -> cst.BaseStatement | None:
@@ -795,6 +806,15 @@ def _bound_target(statement: cst.BaseStatement, call: cst.Call) -> cst.BaseExpre
     else:
         return None
     return target if isinstance(target, (cst.Name, cst.Attribute)) else None
+
+
+def _returned(statement: cst.BaseStatement | None, call: cst.Call) -> cst.Return | None:
+    """The `return` statement whose whole value is `call`."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Return) and small.value is call:
+            return small
+    return None
 
 
 def _leaves(found: _Container) -> list[_Element]:

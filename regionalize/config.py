@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def find_pyproject(paths: list[str]) -> Path | None:
     """The nearest pyproject.toml with a [tool.regionalize] table, above the common ancestor of paths."""
     if not paths:
         return None
-    resolved = [Path(p).resolve() for p in paths]
+    resolved = [Path(os.path.abspath(p)) for p in paths]
     start = Path(*_common_parts(resolved))
     for directory in (start, *start.parents):
         candidate = directory / "pyproject.toml"

@@ -116,8 +116,8 @@ def read_source(path: str) -> SourceFile:
     bom = data.startswith(codecs.BOM_UTF8)
     try:
         encoding, _ = tokenize.detect_encoding(iter(data.splitlines(keepends=True)).__next__)
-    except SyntaxError as exc:
-        raise ValueError(f"bad encoding declaration: {exc}") from None
+    except SyntaxError:  # raised both for bytes that are not UTF-8 and for a bad coding cookie
+        raise ValueError("not valid utf-8, and no coding declaration that fits") from None
     encoding = "utf-8" if encoding == "utf-8-sig" else encoding
     body = data[len(codecs.BOM_UTF8) :] if bom else data
     try:

@@ -1,0 +1,206 @@
+"""The command line as a user runs it: diffs, --apply, --check, reports, exit codes and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from regionalize.cli import main
+
+MODEL = """\
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(d) for _ in range(n)])
+"""
+CLEAN = "import torch.nn as nn\n\nhead = nn.Linear(4, 4)\n"
+
+
+def invoke(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
+    runner = CliRunner()
+    if cwd is not None:
+        os.chdir(cwd)
+    result = runner.invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "model.py"
+    path.write_text(MODEL, encoding="utf-8")
+    return path
+
+
+def test_default_shows_diff_and_changes_nothing(model: Path) -> None:
+    code, out, err = invoke(str(model))
+    assert code == 1
+    assert f"--- a/{model}" in out and f"+++ b/{model}" in out
+    assert "+        for block in self.layers:" in out
+    assert f"{model}:7:23: RGZ001 compile comprehension of Layer regionally" in out
+    assert "1 sites rewritten" in err
+    assert model.read_text(encoding="utf-8") == MODEL
+
+
+def test_apply_writes_then_nothing_is_pending(model: Path) -> None:
+    assert invoke("--apply", str(model))[0] == 0
+    assert "block.compile()" in model.read_text(encoding="utf-8")
+    code, out, _ = invoke("--check", str(model))
+    assert code == 0
+    assert "RGZ002" in out
+
+
+def test_check_prints_site_lines_without_diff(model: Path) -> None:
+    code, out, _ = invoke("--check", str(model))
+    assert code == 1
+    assert "RGZ001" in out and "+++" not in out
+
+
+def test_clean_file_exits_zero(tmp_path: Path) -> None:
+    path = tmp_path / "clean.py"
+    path.write_text(CLEAN, encoding="utf-8")
+    assert invoke(str(path))[0] == 0
+
+
+def test_apply_and_check_are_exclusive(model: Path) -> None:
+    assert invoke("--apply", "--check", str(model))[0] == 2
+
+
+def test_json_report(model: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.py"
+    code, out, _ = invoke("--format", "json", str(model), str(missing))
+    assert code == 2
+    data = json.loads(out)
+    by_path = {f["path"]: f for f in data["files"]}
+    site = by_path[str(model)]["sites"][0]
+    assert {k: site[k] for k in ("line", "col", "code", "pattern", "block", "action")} == {
+        "line": 7, "col": 23, "code": "RGZ001", "pattern": "comprehension", "block": "Layer", "action": "rewrite",
+    }
+    assert by_path[str(missing)]["error"] == "No such file or directory"
+    assert data["summary"]["sites_rewritten"] == 1 and data["summary"]["errors"] == 1
+
+
+def test_sarif_report_file(model: Path, tmp_path: Path) -> None:
+    out_file = tmp_path / "report.sarif"
+    code, out, _ = invoke("--format", "sarif", "--report", str(out_file), str(model))
+    assert code == 1
+    sarif = json.loads(out_file.read_text(encoding="utf-8"))
+    assert sarif["version"] == "2.1.0"
+    result = sarif["runs"][0]["results"][0]
+    assert result["ruleId"] == "RGZ001"
+    assert result["locations"][0]["physicalLocation"]["region"] == {"startLine": 7, "startColumn": 23}
+    assert json.loads(out) == sarif
+
+
+def test_bad_files_are_reported_and_the_rest_still_processed(tmp_path: Path, model: Path) -> None:
+    (tmp_path / "broken.py").write_text("import torch.nn as nn\nnn.ModuleList([\n", encoding="utf-8")
+    (tmp_path / "latin.py").write_bytes(b"# nn.ModuleList\nx = '\xe9'\n")
+    (tmp_path / "huge.py").write_bytes(b"# nn.ModuleList\n" + b"x = 1\n" * (2 * 1024 * 1024))
+    os.symlink(tmp_path / "loop_b.py", tmp_path / "loop_a.py")
+    os.symlink(tmp_path / "loop_a.py", tmp_path / "loop_b.py")
+    args = [str(tmp_path / n) for n in ("broken.py", "latin.py", "huge.py", "loop_a.py", "nope.py")]
+    code, out, err = invoke("--apply", *args, str(model))
+    assert code == 2
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 5, err
+    assert any("broken.py: cannot parse" in line for line in errors)
+    assert any("latin.py: not valid utf-8" in line for line in errors)
+    assert any("huge.py: file is larger than 10 MiB" in line for line in errors)
+    assert any("loop_a.py: Too many levels of symbolic links" in line for line in errors)
+    assert any("nope.py: No such file or directory" in line for line in errors)
+    assert "block.compile()" in model.read_text(encoding="utf-8")
+
+
+def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> None:
+    for rel in ("pkg/a.py", ".hidden/b.py", "venv/lib/c.py", "pkg/__pycache__/d.py", "gen/e.py", "pkg/f.py"):
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(MODEL, encoding="utf-8")
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("", encoding="utf-8")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("gen/\n", encoding="utf-8")
+    code, out, _ = invoke("--check", "--exclude", "*/f.py", str(tmp_path))
+    assert code == 1
+    reported = {line.split(":")[0] for line in out.splitlines()}
+    assert reported == {str(tmp_path / "pkg" / "a.py")}
+
+
+def test_jobs_keep_output_order(tmp_path: Path) -> None:
+    for i in range(6):
+        (tmp_path / f"m{i}.py").write_text(MODEL, encoding="utf-8")
+    _, serial, _ = invoke("--check", "-j", "1", str(tmp_path))
+    _, parallel, _ = invoke("--check", "-j", "2", str(tmp_path))
+    assert serial == parallel and serial.count("RGZ001") == 6
+
+
+def test_pyproject_settings_and_flags_win(tmp_path: Path, model: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.regionalize]\nmode = "max-autotune"\nstyle = "wrap"\n', encoding="utf-8"
+    )
+    _, out, _ = invoke(str(model))
+    assert 'torch.compile(Layer(d), mode="max-autotune")' in out
+    _, out, _ = invoke("--style", "inplace", str(model))
+    assert 'block.compile(mode="max-autotune")' in out
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('colour = "red"', "unknown key tool.regionalize.colour"),
+        ('style = "sideways"', "tool.regionalize.style must be one of inplace, wrap"),
+        ("jobs = 0", "tool.regionalize.jobs must be a positive integer"),
+    ],
+)
+def test_bad_pyproject_is_a_clear_error(tmp_path: Path, model: Path, table: str, message: str) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f"[tool.regionalize]\n{table}\n", encoding="utf-8")
+    code, _, err = invoke(str(model))
+    assert code == 2
+    assert str(pyproject) in err and message in err
+
+
+def test_help_explains() -> None:
+    code, out, _ = invoke("--help")
+    assert code == 0
+    assert "Exit status: 0 nothing left to rewrite, 1 rewrites pending" in out
+    assert "--guard-bypass" in out and "regionalize verify" in out
+
+
+def test_python_dash_m(model: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "regionalize", "--check", str(model)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert "RGZ001" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("data", "expected_tail"),
+    [
+        (MODEL.replace("\n", "\r\n").encode(), b"block.compile()\r\n"),
+        (b"\xef\xbb\xbf" + MODEL.encode(), b"block.compile()\n"),
+        (b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + MODEL.encode(), b"block.compile()\n"),
+    ],
+    ids=["crlf", "bom", "latin-1"],
+)
+def test_apply_keeps_bytes_mode_and_encoding(tmp_path: Path, data: bytes, expected_tail: bytes) -> None:
+    path = tmp_path / "model.py"
+    path.write_bytes(data)
+    path.chmod(0o751)
+    assert invoke("--apply", str(path))[0] == 0
+    written = path.read_bytes()
+    assert written.startswith(data[:30])
+    assert written.endswith(expected_tail)
+    if b"\r\n" in data:
+        assert b"\n" not in written.replace(b"\r\n", b"")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o751
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".regionalize-")]
