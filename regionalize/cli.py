@@ -48,28 +48,57 @@ def main() -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str), required=True)
 @click.option("--apply", is_flag=True, help="Write the rewritten files.")
 @click.option("--check", is_flag=True, help="Print only the site lines; exit 1 if rewrites are pending.")
-@click.option("--style", type=click.Choice(STYLES), help="inplace (default): block.compile(), state_dict keys "
-              "unchanged. wrap: torch.compile(Block(..)), which prefixes every key with `_orig_mod.`.")
+@click.option(
+    "--style",
+    type=click.Choice(STYLES),
+    help="inplace (default): block.compile(), state_dict keys "
+    "unchanged. wrap: torch.compile(Block(..)), which prefixes every key with `_orig_mod.`.",
+)
 @click.option("--mode", type=click.Choice(MODES), help="torch.compile mode.")
 @click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph.")
 @click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic).")
 @click.option("--backend", help="torch.compile backend (default: inductor).")
-@click.option("--guard-bypass", type=click.Choice(GUARD_BYPASS),
-              help="Skip Dynamo's per-call guard checks on each block (see README).")
+@click.option(
+    "--guard-bypass",
+    type=click.Choice(GUARD_BYPASS),
+    help="Skip Dynamo's per-call guard checks on each block (see README).",
+)
 @click.option("--always", multiple=True, help="Class name always treated as a repeated block (repeatable).")
 @click.option("--never", multiple=True, help="Class name never treated as a repeated block (repeatable).")
 @click.option("--include", multiple=True, help="Glob of files to take when walking directories (repeatable).")
 @click.option("--exclude", multiple=True, help="Glob of files to leave out when walking directories.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel processes (default: CPU cores).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text",
-              show_default=True, help="Report format on standard output.")
-@click.option("--report", "report_file", type=click.Path(dir_okay=False, writable=True),
-              help="Also write the JSON report (or SARIF with --format sarif) to this file.")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-              help="pyproject.toml to read (default: the nearest one above the paths).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "sarif"]),
+    default="text",
+    show_default=True,
+    help="Report format on standard output.",
+)
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write the JSON report (or SARIF with --format sarif) to this file.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="pyproject.toml to read (default: the nearest one above the paths).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
-def rewrite(paths: tuple[str, ...], apply: bool, check: bool, fmt: str, report_file: str | None,
-            config_file: str | None, quiet: bool, **flags: Any) -> None:
+def rewrite(
+    paths: tuple[str, ...],
+    apply: bool,
+    check: bool,
+    fmt: str,
+    report_file: str | None,
+    config_file: str | None,
+    quiet: bool,
+    **flags: Any,
+) -> None:
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
     try:
@@ -81,8 +110,11 @@ def rewrite(paths: tuple[str, ...], apply: bool, check: bool, fmt: str, report_f
     settings.update({k: v for k, v in flags.items() if v not in (None, ())})
     options = Options.from_settings(settings)
     if options.style == "wrap" and fmt == "text":
-        click.echo("warning: --style wrap prefixes every state_dict key with `_orig_mod.`: existing "
-                   "checkpoints no longer load without remapping", err=True)
+        click.echo(
+            "warning: --style wrap prefixes every state_dict key with `_orig_mod.`: existing "
+            "checkpoints no longer load without remapping",
+            err=True,
+        )
     selection = Selection(tuple(settings.get("include", ())), tuple(settings.get("exclude", ())))
     files: list[str] = []
     reports: list[FileReport] = []
@@ -108,7 +140,9 @@ def _run_with_progress(files: list[str], options: Options, apply: bool, jobs: in
 
 def _emit(reports: list[FileReport], fmt: str, check: bool, report_file: str | None, quiet: bool) -> None:
     if report_file:
-        Path(report_file).write_text(to_sarif(reports) if fmt == "sarif" else to_json(reports), encoding="utf-8")
+        Path(report_file).write_text(
+            to_sarif(reports) if fmt == "sarif" else to_json(reports), encoding="utf-8"
+        )
     if fmt == "json":
         click.echo(to_json(reports))
         return

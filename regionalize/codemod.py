@@ -38,6 +38,7 @@ LEAF_NAME = re.compile(
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 # Cheap pre-filter: a file without any of these words has no site, so it is never parsed.
 TRIGGERS = ("ModuleList", "Sequential", "ModuleDict", "add_module")
+DEFAULT_OPTIONS = Options()
 
 
 @dataclass
@@ -58,7 +59,7 @@ def might_have_sites(source: str) -> bool:
     return any(word in source for word in TRIGGERS)
 
 
-def transform_source(source: str, options: Options = Options()) -> TransformResult:
+def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> TransformResult:
     """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason."""
     if not might_have_sites(source):
         return TransformResult("skip", source, reason="no module containers")
@@ -298,9 +299,7 @@ class _Finder(cst.CSTVisitor):
             self.collect(arg.value, found, int_vars, starred=arg.star == "*")
         return found if found.repeated else None
 
-    def collect(
-        self, expr: cst.BaseExpression, found: _Container, int_vars: set[str], starred: bool
-    ) -> None:
+    def collect(self, expr: cst.BaseExpression, found: _Container, int_vars: set[str], starred: bool) -> None:
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             comp_vars = int_vars | _comprehension_int_vars(expr.for_in)
             elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
@@ -576,7 +575,7 @@ class _Finder(cst.CSTVisitor):
         end = self.get_metadata(PositionProvider, node).end.line
         return any(SKIP_COMMENT.search(line) for line in self.lines[start - 1 : end])
 
-    def site_maker(self, node: cst.CSTNode, pattern: str, block: str):  # noqa: ANN201
+    def site_maker(self, node: cst.CSTNode, pattern: str, block: str):
         position = self.get_metadata(PositionProvider, node).start
 
         def add(code: str, action: str, hint: str = "") -> None:
@@ -637,7 +636,7 @@ class _Editor(cst.CSTTransformer):
 
     def body(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
         out: list[cst.BaseStatement] = []
-        for before, after in zip(original, updated):
+        for before, after in zip(original, updated, strict=True):
             out += self.edits.split.get(before, [after])
             out += self.edits.after.get(before, [])
         return out
@@ -898,9 +897,7 @@ def _int_uses(call: cst.Call, int_vars: set[str]) -> set[str]:
 def _add_helper(module: cst.Module, helper: str) -> cst.Module:
     """Put the guard-bypass helper after the imports, once."""
     name = re.search(r"def (\w+)", helper)
-    if name and any(
-        isinstance(s, cst.FunctionDef) and s.name.value == name.group(1) for s in module.body
-    ):
+    if name and any(isinstance(s, cst.FunctionDef) and s.name.value == name.group(1) for s in module.body):
         return module
     index = 0
     for i, statement in enumerate(module.body):
@@ -914,5 +911,7 @@ def _add_helper(module: cst.Module, helper: str) -> cst.Module:
     first = parsed[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     rest = list(module.body[index:])
     if rest:
-        rest[0] = rest[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *rest[0].leading_lines])
+        rest[0] = rest[0].with_changes(
+            leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *rest[0].leading_lines]
+        )
     return module.with_changes(body=[*module.body[:index], first, *parsed[1:], *rest])

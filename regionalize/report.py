@@ -105,8 +105,14 @@ def to_sarif(reports: list[FileReport]) -> str:
     for report in reports:
         location = {"physicalLocation": {"artifactLocation": {"uri": report.path}}}
         if report.error:
-            results.append({"ruleId": "RGZ900", "level": "error", "message": {"text": report.error},
-                            "locations": [location]})
+            results.append(
+                {
+                    "ruleId": "RGZ900",
+                    "level": "error",
+                    "message": {"text": report.error},
+                    "locations": [location],
+                }
+            )
         for site in report.sites:
             region = {"startLine": site.line, "startColumn": site.col}
             results.append(
@@ -119,8 +125,14 @@ def to_sarif(reports: list[FileReport]) -> str:
             )
     rules.append({"id": "RGZ900", "shortDescription": {"text": "file could not be processed"}})
     run = {
-        "tool": {"driver": {"name": "regionalize", "version": __version__, "rules": rules,
-                            "informationUri": "https://pypi.org/project/regionalize/"}},
+        "tool": {
+            "driver": {
+                "name": "regionalize",
+                "version": __version__,
+                "rules": rules,
+                "informationUri": "https://pypi.org/project/regionalize/",
+            }
+        },
         "results": results,
     }
     sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}

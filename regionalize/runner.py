@@ -53,7 +53,7 @@ def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterat
 
 
 def _walk(root: Path) -> Iterator[str]:
-    for directory, dirnames, filenames in os.walk(root, onerror=None):
+    for directory, dirnames, filenames in os.walk(root):
         dirnames[:] = [
             d
             for d in dirnames
@@ -163,6 +163,9 @@ def process_file(path: str, options: Options, apply: bool) -> FileReport:
     except RecursionError:
         report.error = "nested too deeply to parse"
         return report
+    except Exception as exc:  # a bug of ours must not stop a run over a whole model zoo
+        report.error = f"internal error, please report it: {type(exc).__name__}: {exc}"
+        return report
     report.sites = result.sites
     if result.status == "failure":
         report.error = result.reason
@@ -183,7 +186,9 @@ def unified_diff(path: str, before: str, after: str) -> str:
     lines = difflib.unified_diff(
         before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
     )
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
 
 
 def _process(args: tuple[str, Options, bool]) -> FileReport:

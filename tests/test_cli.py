@@ -83,7 +83,12 @@ def test_json_report(model: Path, tmp_path: Path) -> None:
     by_path = {f["path"]: f for f in data["files"]}
     site = by_path[str(model)]["sites"][0]
     assert {k: site[k] for k in ("line", "col", "code", "pattern", "block", "action")} == {
-        "line": 7, "col": 23, "code": "RGZ001", "pattern": "comprehension", "block": "Layer", "action": "rewrite",
+        "line": 7,
+        "col": 23,
+        "code": "RGZ001",
+        "pattern": "comprehension",
+        "block": "Layer",
+        "action": "rewrite",
     }
     assert by_path[str(missing)]["error"] == "No such file or directory"
     assert data["summary"]["sites_rewritten"] == 1 and data["summary"]["errors"] == 1
@@ -108,7 +113,7 @@ def test_bad_files_are_reported_and_the_rest_still_processed(tmp_path: Path, mod
     os.symlink(tmp_path / "loop_b.py", tmp_path / "loop_a.py")
     os.symlink(tmp_path / "loop_a.py", tmp_path / "loop_b.py")
     args = [str(tmp_path / n) for n in ("broken.py", "latin.py", "huge.py", "loop_a.py", "nope.py")]
-    code, out, err = invoke("--apply", *args, str(model))
+    code, _, err = invoke("--apply", *args, str(model))
     assert code == 2
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 5, err
@@ -177,7 +182,10 @@ def test_help_explains() -> None:
 
 def test_python_dash_m(model: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "regionalize", "--check", str(model)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "regionalize", "--check", str(model)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 1
     assert "RGZ001" in done.stdout

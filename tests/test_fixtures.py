@@ -8,11 +8,11 @@ Set REGIONALIZE_UPDATE_FIXTURES=1 to rewrite the expected files, then review the
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
 import libcst as cst
 import pytest
+import tomllib
 
 from regionalize import config
 from regionalize.codemod import transform_source

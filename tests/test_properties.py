@@ -15,8 +15,17 @@ IMPORTS = [
     ("import torch", "torch.nn."),
     ("from torch.nn import ModuleList, Sequential, ModuleDict, Linear, Identity", ""),
 ]
-ELEMENTS = ["Block(d)", "Block(d, i)", "{p}Linear(d, d)", "None", "make(d)", "Block(d) if i else {p}Identity()",
-            "copy.deepcopy(layer)", "torch.compile(Block(d))", "Layer(cfg, layer_idx=i)"]
+ELEMENTS = [
+    "Block(d)",
+    "Block(d, i)",
+    "{p}Linear(d, d)",
+    "None",
+    "make(d)",
+    "Block(d) if i else {p}Identity()",
+    "copy.deepcopy(layer)",
+    "torch.compile(Block(d))",
+    "Layer(cfg, layer_idx=i)",
+]
 COMMENTS = ["", "  # note", "  # regionalize: skip"]
 
 
@@ -60,8 +69,11 @@ def sources(draw: st.DrawFn) -> str:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(source=sources(), style=st.sampled_from(["inplace", "wrap"]),
-       bypass=st.sampled_from(["none", "filter", "depyf"]))
+@given(
+    source=sources(),
+    style=st.sampled_from(["inplace", "wrap"]),
+    bypass=st.sampled_from(["none", "filter", "depyf"]),
+)
 def test_output_parses_and_second_pass_is_empty(source: str, style: str, bypass: str) -> None:
     cst.parse_module(source)  # the generator itself must produce valid Python
     options = Options(style=style, guard_bypass=bypass)
