@@ -7,21 +7,19 @@ applies them. Nothing is rewritten unless the finder proved the site, so a skipp
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 
-from regionalize import guard_bypass
+from regionalize import guard_bypass, prescan
 from regionalize.options import Options
 from regionalize.report import CODES, Site
 
-CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # torch.nn classes that are themselves repeated blocks; every other torch.nn class is a leaf layer.
 TORCH_COMPOSITES = {
     "Transformer",
@@ -64,28 +62,53 @@ def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> Transfo
     if not might_have_sites(source):
         return TransformResult("skip", source, reason="no module containers")
     try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        return TransformResult("failure", source, reason=f"cannot parse: line {exc.raw_line}: {exc.message}")
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    finder = _Finder(module, options, source.splitlines())
-    wrapper.visit(finder)
-    sites = sorted(finder.sites, key=lambda s: (s.line, s.col, s.code))
-    if not finder.edits:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
+    except (ValueError, MemoryError, RecursionError) as exc:
+        return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
+    facts = prescan.scan(tree)
+    lines = source.splitlines(keepends=True)
+    sites: list[Site] = []
+    replaced: list[tuple[prescan.Region, str]] = []
+    needs_torch, helper = False, None
+    for region in prescan.regions(tree, lines):
+        try:
+            module = cst.parse_module(region.extract(lines))
+        except cst.ParserSyntaxError as exc:
+            line = exc.raw_line + region.start - 1
+            return TransformResult("failure", source, reason=f"cannot parse: line {line}: {exc.message}")
+        finder = _Finder(module, options, facts, region)
+        MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
+        sites += finder.sites
+        if finder.edits:
+            replaced.append((region, region.restore(module.visit(_Editor(finder.edits)).code)))
+            needs_torch |= finder.edits.needs_torch
+            helper = helper or finder.edits.helper
+    sites.sort(key=lambda s: (s.line, s.col, s.code))
+    if not replaced:
         return TransformResult("skip", source, sites, reason="nothing to rewrite")
-    edited = module.visit(_Editor(finder.edits))
-    if finder.edits.needs_torch:
-        context = CodemodContext()
-        AddImportsVisitor.add_needed_import(context, "torch")
-        edited = AddImportsVisitor(context).transform_module(edited)
-    if finder.edits.helper:
-        edited = _add_helper(edited, finder.edits.helper)
-    code = edited.code
+    for region, text in reversed(replaced):
+        lines[region.start - 1 : region.end] = [text]
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    torch_at, helper_at = prescan.insert_lines(tree)
+    if helper_at > replaced[0][0].start - 1:  # a rewritten region above the imports: rare
+        torch_at = helper_at = 0
+    if helper and _helper_name(helper) not in facts.top_level_defs:
+        lines[helper_at:helper_at] = [newline, newline, helper.replace("\n", newline)]
+    if needs_torch and not facts.torch_bound:
+        lines[torch_at:torch_at] = [f"import torch{newline}"]
+    code = "".join(lines)
     try:
-        cst.parse_module(code)
-    except cst.ParserSyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
-        return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {_one_line(exc)}")
+        ast.parse(code)
+    except SyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
+        return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
     return TransformResult("success", code, sites)
+
+
+def _helper_name(helper: str) -> str:
+    match = re.search(r"^def (\w+)", helper, re.M)
+    return match.group(1) if match else ""
 
 
 def _one_line(exc: Exception) -> str:
@@ -152,7 +175,7 @@ class _ScopeCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if name in CONTAINERS:
+        if name in prescan.CONTAINERS:
             self.scope.container_calls.append(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -170,27 +193,31 @@ class _ScopeCollector(cst.CSTVisitor):
 class _Finder(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, module: cst.Module, options: Options, lines: list[str]) -> None:
+    def __init__(
+        self, module: cst.Module, options: Options, facts: prescan.FileFacts, region: prescan.Region
+    ):
         self.module = module
         self.options = options
-        self.lines = lines
+        self.facts = facts
+        self.region = region
+        self.lines = module.code.splitlines()
         self.sites: list[Site] = []
         self.edits = _Edits(kwargs=_kwargs_source(options), options=options)
-        self.imports = _imports(module)
-        self.compiled_iterables = _compiled_iterables(module)
-        self.container_attrs: set[str] = set()
         self.scopes: list[_Scope] = []
         self.loops: list[cst.For | cst.While] = []  # loops of the innermost function only
         self.loop_stack_saved: list[list[cst.For | cst.While]] = []
         self.blocks: list[cst.BaseSuite | cst.Module] = []
         self.statements: list[cst.BaseStatement] = []
+        self.class_bodies: set[cst.BaseSuite] = set()
         self.consumed: set[cst.Call] = set()  # inner containers already reported with their outer one
 
     # -- traversal bookkeeping -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.scopes.append(_Scope(node, node))
-        self.container_attrs = _container_attrs(node, self)
         self.blocks.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.class_bodies.add(node.body)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.scopes.append(_Scope(node, self.module))
@@ -234,21 +261,15 @@ class _Finder(cst.CSTVisitor):
     # -- name resolution --------------------------------------------------------------------------
     def dotted(self, expr: cst.BaseExpression) -> str | None:
         """`nn.ModuleList` -> `torch.nn.ModuleList` through the file's imports and aliases."""
-        parts: list[str] = []
-        while isinstance(expr, cst.Attribute):
-            parts.append(expr.attr.value)
-            expr = expr.value
-        if not isinstance(expr, cst.Name):
-            return None
-        parts.append(self.imports.get(expr.value, expr.value))
-        return ".".join(reversed(parts))
+        name = _dotted(expr)
+        return None if name is None else self.facts.resolve(name)
 
     def container_kind(self, call: cst.Call) -> str | None:
         dotted = self.dotted(call.func)
         if dotted is None or not dotted.startswith("torch.nn."):
             return None
         last = dotted.rsplit(".", 1)[-1]
-        return last if last in CONTAINERS else None
+        return last if last in prescan.CONTAINERS else None
 
     def is_torch_compile(self, call: cst.Call) -> bool:
         return self.dotted(call.func) in ("torch.compile", "torch.compiler.compile")
@@ -367,6 +388,8 @@ class _Finder(cst.CSTVisitor):
             for element in blocks:
                 self.wrap(element)
             return site("RGZ001", "rewrite")
+        if self.blocks[-1] in self.class_bodies:
+            return site("RGZ107", "skip")
         if not isinstance(self.blocks[-1], (cst.IndentedBlock, cst.Module)):
             return site("RGZ106", "skip")
         returned = _returned(statement, call)
@@ -459,9 +482,16 @@ class _Finder(cst.CSTVisitor):
         compile_stmt = self.guarded_compile(var, blocks, any(e.kind != "block" for e in elements))
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
-        assign = cst.parse_statement(f"{var} = {self.code(element)}\n", config=self.module.config_for_parsing)
-        assert isinstance(assign, cst.SimpleStatementLine)
-        new_call = call.with_deep_changes(args[-1], value=cst.Name(var))
+        if "\n" in self.code(element) and not isinstance(element, cst.Call) and not element.lpar:
+            # A multi-line `A(..) if c else B(..)` was valid inside the call's parentheses only.
+            element = element.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        assign = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(var))], element)])
+        if method == "append":  # `xs.append(\n    Block(..)\n)` collapses to `xs.append(block)`
+            new_call = call.with_changes(
+                args=[cst.Arg(cst.Name(var))], whitespace_before_args=cst.SimpleWhitespace("")
+            )
+        else:
+            new_call = call.with_deep_changes(args[-1], value=cst.Name(var))
         appended = statement.with_changes(body=[cst.Expr(new_call)], leading_lines=[])
         self.edits.split[statement] = [
             assign.with_changes(leading_lines=statement.leading_lines),
@@ -519,7 +549,7 @@ class _Finder(cst.CSTVisitor):
         for value in scope.bindings.get(code, []):
             if isinstance(value, cst.Call) and self.container_kind(value):
                 return True
-        if isinstance(receiver, cst.Attribute) and receiver.attr.value in self.container_attrs:
+        if isinstance(receiver, cst.Attribute) and receiver.attr.value in self.facts.container_attrs:
             return True
         return code in _container_arguments(scope, self)
 
@@ -564,10 +594,10 @@ class _Finder(cst.CSTVisitor):
         self.edits.needs_torch = True
 
     def already_compiled_iterable(self, target: cst.BaseExpression) -> bool:
-        code = self.code(target)
-        if code in self.compiled_iterables:
+        compiled = self.facts.compiled_iterables
+        if _dotted(target) in compiled:
             return True
-        return isinstance(target, cst.Attribute) and f".{target.attr.value}" in self.compiled_iterables
+        return isinstance(target, cst.Attribute) and f".{target.attr.value}" in compiled
 
     def skip_comment(self, node: cst.CSTNode) -> bool:
         statement = self.statements[-1] if self.statements else node
@@ -580,9 +610,13 @@ class _Finder(cst.CSTVisitor):
 
         def add(code: str, action: str, hint: str = "") -> None:
             reason = "" if action == "rewrite" else _reason(code, hint)
-            self.sites.append(Site(position.line, position.column + 1, code, pattern, block, action, reason))
+            self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add
+
+    def where(self, position: CodePosition) -> tuple[int, int]:
+        """Line and 1-based column in the file, from a position in the region."""
+        return position.line + self.region.start - 1, position.column + 1 + len(self.region.indent)
 
     def warn_int_vars(self, blocks: list[_Element], pattern: str) -> None:
         for element in blocks:
@@ -603,9 +637,7 @@ class _Finder(cst.CSTVisitor):
                 "warning; keep per-layer integers out of the block's attributes, or check with "
                 "`regionalize verify`"
             )
-            self.sites.append(
-                Site(position.line, position.column + 1, "RGZ201", pattern, element.label, "warn", reason)
-            )
+            self.sites.append(Site(*self.where(position), "RGZ201", pattern, element.label, "warn", reason))
 
 
 class _Editor(cst.CSTTransformer):
@@ -657,95 +689,22 @@ def _reason(code: str, hint: str) -> str:
     return CODES[code] + (f"; {hint}" if hint else "")
 
 
-def _imports(module: cst.Module) -> dict[str, str]:
-    """Local name -> dotted name for every import in the file (function-level ones too)."""
-    table: dict[str, str] = {}
-
-    class Collector(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> None:
-            for alias in node.names:
-                dotted = module.code_for_node(alias.name)
-                if alias.asname is not None:
-                    table[module.code_for_node(alias.asname.name)] = dotted
-                else:
-                    table[dotted.split(".")[0]] = dotted.split(".")[0]
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            base = "." * len(node.relative) + (module.code_for_node(node.module) if node.module else "")
-            if isinstance(node.names, cst.ImportStar):
-                if base in ("torch.nn", "torch.nn.modules"):
-                    table.update({name: f"torch.nn.{name}" for name in CONTAINERS | TORCH_COMPOSITES})
-                return
-            for alias in node.names:
-                name = module.code_for_node(alias.name)
-                local = module.code_for_node(alias.asname.name) if alias.asname is not None else name
-                table[local] = f"{base}.{name}" if not base.endswith(".") else f"{base}{name}"
-
-    module.visit(Collector())
-    # torch.nn.modules.container.ModuleList and friends are the same classes.
-    return {k: re.sub(r"^torch\.nn\.modules(\.\w+)?(?=\.)", "torch.nn", v) for k, v in table.items()}
-
-
-def _compiled_iterables(module: cst.Module) -> set[str]:
-    """Iterables of `for x in <it>:` loops that compile `x`: the in-place form, however it was written."""
-    found: set[str] = set()
-
-    def compiles(loop: cst.For) -> bool:
-        if not isinstance(loop.target, cst.Name):
-            return False
-        var = loop.target.value
-        if _calls_method(loop.body, var, "compile") or "torch.compile(" in module.code_for_node(loop.body):
-            return True
-        inner_loops = [n for n in _walk(loop.body) if isinstance(n, cst.For)]
-        return any(_iterated(inner) == var and compiles(inner) for inner in inner_loops)
-
-    class Collector(cst.CSTVisitor):
-        def visit_For(self, node: cst.For) -> None:
-            if compiles(node):
-                iterable = _strip_values(node.iter)
-                found.add(module.code_for_node(iterable))
-                if isinstance(iterable, cst.Attribute):
-                    found.add(f".{iterable.attr.value}")
-
-    module.visit(Collector())
-    return found
-
-
-def _strip_values(iterable: cst.BaseExpression) -> cst.BaseExpression:
-    """`x.values()` -> `x`: a ModuleDict is compiled through its values."""
-    if (
-        isinstance(iterable, cst.Call)
-        and isinstance(iterable.func, cst.Attribute)
-        and iterable.func.attr.value in ("values", "children", "modules")
-    ):
-        return iterable.func.value
-    return iterable
-
-
-def _iterated(loop: cst.For) -> str | None:
-    iterable = _strip_values(loop.iter)
-    return iterable.value if isinstance(iterable, cst.Name) else None
+def _dotted(expr: cst.BaseExpression) -> str | None:
+    """`nn.ModuleList` -> "nn.ModuleList"; None for anything but a chain of names."""
+    parts: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
 
 
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:
         yield from _walk(child)
-
-
-def _container_attrs(module: cst.Module, finder: _Finder) -> set[str]:
-    """Attribute names (`self.layers`) assigned a module container anywhere in the file."""
-    attrs: set[str] = set()
-
-    class Collector(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if isinstance(node.value, cst.Call) and finder.container_kind(node.value):
-                for target in node.targets:
-                    if isinstance(target.target, cst.Attribute):
-                        attrs.add(target.target.attr.value)
-
-    module.visit(Collector())
-    return attrs
 
 
 def _container_arguments(scope: _Scope, finder: _Finder) -> set[str]:
@@ -892,26 +851,3 @@ def _int_uses(call: cst.Call, int_vars: set[str]) -> set[str]:
     for arg in call.args:
         arg.value.visit(Collector())
     return used
-
-
-def _add_helper(module: cst.Module, helper: str) -> cst.Module:
-    """Put the guard-bypass helper after the imports, once."""
-    name = re.search(r"def (\w+)", helper)
-    if name and any(isinstance(s, cst.FunctionDef) and s.name.value == name.group(1) for s in module.body):
-        return module
-    index = 0
-    for i, statement in enumerate(module.body):
-        if isinstance(statement, cst.SimpleStatementLine) and all(
-            isinstance(s, (cst.Import, cst.ImportFrom, cst.Expr)) for s in statement.body
-        ):
-            index = i + 1
-        else:
-            break
-    parsed = cst.parse_module(helper).body
-    first = parsed[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    rest = list(module.body[index:])
-    if rest:
-        rest[0] = rest[0].with_changes(
-            leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *rest[0].leading_lines]
-        )
-    return module.with_changes(body=[*module.body[:index], first, *parsed[1:], *rest])

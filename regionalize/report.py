@@ -18,6 +18,7 @@ CODES = {
     "RGZ104": "container is not bound to a name, so its blocks cannot be compiled in place",
     "RGZ105": "element class is excluded by configuration",
     "RGZ106": "the statement cannot take a new line after it",
+    "RGZ107": "container is a class attribute, shared by every instance",
     "RGZ201": "a per-iteration integer reaches the block's constructor",
 }
 

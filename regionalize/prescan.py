@@ -1,0 +1,235 @@
+"""A fast first look at a file with Python's own parser, before any LibCST work.
+
+LibCST parses several times slower than `ast` and its visitors are slower still, while most of a model
+file (configs, attention maths, docstrings) holds no site. So `ast` answers the file-wide questions
+(imports, containers, what is compiled already) and says which top-level statements can hold a site;
+only those regions are parsed with LibCST and rewritten.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
+# Names that make a top-level statement worth a LibCST parse.
+CANDIDATE_CALLS = CONTAINERS | {"add_module"}
+TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
+
+
+@dataclass
+class FileFacts:
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted name
+    compiled_iterables: set[str] = field(default_factory=set)  # `self.layers`, `.layers`, `blocks`
+    container_attrs: set[str] = field(default_factory=set)  # attributes assigned a container
+    torch_bound: bool = False  # `torch` is a module-level name
+    top_level_defs: set[str] = field(default_factory=set)
+
+    def resolve(self, dotted: str) -> str:
+        head, _, rest = dotted.partition(".")
+        full = self.imports.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+
+@dataclass(frozen=True)
+class Region:
+    """Lines `start`..`end` (1-based, inclusive), parsed on their own with `indent` taken off.
+
+    Whitespace-only lines are left as they are both ways, so unchanged lines come back byte for byte.
+    """
+
+    start: int
+    end: int
+    indent: str = ""
+
+    def extract(self, lines: list[str]) -> str:
+        width = len(self.indent)
+        return "".join(
+            line if not line.strip() else line[width:] for line in lines[self.start - 1 : self.end]
+        )
+
+    def restore(self, text: str) -> str:
+        if not self.indent:
+            return text
+        return "".join(line if not line.strip() else self.indent + line for line in text.splitlines(True))
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def strip_values(node: ast.expr) -> ast.expr:
+    """`x.values()` -> `x`: a ModuleDict is compiled through its values."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("values", "children", "modules")
+    ):
+        return node.func.value
+    return node
+
+
+def scan(tree: ast.Module) -> FileFacts:
+    facts = FileFacts()
+    loops: list[ast.For] = []
+    assigns: list[ast.Assign | ast.AnnAssign] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    facts.imports[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    facts.imports[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name == "*":
+                    if base in ("torch.nn", "torch.nn.modules"):
+                        facts.imports.update({n: f"torch.nn.{n}" for n in CONTAINERS})
+                    continue
+                sep = "" if base.endswith(".") else "."
+                facts.imports[alias.asname or alias.name] = f"{base}{sep}{alias.name}"
+        elif isinstance(node, ast.For):
+            loops.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            assigns.append(node)
+    facts.imports = {k: TORCH_MODULES.sub("torch.nn", v) for k, v in facts.imports.items()}
+    for statement in tree.body:
+        if isinstance(statement, ast.Import):
+            facts.torch_bound |= any(
+                a.name.split(".")[0] == "torch" and a.asname in (None, "torch") for a in statement.names
+            )
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            facts.top_level_defs.add(statement.name)
+    for loop in loops:
+        if _compiles(loop, facts):
+            iterable = dotted_name(strip_values(loop.iter))
+            if iterable:
+                facts.compiled_iterables.add(iterable)
+                if "." in iterable:
+                    facts.compiled_iterables.add("." + iterable.rsplit(".", 1)[1])
+    for assign in assigns:
+        if isinstance(assign.value, ast.Call) and is_container(assign.value.func, facts):
+            targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+            facts.container_attrs |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
+    return facts
+
+
+def is_container(func: ast.expr, facts: FileFacts) -> bool:
+    name = dotted_name(func)
+    if name is None:
+        return False
+    full = facts.resolve(name)
+    return full.startswith("torch.nn.") and full.rsplit(".", 1)[1] in CONTAINERS
+
+
+def _compiles(loop: ast.For, facts: FileFacts) -> bool:
+    """Does `for x in it:` compile each `x` (in place, or with torch.compile), maybe one loop deeper?"""
+    if not isinstance(loop.target, ast.Name):
+        return False
+    var = loop.target.id
+    for node in (n for statement in loop.body for n in ast.walk(statement)):
+        if isinstance(node, ast.Call):
+            name = dotted_name(node.func)
+            if name == f"{var}.compile" or (name and facts.resolve(name) == "torch.compile"):
+                return True
+        if (
+            isinstance(node, ast.For)
+            and dotted_name(strip_values(node.iter)) == var
+            and _compiles(node, facts)
+        ):
+            return True
+    return False
+
+
+def regions(tree: ast.Module, lines: list[str]) -> list[Region]:
+    """Top-level functions and methods that can hold a site; larger pieces when that is not clear-cut.
+
+    Module-level code can hold a site whose parts sit in several statements (`xs = [..]`, then
+    `nn.Sequential(*xs)`), and two statements on one line cannot be cut apart: both take the whole file.
+    A class falls back to one region when a site sits outside its methods or a method cannot be dedented.
+    """
+    found: list[Region] = []
+    for statement, start, end in _spans(tree.body):
+        if start is None:
+            return [Region(1, len(lines))]
+        if not _has_candidate(statement):
+            continue
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(Region(start, end))
+        elif isinstance(statement, ast.ClassDef):
+            found += _methods(statement, lines) or [Region(start, end)]
+        else:
+            return [Region(1, len(lines))]
+    return found
+
+
+def _methods(cls: ast.ClassDef, lines: list[str]) -> list[Region]:
+    """One region per method holding a candidate; empty when the class has to stay whole."""
+    found = []
+    for statement, start, end in _spans(cls.body):
+        if start is None:
+            return []
+        if not _has_candidate(statement):
+            continue
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return []
+        indent = lines[statement.lineno - 1][: statement.col_offset]
+        if indent.strip() or not all(
+            line.startswith(indent) or not line.strip() for line in lines[start - 1 : end]
+        ):
+            return []  # a line inside (a string, a comment) sits left of the method's indentation
+        found.append(Region(start, end, indent))
+    return found
+
+
+def _spans(body: list[ast.stmt]) -> Iterator[tuple[ast.stmt, int | None, int]]:
+    """Each statement with its first line (decorators included) and last line; None when two share a line."""
+    previous_end = 0
+    for statement in body:
+        start = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", [])])
+        end = statement.end_lineno or statement.lineno
+        yield statement, (start if start > previous_end else None), end
+        previous_end = end
+
+
+def _has_candidate(statement: ast.stmt) -> bool:
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in CANDIDATE_CALLS:
+                return True
+    return False
+
+
+def insert_lines(tree: ast.Module) -> tuple[int, int]:
+    """Where `import torch` and module-level helpers go, as counts of lines above them.
+
+    `import torch` goes before the first torch import (where isort puts it), else after the leading
+    docstring, `__future__` and imports; helpers go after those imports.
+    """
+    after_imports, torch_line = 0, None
+    for index, statement in enumerate(tree.body):
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            names = (
+                [a.name for a in statement.names] if isinstance(statement, ast.Import) else [statement.module]
+            )
+            if torch_line is None and any((n or "").split(".")[0] == "torch" for n in names):
+                torch_line = statement.lineno - 1
+            after_imports = statement.end_lineno or statement.lineno
+        elif index == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            after_imports = statement.end_lineno or statement.lineno
+        else:
+            break
+    return (after_imports if torch_line is None else torch_line), after_imports
