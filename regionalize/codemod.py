@@ -631,11 +631,10 @@ class _Finder(cst.CSTVisitor):
             position = self.get_metadata(PositionProvider, element.call).start
             names = ", ".join(sorted(used))
             reason = (
-                f"per-block integer `{names}` reaches {element.label}(...): Dynamo specializes integer "
-                "attributes of a module, so each block may compile its own graph, and past "
-                "torch._dynamo.config.recompile_limit (8) the remaining blocks run eager with only a log "
-                "warning; keep per-layer integers out of the block's attributes, or check with "
-                "`regionalize verify`"
+                f"per-block integer `{names}` reaches {element.label}(...): if forward reads it, Dynamo "
+                "specializes on it and compiles one graph per block, and past recompile_limit (8) the rest "
+                "run eager with only a log warning; set torch._dynamo.config.allow_unspec_int_on_nn_module = "
+                "True, and check with `regionalize verify`"
             )
             self.sites.append(Site(*self.where(position), "RGZ201", pattern, element.label, "warn", reason))
 
