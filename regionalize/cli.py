@@ -108,7 +108,10 @@ def rewrite(
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     settings.update({k: v for k, v in flags.items() if v not in (None, ())})
-    options = Options.from_settings(settings)
+    try:
+        options = Options.from_settings(settings)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     if options.style == "wrap" and fmt == "text":
         click.echo(
             "warning: --style wrap prefixes every state_dict key with `_orig_mod.`: existing "

@@ -520,7 +520,7 @@ class _Finder(cst.CSTVisitor):
         elements = self.classify(value, int_vars)
         blocks = _blocks(_Container(pattern, False, elements, []))
         site = self.site_maker(call, pattern, _labels(elements))
-        compiled_here = any(_calls_method(s, name.value, "compile") for s in body.body)
+        compiled_here = any(_compiles_name(s, name.value) for s in body.body)
         if compiled_here or any(e.kind == "compiled" for e in elements):
             return site("RGZ002", "skip")
         if any(e.kind == "nested" for e in elements):
@@ -591,7 +591,6 @@ class _Finder(cst.CSTVisitor):
 
     def use_bypass(self, mode: str) -> None:
         self.edits.helper = guard_bypass.helper_source(mode)
-        self.edits.needs_torch = True
 
     def already_compiled_iterable(self, target: cst.BaseExpression) -> bool:
         compiled = self.facts.compiled_iterables
@@ -721,14 +720,15 @@ def _calls(node: cst.CSTNode) -> Iterator[cst.Call]:
     return (n for n in _walk(node) if isinstance(n, cst.Call))
 
 
-def _calls_method(node: cst.CSTNode, receiver: str, method: str) -> bool:
-    return any(
-        isinstance(c.func, cst.Attribute)
-        and c.func.attr.value == method
-        and isinstance(c.func.value, cst.Name)
-        and c.func.value.value == receiver
-        for c in _calls(node)
-    )
+def _compiles_name(node: cst.CSTNode, var: str) -> bool:
+    """`var.compile(..)` or `_regionalize_dispatch(var, ..)` somewhere in `node`."""
+    for call in _calls(node):
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "compile" and _dotted(func.value) == var:
+            return True
+        if _dotted(func) in prescan.BYPASS_HELPERS and call.args and _dotted(call.args[0].value) == var:
+            return True
+    return False
 
 
 def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpression | None:

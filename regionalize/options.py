@@ -24,6 +24,10 @@ class Options:
     always: frozenset[str] = field(default_factory=frozenset)
     never: frozenset[str] = field(default_factory=frozenset)
 
+    def __post_init__(self) -> None:
+        if self.guard_bypass == "depyf" and self.style != "inplace":
+            raise ValueError("--guard-bypass depyf compiles blocks in place: it needs --style inplace")
+
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Options:
         """Options from checked settings (pyproject and flags merged), ignoring the runner's own keys."""

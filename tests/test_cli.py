@@ -212,3 +212,9 @@ def test_apply_keeps_bytes_mode_and_encoding(tmp_path: Path, data: bytes, expect
         assert b"\n" not in written.replace(b"\r\n", b"")
     assert stat.S_IMODE(path.stat().st_mode) == 0o751
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".regionalize-")]
+
+
+def test_depyf_bypass_needs_inplace(model: Path) -> None:
+    code, _, err = invoke("--style", "wrap", "--guard-bypass", "depyf", str(model))
+    assert code == 2
+    assert "--guard-bypass depyf compiles blocks in place: it needs --style inplace" in err
