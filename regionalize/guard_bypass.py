@@ -101,7 +101,8 @@ def _regionalize_dispatch(block, **compile_kwargs):
         for entry in _debug_get_cache_entry_list(forward.__code__):  # the order Dynamo tries them in
             if entry.guard_manager.check(dict(bound.arguments)):
                 direct[k] = types.FunctionType(
-                    entry.code, forward.__globals__, forward.__name__, forward.__defaults__, forward.__closure__
+                    entry.code, forward.__globals__, forward.__name__,
+                    forward.__defaults__, forward.__closure__,
                 )
                 break
         return out
