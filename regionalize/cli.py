@@ -9,12 +9,13 @@ from typing import Any
 
 import click
 
-from regionalize import __version__, config
-from regionalize.options import GUARD_BYPASS, MODES, STYLES, Options
+from regionalize import __version__, flags
+from regionalize.options import Options
 from regionalize.report import FileReport, site_line, summarize, summary_line, to_json, to_sarif
 from regionalize.runner import Selection, discover, run
+from regionalize.verify_cli import verify
 
-EXIT_CLEAN, EXIT_PENDING, EXIT_ERROR = 0, 1, 2
+EXIT_CLEAN, EXIT_PENDING, EXIT_ERROR = 0, 1, flags.EXIT_ERROR
 
 HELP = """Rewrite PyTorch models so that each repeated block (a layer of a ModuleList, Sequential or
 ModuleDict) is compiled once and reused, instead of torch.compile inlining every layer into one graph.
@@ -48,23 +49,7 @@ def main() -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str), required=True)
 @click.option("--apply", is_flag=True, help="Write the rewritten files.")
 @click.option("--check", is_flag=True, help="Print only the site lines; exit 1 if rewrites are pending.")
-@click.option(
-    "--style",
-    type=click.Choice(STYLES),
-    help="inplace (default): block.compile(), state_dict keys "
-    "unchanged. wrap: torch.compile(Block(..)), which prefixes every key with `_orig_mod.`.",
-)
-@click.option("--mode", type=click.Choice(MODES), help="torch.compile mode.")
-@click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph.")
-@click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic).")
-@click.option("--backend", help="torch.compile backend (default: inductor).")
-@click.option(
-    "--guard-bypass",
-    type=click.Choice(GUARD_BYPASS),
-    help="Skip Dynamo's per-call guard checks on each block (see README).",
-)
-@click.option("--always", multiple=True, help="Class name always treated as a repeated block (repeatable).")
-@click.option("--never", multiple=True, help="Class name never treated as a repeated block (repeatable).")
+@flags.codemod_options
 @click.option("--include", multiple=True, help="Glob of files to take when walking directories (repeatable).")
 @click.option("--exclude", multiple=True, help="Glob of files to leave out when walking directories.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel processes (default: CPU cores).")
@@ -82,12 +67,6 @@ def main() -> None:
     type=click.Path(dir_okay=False, writable=True),
     help="Also write the JSON report (or SARIF with --format sarif) to this file.",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False),
-    help="pyproject.toml to read (default: the nearest one above the paths).",
-)
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
 def rewrite(
     paths: tuple[str, ...],
@@ -97,21 +76,12 @@ def rewrite(
     report_file: str | None,
     config_file: str | None,
     quiet: bool,
-    **flags: Any,
+    **extra: Any,
 ) -> None:
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
-    try:
-        found = Path(config_file) if config_file else config.find_pyproject(list(paths))
-        settings = config.load(found) if found else {}
-    except config.ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
-    settings.update({k: v for k, v in flags.items() if v not in (None, ())})
-    try:
-        options = Options.from_settings(settings)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    settings = flags.settings(list(paths), config_file, extra)
+    options = flags.options(settings)
     if options.style == "wrap" and fmt == "text":
         click.echo(
             "warning: --style wrap prefixes every state_dict key with `_orig_mod.`: existing "
@@ -169,3 +139,6 @@ def _exit_code(reports: list[FileReport], apply: bool) -> int:
     if not apply and any(r.changed for r in reports):
         return EXIT_PENDING
     return EXIT_CLEAN
+
+
+main.add_command(verify)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,8 +32,10 @@ def fetch_tree() -> Path:
     tree = DOWNLOADS / name
     if not tree.exists():
         wheels = DOWNLOADS / "wheels"
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels, TRANSFORMERS],
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", wheels, TRANSFORMERS],
+            check=True,
+        )
         wheel = next(wheels.glob(f"{name}-*.whl"))
         zipfile.ZipFile(wheel).extractall(tree)
     return tree / "transformers" / "models"
@@ -62,7 +63,9 @@ def timed(command: list[str]) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -95,9 +98,20 @@ def main() -> None:
         memory[len(subset)] = peak
         print(f"peak memory, -j 1, {len(subset):5} files: {peak} MiB ({time.perf_counter() - started:.1f} s)")
     if args.json:
-        args.json.write_text(json.dumps({"files": len(files), "lines": lines, "seconds": seconds,
-                                         "medians": medians, "torchfix_ratio": ratio,
-                                         "peak_mib_by_files": memory}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "files": len(files),
+                    "lines": lines,
+                    "seconds": seconds,
+                    "medians": medians,
+                    "torchfix_ratio": ratio,
+                    "peak_mib_by_files": memory,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

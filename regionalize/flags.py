@@ -1,0 +1,73 @@
+"""Command-line flags shared by `regionalize` and `regionalize verify`, merged over pyproject settings.
+
+Both commands must agree on what a rewrite is, so `verify` checks exactly what `rewrite` writes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from regionalize import config
+from regionalize.options import GUARD_BYPASS, MODES, STYLES, Options
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_ERROR = 2
+
+_CODEMOD_OPTIONS = [
+    click.option(
+        "--style",
+        type=click.Choice(STYLES),
+        help="inplace (default): block.compile(), state_dict keys unchanged. wrap: torch.compile(Block(..)), "
+        "which prefixes every key with `_orig_mod.`.",
+    ),
+    click.option("--mode", type=click.Choice(MODES), help="torch.compile mode."),
+    click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph."),
+    click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic)."),
+    click.option("--backend", help="torch.compile backend (default: inductor)."),
+    click.option(
+        "--guard-bypass",
+        type=click.Choice(GUARD_BYPASS),
+        help="Skip Dynamo's per-call guard checks on each block (see README).",
+    ),
+    click.option(
+        "--always", multiple=True, help="Class name always treated as a repeated block (repeatable)."
+    ),
+    click.option("--never", multiple=True, help="Class name never treated as a repeated block (repeatable)."),
+    click.option(
+        "--config",
+        "config_file",
+        type=click.Path(exists=True, dir_okay=False),
+        help="pyproject.toml to read (default: the nearest one above the paths).",
+    ),
+]
+
+
+def codemod_options(command: F) -> F:
+    """Add the codemod's flags to a click command."""
+    for option in reversed(_CODEMOD_OPTIONS):
+        command = option(command)
+    return command
+
+
+def settings(paths: list[str], config_file: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """pyproject settings with the flags given on the command line on top; exits 2 on a bad file."""
+    try:
+        found = Path(config_file) if config_file else config.find_pyproject(paths)
+        merged = config.load(found) if found else {}
+    except config.ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    merged.update({k: v for k, v in flags.items() if v not in (None, ())})
+    return merged
+
+
+def options(merged: dict[str, Any]) -> Options:
+    try:
+        return Options.from_settings(merged)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None

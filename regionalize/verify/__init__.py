@@ -1,0 +1,54 @@
+"""`regionalize verify`: prove a rewrite equivalent and checkpoint-compatible, and measure what it buys.
+
+Only this package imports torch, and only once `run_verify` runs, so the rest of regionalize (and
+`regionalize --help`) works on machines without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from regionalize.options import Options
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+DEFAULT_OPTIONS = Options()
+# The headline keys lead the JSON object, so a person opening the file sees the verdict first.
+_LEADING = ("exit_code", "error", "equivalent", "max_abs_diff", "max_abs_diff_at", "state_dict_compatible",
+            "compile_s", "compile_cold_s", "compile_speedup", "compile_cold_speedup", "graphs", "recompiles",
+            "fell_back_to_eager", "steady_us", "device", "torch_version")
+
+
+def run_verify(model_path: str | None, factory: str, rewritten: str | None = None, device: str = "auto",
+               repeats: int = 3, json_out: str | None = None, options: Options = DEFAULT_OPTIONS,
+               cold_start: bool = True, out: TextIO | None = None) -> int:
+    """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
+
+    Prints a table to `out` (standard output by default) and, with `json_out`, writes the result as one
+    JSON object. `cold_start=False` skips the fresh-process compile timings, the slowest part.
+    Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
+    """
+    from regionalize.verify import render
+    from regionalize.verify.loading import VerifyError, resolve_target
+
+    result: dict[str, Any] = {"model": model_path, "factory": factory, "rewritten": rewritten,
+                              "options": {"style": options.style, "backend": options.backend}}
+    try:
+        target = resolve_target(model_path, factory)
+        result["model"] = str(target.model_path)
+        from regionalize.verify.verifier import verify
+
+        result = verify(target, factory, rewritten, device, repeats, options, cold_start)
+        code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
+    except VerifyError as exc:
+        result["error"] = {"stage": exc.stage, "message": exc.message, "traceback": exc.details}
+        code = EXIT_ERROR
+    result.setdefault("error", None)
+    result["exit_code"] = code
+    print(render.table(result), end="", file=out or sys.stdout)
+    if json_out:
+        ordered = {key: result[key] for key in _LEADING if key in result} | result
+        Path(json_out).write_text(json.dumps(ordered, indent=2, default=str) + "\n", encoding="utf-8")
+    return code

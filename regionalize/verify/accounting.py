@@ -1,0 +1,110 @@
+"""What Dynamo did during a call: frames, graphs, recompiles (and why), graph breaks, recompile-limit hits.
+
+Read from Dynamo's own bookkeeping rather than from logs: `torch._dynamo.utils.counters` (frames,
+unique graphs, graph-break messages) and the per-frame `CompilationMetrics` records, which carry the
+recompile reason and the failure of a frame that hit `recompile_limit`. CompileProfiler, which used to
+expose this, is gone from recent releases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch._dynamo import utils as dynamo_utils
+
+# Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
+# for every input its cached graphs do not accept.
+_LIMIT_HIT = re.compile(r"recompile limit exceeded", re.IGNORECASE)
+_LIMIT_KIND = re.compile(r"Limit type: (\w+)")
+_METRICS_KEPT = 100_000  # Dynamo keeps only the last 64 records by default; a deep model makes more
+_COMPILE_ID = re.compile(r"^\[?\d+/\d+\]?:\s*")
+_SOURCE_NOTE = re.compile(r"#\s.*?#\s*(?P<where>\S+:\d+) in (?P<fn>\w+)")
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+@dataclass
+class GraphAccount:
+    frames: int = 0  # frames Dynamo compiled to a graph
+    graphs: int = 0  # graphs handed to the backend
+    recompiles: int = 0
+    # Recompile reasons grouped with numbers abstracted ("self.layer_idx == N"): example -> count.
+    recompile_reasons: dict[str, int] = field(default_factory=dict)
+    graph_breaks: int = 0
+    graph_break_reasons: dict[str, int] = field(default_factory=dict)
+    fell_back_to_eager: bool = False
+    fallback: str = ""  # which function hit which limit, and the last recompile reason
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "frames": self.frames,
+            "graphs": self.graphs,
+            "recompiles": self.recompiles,
+            "recompile_reasons": self.recompile_reasons,
+            "graph_breaks": self.graph_breaks,
+            "graph_break_reasons": self.graph_break_reasons,
+            "fell_back_to_eager": self.fell_back_to_eager,
+            "fallback": self.fallback,
+        }
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[GraphAccount]:
+    """Reset Dynamo, run the body, fill in the yielded account from what Dynamo recorded.
+
+    The reset matters both ways: earlier compiles must not count, and cached graphs must not hide the
+    recompiles a fresh process would see.
+    """
+    torch.compiler.reset()
+    dynamo_utils.counters.clear()
+    dynamo_utils.clear_compilation_metrics()
+    dynamo_utils.set_compilation_metrics_limit(_METRICS_KEPT)
+    account = GraphAccount()
+    yield account
+    _fill(account, dynamo_utils.counters, dynamo_utils.get_compilation_metrics())
+
+
+def _fill(account: GraphAccount, counters: dict, metrics: list) -> None:
+    account.frames = counters["frames"]["ok"]
+    account.graphs = counters["stats"]["unique_graphs"]
+    breaks = Counter({_first_line(msg): n for msg, n in counters["graph_break"].items()})
+    account.graph_breaks = sum(breaks.values())
+    account.graph_break_reasons = dict(breaks.most_common())
+    reasons: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for record in metrics:
+        guard, where = describe_reason(record.recompile_reason or "")
+        if record.fail_reason and _LIMIT_HIT.search(record.fail_reason):
+            account.fell_back_to_eager = True
+            kind = _LIMIT_KIND.search(record.fail_reason)
+            limit = kind.group(1) if kind else "recompile_limit"
+            value = getattr(torch._dynamo.config, limit, "?")
+            account.fallback = f"{where or 'a block'} hit {limit} ({value}); last guard that failed: {guard}"
+        elif record.recompile_reason:
+            # Group "self.layer_idx == 1", "== 2", ... as one reason; keep the first as the example.
+            key = _NUMBER.sub("N", guard) + (f" ({where})" if where else "")
+            examples.setdefault(key, guard + (f" ({where})" if where else ""))
+            reasons[key] += 1
+    account.recompiles = sum(reasons.values())
+    account.recompile_reasons = {
+        (key if reasons[key] > 1 else examples[key]): n for key, n in reasons.most_common()
+    }
+
+
+def describe_reason(raw: str) -> tuple[str, str]:
+    """`0/6: self.layer_idx == 6   # return ... # path/model.py:8 in forward (HINT...)`
+    -> ("self.layer_idx == 6", "model.py:8 in forward")."""
+    line = _COMPILE_ID.sub("", _first_line(raw))
+    guard, _, note = line.partition("#")
+    where = _SOURCE_NOTE.search("# " + note)
+    # Dynamo shortens the path from the left ("ork/main/model.py"); the file name alone is clearer.
+    return guard.strip(), f"{os.path.basename(where['where'])} in {where['fn']}" if where else ""
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""

@@ -1,0 +1,135 @@
+"""The verify report as a terminal table. Torch-free: it only reads the result dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LABEL = 24
+_COLUMN = 12
+_REASONS_SHOWN = 5
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [_heading(result), ""]
+    error = result.get("error")
+    if error:
+        lines += [f"ERROR ({error['stage']}): {error['message']}"]
+        if error.get("traceback"):
+            lines += ["", error["traceback"].rstrip()]
+        return "\n".join(lines) + "\n"
+    lines += ["Correctness", *_correctness(result), ""]
+    if not result.get("rewrite_error"):
+        lines += [*_compile(result), "", _steady(result)]
+        lines += [f"  {name}: not measured ({why})" for name, why in result["skipped"].items()]
+    else:
+        lines += ["The rewritten model raised:", result["rewrite_error"].rstrip()]
+    lines += ["", verdict(result)]
+    return "\n".join(lines) + "\n"
+
+
+def verdict(result: dict[str, Any]) -> str:
+    problems = []
+    if not result["equivalent"]:
+        problems.append("outputs or gradients differ")
+    if not result["state_dict_compatible"]:
+        problems.append("the original checkpoint does not load strictly")
+    warning = " (warning: blocks fell back to eager, see above)" if result["fell_back_to_eager"] else ""
+    if problems:
+        return "FAIL: " + "; ".join(problems) + warning
+    return "PASS: equivalent and checkpoint-compatible" + warning
+
+
+def _heading(result: dict[str, Any]) -> str:
+    source = result.get("rewritten") or "codemod output"
+    options = result["options"]
+    where = f"; device {result['device']}, torch {result['torch_version']}" if "device" in result else ""
+    return (f"regionalize verify {result['model']} --factory {result['factory']}\n"
+            f"rewrite: {source} (style {options['style']}, backend {options['backend']}){where}")
+
+
+def _correctness(result: dict[str, Any]) -> list[str]:
+    lines = []
+    for label, key in (("outputs (eval)", "forward"), ("gradients", "gradients")):
+        check = result[key]
+        if not check["compared"]:
+            lines.append(_row(label, "-", check.get("note", "")))
+            continue
+        text = (f"{check['compared']} compared, max |diff| {_number(check['max_abs_diff'])} "
+                f"at {check['max_abs_diff_at']}")
+        lines.append(_row(label, "PASS" if check["ok"] else "FAIL", text))
+        lines += [f"{'':{_LABEL + 8}}{f['path']}: {_number(f['max_abs_diff'])} ({f['detail']})"
+                  for f in check["failures"][:_REASONS_SHOWN]]
+    state = result["state_dict"]
+    if state["compatible"]:
+        lines.append(_row("state_dict", "PASS", f"{state['keys']} keys identical, strict load ok"))
+    else:
+        detail = ", ".join(filter(None, [
+            f"missing {_keys(state['missing'])}" if state["missing"] else "",
+            f"unexpected {_keys(state['unexpected'])}" if state["unexpected"] else "",
+            "" if state["missing"] or state["unexpected"] else state["error"],
+        ]))
+        lines.append(_row("state_dict", "FAIL", detail))
+    return lines
+
+
+def _compile(result: dict[str, Any]) -> list[str]:
+    names = list(result["compile_s"])
+    width = max([_COLUMN, *(len(n) + 2 for n in names)])
+    runs = max((len(r["warm"]) for r in result["compile_runs"].values()), default=0)
+    heading = "Compile (first call)"
+    lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
+    for label, key, ratio in (("warm process", "compile_s", "compile_speedup"),
+                              ("cold process", "compile_cold_s", "compile_cold_speedup")):
+        values = result[key]
+        cells = "".join(f"{_seconds(values[n]):>{width}}" for n in names)
+        speedup = result[ratio]
+        lines.append(f"  {label:<{_LABEL - 2}}{cells}{(f'{speedup:.2f}x' if speedup else '-'):>16}")
+    lines.append(f"  (median of {runs} fresh processes each)" if runs else "  (fresh-process timing skipped)")
+    accounting = result["accounting"]
+    for label, render in (
+        ("frames / graphs", lambda a: f"{a['frames']} / {a['graphs']}"),
+        ("recompiles", lambda a: str(a["recompiles"])),
+        ("graph breaks", lambda a: str(a["graph_breaks"])),
+        ("fell back to eager", lambda a: "YES" if a["fell_back_to_eager"] else "no"),
+    ):
+        cells = "".join(f"{render(accounting[n]) if n in accounting else '-':>{width}}" for n in names)
+        lines.append(f"  {label:<{_LABEL - 2}}{cells}")
+    for name in names:
+        account = accounting.get(name)
+        if not account:
+            continue
+        for reason, count in list(account["recompile_reasons"].items())[:_REASONS_SHOWN]:
+            lines.append(f"  {name} recompile: {reason} x{count}")
+        for reason, count in list(account["graph_break_reasons"].items())[:_REASONS_SHOWN]:
+            lines.append(f"  {name} graph break: {reason} x{count}")
+        if account["fallback"]:
+            lines.append(f"  {name} fell back to eager: {account['fallback']}")
+    return lines
+
+
+def _steady(result: dict[str, Any]) -> str:
+    cells = "   ".join(f"{name} {_micros(us)}" for name, us in result["steady_us"].items())
+    return f"{'Steady state per call':<{_LABEL}}{cells}"
+
+
+def _row(label: str, status: str, text: str) -> str:
+    return f"  {label:<{_LABEL - 2}}{status:<6}{text}"
+
+
+def _keys(keys: list[str]) -> str:
+    shown = ", ".join(keys[:3])
+    return shown + (f" (+{len(keys) - 3})" if len(keys) > 3 else "")
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _micros(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.2f} ms" if value >= 10_000 else f"{value:.1f} us"

@@ -1,0 +1,129 @@
+"""Timing: steady-state latency in this process; first-call (compile) time in fresh worker processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from regionalize.options import Options
+from regionalize.verify.loading import VerifyError
+from regionalize.verify.session import Built
+
+RESULT_MARKER = "REGIONALIZE-WORKER-RESULT "
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding `regionalize/`
+_STDERR_TAIL = 4000
+
+
+def synchronize(device: str) -> None:
+    # CUDA kernels run asynchronously: without this a clock read measures only the launch.
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def call(built: Built) -> Any:
+    """One inference call: timings are for eval mode without autograd, what a serving process runs."""
+    with torch.no_grad():
+        return built.model(*built.args, **built.kwargs)
+
+
+def first_call_s(built: Built, device: str) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    call(built)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def steady_us(built: Built, device: str, warmup: int = 3, budget_s: float = 0.5, min_calls: int = 5,
+              max_calls: int = 200) -> float:
+    """Median latency of one call after `warmup` calls, over as many calls as fit in `budget_s`."""
+    for _ in range(warmup):
+        call(built)
+    times: list[int] = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < max_calls and (len(times) < min_calls or time.perf_counter() < deadline):
+        synchronize(device)
+        start = time.perf_counter_ns()
+        call(built)
+        synchronize(device)
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1000
+
+
+def warm_up(options: Options, device: str) -> None:
+    """A compile unrelated to the model: pays the backend's one-time start-up (~10 s for inductor on CPU)."""
+
+    def unrelated(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ x.T).softmax(-1).sum(0)
+
+    torch.compile(unrelated, **options.compile_kwargs())(torch.randn(32, 32, device=device))
+    synchronize(device)
+
+
+def options_to_json(options: Options) -> dict[str, Any]:
+    return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in dataclasses.asdict(options).items()}
+
+
+def options_from_json(data: dict[str, Any]) -> Options:
+    return Options(**{k: frozenset(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """Everything a fresh process needs to rebuild one variant and time its first call."""
+
+    model_path: str
+    factory: str
+    variant: str
+    sources: dict[str, str]  # rewrite key -> file, as Subject.sources
+    options: dict[str, Any]
+    device: str
+    warm: bool  # run the unrelated warm-up compile first
+    sys_path: list[str]
+
+
+def run_worker(job: WorkerJob, timeout_s: float) -> dict[str, Any]:
+    """Run one job in a new interpreter with an empty inductor (and triton) cache; its result dict."""
+    cache = tempfile.mkdtemp(prefix="regionalize-inductor-")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    command = [sys.executable, "-m", "regionalize.verify.worker"]
+    try:
+        done = subprocess.run(command, input=json.dumps(dataclasses.asdict(job)), capture_output=True,
+                              text=True, env=env, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise VerifyError("compile timing", f"the {job.variant} worker ran past {timeout_s:.0f} s") from exc
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    if done.returncode != 0 or not results:
+        raise VerifyError("compile timing", f"the {job.variant} worker exited with status {done.returncode}",
+                          done.stderr[-_STDERR_TAIL:])
+    return json.loads(results[-1][len(RESULT_MARKER):])
+
+
+def cold_starts(job: WorkerJob, variants: list[str], repeats: int,
+                timeout_s: float) -> dict[str, dict[str, list[float]]]:
+    """First-call seconds per variant, in a cold process and after a warm-up compile, `repeats` each.
+
+    Runs alternate between variants so that drift in the machine's load does not favour one of them.
+    """
+    runs: dict[str, dict[str, list[float]]] = {v: {"cold": [], "warm": []} for v in variants}
+    for _ in range(repeats):
+        for variant in variants:
+            for kind in ("cold", "warm"):
+                result = run_worker(dataclasses.replace(job, variant=variant, warm=kind == "warm"), timeout_s)
+                runs[variant][kind].append(result["first_call_s"])
+    return runs

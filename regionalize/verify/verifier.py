@@ -1,0 +1,164 @@
+"""Run every check and measurement on one model and collect the results as one JSON-ready dict."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._inductor.utils import fresh_cache
+
+from regionalize.options import Options
+from regionalize.verify.accounting import GraphAccount, recording
+from regionalize.verify.checks import (
+    RewriteRaised,
+    check_equivalence,
+    check_state_dict,
+    copy_weights,
+    summarize,
+)
+from regionalize.verify.compare import Difference
+from regionalize.verify.loading import Target, import_paths, user_traceback
+from regionalize.verify.session import BY_NAME, VARIANTS, Built, Subject, VariantUnavailable, resolve_device
+from regionalize.verify.timing import WorkerJob, cold_starts, first_call_s, options_to_json, steady_us
+
+WORKER_TIMEOUT_S = 900.0
+
+
+def verify(target: Target, factory: str, rewritten: str | None, device: str, repeats: int, options: Options,
+           cold_start: bool = True) -> dict[str, Any]:
+    """All checks; raises VerifyError when the user's code cannot be imported, built or run."""
+    device = resolve_device(device)
+    result: dict[str, Any] = {
+        "model": str(target.model_path),
+        "factory": factory,
+        "rewritten": rewritten,
+        "device": device,
+        "torch_version": torch.__version__,
+        "options": options_to_json(options),
+    }
+    # Every key is present whatever happens below, so the JSON's consumers need no special cases.
+    compiled = [v.name for v in VARIANTS if v.compiled and v.time_compile]
+    result.update(
+        steady_us=dict.fromkeys(v.name for v in VARIANTS), skipped={}, accounting={}, graphs={}, frames={},
+        recompiles={}, graph_breaks={}, fell_back_to_eager=False, compile_s=dict.fromkeys(compiled),
+        compile_cold_s=dict.fromkeys(compiled), compile_speedup=None, compile_cold_speedup=None,
+        compile_runs={},
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="regionalize-verify-") as workdir,
+        import_paths(target),
+        fresh_cache(),  # keep compiles from reading or filling the user's inductor cache
+    ):
+        sources = {"rewritten": str(Path(rewritten).resolve())} if rewritten else {}
+        subject = Subject(target, options, device, Path(workdir), sources, transform=rewritten is None)
+        _correctness(subject, result)
+        if result["rewrite_error"]:
+            # A rewrite that raises has nothing to time; the traceback is the finding.
+            return result
+        _performance(subject, result)
+        if cold_start:
+            runnable = [name for name in compiled if name not in result["skipped"]]
+            _compile_times(subject, factory, runnable, repeats, result)
+    return result
+
+
+def _correctness(subject: Subject, result: dict[str, Any]) -> None:
+    original = subject.build(BY_NAME["eager"])
+    rewritten = subject.build(BY_NAME["regional"]).model
+    state = check_state_dict(original.model, rewritten)
+    result["state_dict_compatible"] = state.compatible
+    result["state_dict"] = state.to_json()
+    result["rewrite_error"] = None
+    mismatch = "" if state.compatible else copy_weights(original.model, rewritten)
+    forward: list[Difference]
+    gradients: list[Difference] = []
+    note = ""
+    if mismatch:
+        forward = [Difference("state_dict", False, None, mismatch)]
+        note = "not compared: the weights could not be copied"
+    else:
+        try:
+            equivalence = check_equivalence(original, rewritten)
+            forward, gradients, note = equivalence.forward, equivalence.gradients, equivalence.backward_note
+        except RewriteRaised as exc:
+            forward = [Difference("output", False, None, f"the rewritten model raised {exc}")]
+            note = "not compared: the rewritten model raised"
+            assert exc.__cause__ is not None
+            result["rewrite_error"] = user_traceback(exc.__cause__)
+    result["forward"] = summarize(forward)
+    result["gradients"] = summarize(gradients) if gradients else {"ok": True, "compared": 0, "note": note}
+    everything = [d for d in forward + gradients if d.max_abs is not None]
+    top = max(everything, key=lambda d: d.max_abs or 0.0, default=None)
+    result["equivalent"] = result["forward"]["ok"] and result["gradients"]["ok"]
+    result["max_abs_diff"] = top.max_abs if top else None
+    result["max_abs_diff_at"] = top.path if top else None
+    result["bypass_equivalent"] = None if mismatch else _bypass_equivalent(subject, original)
+
+
+def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
+    """Does the guard-bypass variant compute what the original does? None when it cannot be built."""
+    try:
+        bypass = subject.build(BY_NAME["regional_bypass"]).model
+        copy_weights(original.model, bypass)
+        equivalence = check_equivalence(original, bypass)
+    except (VariantUnavailable, RewriteRaised):
+        return None
+    return all(d.ok for d in equivalence.forward + equivalence.gradients)
+
+
+def _performance(subject: Subject, result: dict[str, Any]) -> None:
+    """Per variant in this process: Dynamo's accounting of the first call, then steady-state latency."""
+    accounts: dict[str, GraphAccount] = {}
+    steady: dict[str, float | None] = {}
+    skipped: dict[str, str] = {}
+    for variant in VARIANTS:
+        steady[variant.name] = None
+        try:
+            built = subject.build(variant)
+            if variant.compiled:
+                with recording() as account:
+                    first_call_s(built, subject.device)
+                accounts[variant.name] = account
+            steady[variant.name] = steady_us(built, subject.device)
+        except VariantUnavailable as exc:
+            skipped[variant.name] = str(exc)
+        except Exception as exc:  # one variant failing to run must not hide the others' figures
+            skipped[variant.name] = f"{type(exc).__name__}: {exc}"
+    result["steady_us"] = steady
+    result["skipped"] = skipped
+    result["accounting"] = {name: account.to_json() for name, account in accounts.items()}
+    for key, attribute in (("graphs", "graphs"), ("frames", "frames"), ("recompiles", "recompiles"),
+                           ("graph_breaks", "graph_breaks")):
+        result[key] = {name: getattr(account, attribute) for name, account in accounts.items()}
+    regional = [accounts[v.name] for v in VARIANTS if v.rewrite is not None and v.name in accounts]
+    result["fell_back_to_eager"] = any(account.fell_back_to_eager for account in regional)
+
+
+def _compile_times(subject: Subject, factory: str, variants: list[str], repeats: int,
+                   result: dict[str, Any]) -> None:
+    """First-call time of each compiled variant, each run in a fresh process with an empty cache."""
+    job = WorkerJob(
+        model_path=str(subject.target.model_path),
+        factory=factory,
+        variant="",
+        sources={key: str(path) for key, path in subject.sources.items()},
+        options=result["options"],
+        device=subject.device,
+        warm=False,
+        sys_path=[p for p in sys.path if p],
+    )
+    runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S)
+    result["compile_runs"] = runs
+    result["compile_s"].update({name: statistics.median(r["warm"]) for name, r in runs.items()})
+    result["compile_cold_s"].update({name: statistics.median(r["cold"]) for name, r in runs.items()})
+    result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
+    result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
+
+
+def _ratio(times: dict[str, float | None], over: str, under: str) -> float | None:
+    top, bottom = times.get(over), times.get(under)
+    return top / bottom if top is not None and bottom else None

@@ -1,0 +1,42 @@
+"""`python -m regionalize.verify.worker`: time one variant's first call in this (fresh) process.
+
+Reads a WorkerJob as JSON on standard input and prints one result line; the parent sets an empty
+TORCHINDUCTOR_CACHE_DIR, so nothing compiled by an earlier run can be reused.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from regionalize.verify.loading import import_paths, resolve_target
+from regionalize.verify.session import BY_NAME, Subject
+from regionalize.verify.timing import RESULT_MARKER, WorkerJob, first_call_s, options_from_json, warm_up
+
+
+def main() -> None:
+    job = WorkerJob(**json.loads(sys.stdin.read()))
+    sys.path[:0] = [p for p in job.sys_path if p not in sys.path]
+    options = options_from_json(job.options)
+    target = resolve_target(job.model_path, job.factory)
+    with import_paths(target):
+        workdir = Path(tempfile.gettempdir())
+        subject = Subject(target, options, job.device, workdir, job.sources, transform=False)
+        built = subject.build(BY_NAME[job.variant])
+        warmup_s = None
+        if job.warm:
+            start = time.perf_counter()
+            warm_up(options, job.device)
+            warmup_s = time.perf_counter() - start
+        torch.compiler.reset()
+        seconds = first_call_s(built, job.device)
+    print(RESULT_MARKER + json.dumps({"first_call_s": seconds, "warmup_s": warmup_s}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""`regionalize verify`: the click command; the CLI group adds it with `main.add_command(verify)`.
+
+Imports no torch: `regionalize.verify` loads it only when the command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from regionalize import flags
+
+HELP = """Prove that the rewrite of MODEL.py computes the same thing and loads the same checkpoints, and
+measure what regional compilation buys: compile time, graphs, recompiles, steady-state latency.
+
+\b
+FACTORY is a function returning (model, args) or (model, args, kwargs):
+  NAME                  defined in MODEL.py
+  package.module:NAME   defined in that module; MODEL.py defaults to the module's file
+  path/file.py:NAME     defined in another file
+A factory outside MODEL.py takes one argument, the model module (original or rewritten), and builds
+the model from it, e.g. `def make(m): return m.LlamaForCausalLM(config), (ids,)`.
+
+Without --rewritten the codemod's output for these options is verified, in memory. Timings are for
+inference (eval mode, no autograd); each compile time is the first call in a fresh process with an
+empty inductor cache, both cold and after one unrelated warm-up compile.
+
+\b
+Exit status: 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the model could not be
+imported, built or run (the report says which step, with the traceback).
+"""
+
+
+@click.command("verify", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--factory", required=True, help="NAME, package.module:NAME or path/file.py:NAME.")
+@click.option(
+    "--rewritten",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A rewritten MODEL.py to verify instead of the codemod's output.",
+)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Fresh processes per compile timing; the median is reported.",
+)
+@click.option(
+    "--no-cold-start",
+    "cold_start",
+    is_flag=True,
+    flag_value=False,
+    default=True,
+    help="Skip the fresh-process compile timings (the slow part).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write the results as one JSON object to this file.",
+)
+@flags.codemod_options
+def verify(
+    model: str | None,
+    factory: str,
+    rewritten: str | None,
+    device: str,
+    repeats: int,
+    cold_start: bool,
+    json_out: str | None,
+    config_file: str | None,
+    **extra: Any,
+) -> None:
+    from regionalize.verify import run_verify
+
+    # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
+    options = flags.options(flags.settings([model] if model else [], config_file, extra))
+    sys.exit(run_verify(model, factory, rewritten, device, repeats, json_out, options, cold_start=cold_start))

@@ -1,0 +1,401 @@
+"""`regionalize verify`: each check on tiny models (eager backend: Dynamo's accounting without inductor's
+compile time), the fresh-process timing once, and the pure helpers directly."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from regionalize.options import Options
+from regionalize.verify import render, run_verify
+from regionalize.verify.accounting import GraphAccount, _fill, describe_reason
+from regionalize.verify.checks import summarize
+from regionalize.verify.compare import compare, tolerance
+from regionalize.verify.loading import VerifyError, resolve_target
+from regionalize.verify_cli import verify as verify_command
+
+MODELS = Path(__file__).parent / "models"
+EAGER = Options(backend="eager")
+REWRITTEN = MODELS / "stack_inplace.py"
+REWRITTEN_IDX = MODELS / "layer_idx_inplace.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def verify(tmp_path: Path, model: str | Path | None, factory: str, rewritten: str | Path | None,
+           **kwargs: Any) -> tuple[int, dict[str, Any], str]:
+    """run_verify with test defaults; (exit code, JSON result, printed table)."""
+    out = tmp_path / "result.json"
+    table = tmp_path / "table.txt"
+    kwargs = {"options": EAGER, "repeats": 1, "cold_start": False, **kwargs}
+    with table.open("w") as stream:
+        code = run_verify(str(model) if model else None, factory, str(rewritten) if rewritten else None,
+                          json_out=str(out), out=stream, **kwargs)
+    return code, json.loads(out.read_text()), table.read_text()
+
+
+# --- the checks, end to end ---------------------------------------------------------------------------
+
+
+def test_equivalent_rewrite_passes_and_reports_every_key(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN)
+    assert code == 0 and result["exit_code"] == 0 and result["error"] is None
+    assert result["equivalent"] is True and result["state_dict_compatible"] is True
+    assert result["max_abs_diff"] == pytest.approx(0.0, abs=1e-5)
+    assert result["forward"]["compared"] == 2  # the dict output's two tensors
+    assert result["gradients"]["compared"] == 18  # every parameter
+    assert result["graphs"] == {"full": 1, "regional": 1}
+    assert result["recompiles"] == {"full": 0, "regional": 0}
+    assert result["fell_back_to_eager"] is False
+    assert set(result["steady_us"]) == {"eager", "full", "regional", "regional_bypass"}
+    # The bypass variant needs the codemod's output, which a --rewritten file does not give.
+    assert result["steady_us"]["regional_bypass"] is None and result["bypass_equivalent"] is None
+    assert all(us > 0 for name, us in result["steady_us"].items() if name != "regional_bypass")
+    assert result["compile_s"] == {"full": None, "regional": None}  # fresh-process timing was skipped
+    assert result["compile_speedup"] is None
+    assert result["device"] == "cpu" and result["torch_version"] == torch.__version__
+    assert "PASS: equivalent and checkpoint-compatible" in table
+
+
+def test_rewrite_with_a_different_block_fails(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", MODELS / "stack_broken.py")
+    assert code == 1
+    assert result["equivalent"] is False
+    assert result["state_dict_compatible"] is True  # same parameters, different computation
+    assert result["max_abs_diff"] > 1e-3
+    failing = {f["path"] for f in result["forward"]["failures"]}
+    assert failing == {"output.hidden", "output.logits"}
+    assert result["gradients"]["ok"] is False
+    assert "FAIL: outputs or gradients differ" in table
+
+
+def test_wrap_style_is_equivalent_but_breaks_checkpoints(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", MODELS / "stack_wrap.py")
+    assert code == 1
+    assert result["equivalent"] is True  # weights were remapped past `_orig_mod.` to compare
+    assert result["state_dict_compatible"] is False
+    assert "layers.0._orig_mod.linear1.weight" in result["state_dict"]["unexpected"]
+    assert "layers.0.linear1.weight" in result["state_dict"]["missing"]
+    assert "does not load strictly" in table
+
+
+def test_per_layer_int_attribute_recompiles_every_block(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, MODELS / "layer_idx.py", "make_shallow", REWRITTEN_IDX)
+    assert code == 0
+    assert result["recompiles"]["regional"] == 3  # four blocks, one graph each
+    assert result["graphs"]["regional"] == 4
+    assert result["fell_back_to_eager"] is False
+    reasons = result["accounting"]["regional"]["recompile_reasons"]
+    assert reasons == {"self.layer_idx == N (layer_idx_inplace.py:17 in forward)": 3}
+
+
+def test_blocks_past_the_recompile_limit_fall_back_to_eager(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "layer_idx.py", "make_deep", REWRITTEN_IDX)
+    assert code == 0  # still equivalent: the remaining blocks run eagerly, correctly but slowly
+    assert result["fell_back_to_eager"] is True
+    assert result["recompiles"]["regional"] == 7  # recompile_limit 8 = the first graph + 7
+    fallback = result["accounting"]["regional"]["fallback"]
+    assert "hit recompile_limit (8)" in fallback and "self.layer_idx == 7" in fallback
+    assert result["accounting"]["full"]["fell_back_to_eager"] is False
+    assert "warning: blocks fell back to eager" in table
+
+
+def test_fresh_process_compile_timing(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, cold_start=True)
+    assert code == 0
+    for key in ("compile_s", "compile_cold_s"):
+        assert set(result[key]) == {"full", "regional"}
+        assert all(result[key][name] > 0 for name in ("full", "regional"))
+    assert result["compile_runs"]["regional"]["cold"] and len(result["compile_runs"]["full"]["warm"]) == 1
+    seconds = result["compile_s"]
+    assert result["compile_speedup"] == pytest.approx(seconds["full"] / seconds["regional"])
+
+
+def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
+    pytest.importorskip("regionalize.codemod", exc_type=ImportError)
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None)
+    assert code == 0 and result["rewritten"] is None
+    assert result["equivalent"] and result["state_dict_compatible"]
+    # The guard bypass, as a third variant: checked for equivalence and timed.
+    assert result["bypass_equivalent"] is True
+    assert result["steady_us"]["regional_bypass"] > 0 and "regional_bypass" in table
+
+
+# --- where the model and the factory live --------------------------------------------------------------
+
+RELATIVE_MODEL = """
+    import torch
+    import torch.nn as nn
+
+    from ..common import Block
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(4) for _ in range(3)]){compile}
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+
+    def make():
+        return Net(), (torch.randn(2, 4),)
+"""
+COMPILE_LOOP = """
+            for block in self.blocks:
+                block.compile(backend="eager")"""
+
+
+def make_package(root: Path, name: str) -> Path:
+    """root/name/{__init__,common}.py and root/name/sub/model.py, which imports `..common` relatively."""
+    (root / name / "sub").mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    (root / name / "sub" / "__init__.py").write_text("")
+    (root / name / "common.py").write_text(textwrap.dedent("""
+        import torch.nn as nn
+
+
+        class Block(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.linear = nn.Linear(width, width)
+
+            def forward(self, x):
+                return self.linear(x).tanh()
+    """))
+    model = root / name / "sub" / "model.py"
+    model.write_text(textwrap.dedent(RELATIVE_MODEL.format(compile="")))
+    return model
+
+
+def test_rewrite_inside_a_package_resolves_relative_imports(tmp_path: Path) -> None:
+    model = make_package(tmp_path / "lib", "rgz_relpkg")
+    # The rewrite lives elsewhere, as the in-memory one does, yet `from ..common` must still resolve.
+    rewritten = tmp_path / "out" / "model.py"
+    rewritten.parent.mkdir()
+    rewritten.write_text(textwrap.dedent(RELATIVE_MODEL.format(compile=COMPILE_LOOP)))
+    code, result, _ = verify(tmp_path, model, "make", rewritten)
+    assert code == 0, result
+    assert result["equivalent"] and result["graphs"]["regional"] == 1
+    assert "rgz_relpkg.sub.model__regionalized" in sys.modules
+
+
+def test_factory_named_by_module_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = make_package(tmp_path / "lib", "rgz_modpkg")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    rewritten = tmp_path / "model_rewritten.py"
+    rewritten.write_text(textwrap.dedent(RELATIVE_MODEL.format(compile=COMPILE_LOOP)))
+    code, result, _ = verify(tmp_path, None, "rgz_modpkg.sub.model:make", rewritten)
+    assert code == 0, result
+    assert result["model"] == str(model.resolve())
+
+
+def test_factory_in_another_file_builds_from_the_module_it_is_given(tmp_path: Path) -> None:
+    factory = tmp_path / "factories.py"
+    factory.write_text(textwrap.dedent("""
+        import torch
+
+        def make(module):
+            return module.Stack(3, module.WIDTH), (torch.randn(2, module.WIDTH),)
+
+        def make_without_module():
+            raise AssertionError("never called")
+    """))
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make", REWRITTEN)
+    assert code == 0, result
+    assert result["gradients"]["compared"] == 14  # three blocks and the head: the factory's depth
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make_without_module",
+                             REWRITTEN)
+    assert code == 2 and "must take one argument" in result["error"]["message"]
+
+
+def test_resolve_target_forms(tmp_path: Path) -> None:
+    target = resolve_target(str(MODELS / "stack.py"), "make")
+    assert target.factory_home is None and target.package == ""
+    assert target.module_name == "_regionalize_script_stack"
+    with pytest.raises(VerifyError, match=r"give MODEL\.py"):
+        resolve_target(None, "make")
+    with pytest.raises(VerifyError, match="is not NAME"):
+        resolve_target(str(MODELS / "stack.py"), "make-model")
+    with pytest.raises(VerifyError, match="cannot find the Python module"):
+        resolve_target(None, "rgz_no_such_module:make")
+    # Naming the model file itself as the factory's home is the same as a bare NAME.
+    assert resolve_target(str(MODELS / "stack.py"), f"{MODELS / 'stack.py'}:make").factory_home is None
+
+
+# --- errors in the user's code: exit 2, saying which step and why -------------------------------------
+
+
+def test_factory_that_raises_exits_2_with_the_users_traceback(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make_raising", REWRITTEN)
+    assert code == 2
+    assert result["error"]["stage"] == "factory"
+    assert result["error"]["message"] == "ValueError: the factory cannot build this model"
+    trace = result["error"]["traceback"]
+    assert 'stack.py", line' in trace and "in make_raising" in trace
+    assert "regionalize/verify" not in trace  # only the user's frames
+    assert "ERROR (factory)" in table
+
+
+def test_factory_returning_the_wrong_shape_exits_2(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "make_not_a_model", REWRITTEN)
+    assert code == 2 and "not an nn.Module" in result["error"]["message"]
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "no_such_factory", REWRITTEN)
+    assert code == 2 and "defines no function no_such_factory" in result["error"]["message"]
+
+
+def test_model_or_rewrite_that_does_not_import_exits_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nraise RuntimeError('module-level failure')\n")
+    code, result, _ = verify(tmp_path, broken, "make", REWRITTEN)
+    assert code == 2 and result["error"]["stage"] == "import original"
+    assert "module-level failure" in result["error"]["message"]
+    assert "broken.py" in result["error"]["traceback"]
+    unparsable = tmp_path / "unparsable.py"
+    unparsable.write_text("def oops(:\n")
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", unparsable)
+    assert code == 2 and result["error"]["stage"] == "import rewritten"
+    assert "SyntaxError" in result["error"]["message"]
+
+
+def test_rewrite_that_raises_when_called_is_a_failed_check(tmp_path: Path) -> None:
+    source = (REWRITTEN).read_text()
+    rewritten = tmp_path / "raises.py"
+    rewritten.write_text(source.replace("return self.relu2(", "return undefined_name + self.relu2("))
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", rewritten)
+    assert code == 1 and result["error"] is None
+    assert result["equivalent"] is False
+    assert "NameError" in result["rewrite_error"] and "raises.py" in result["rewrite_error"]
+    assert "The rewritten model raised" in table
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when CUDA is missing")
+def test_cuda_requested_without_a_gpu_exits_2(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, device="cuda")
+    assert code == 2 and result["error"]["stage"] == "device"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, device="auto")
+    assert code == 0 and result["device"] == "cuda"
+    assert all(us > 0 for us in result["steady_us"].values())
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def test_click_command(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(MODELS / "stack_broken.py"),
+            "--backend", "eager", "--no-cold-start", "--repeats", "1", "--json", str(out)]
+    result = CliRunner().invoke(verify_command, args)
+    assert result.exit_code == 1, result.output
+    assert "FAIL: outputs or gradients differ" in result.output
+    assert json.loads(out.read_text())["options"]["backend"] == "eager"
+
+
+def test_the_command_imports_no_torch() -> None:
+    code = "import sys, regionalize.verify, regionalize.verify_cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
+
+
+def test_table_for_an_error() -> None:
+    result = {"model": "m.py", "factory": "make", "rewritten": None,
+              "options": {"style": "inplace", "backend": "x"},
+              "error": {"stage": "factory", "message": "ValueError: no", "traceback": "Traceback ...\n"}}
+    text = render.table(result)
+    assert "ERROR (factory): ValueError: no" in text and "Traceback ..." in text
+
+
+# --- comparing outputs ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Output:
+    logits: torch.Tensor
+    extra: tuple[torch.Tensor, ...]
+
+
+class ModelOutputLike(collections.OrderedDict):
+    """Hugging Face's ModelOutput: a dataclass-like OrderedDict whose unset fields are absent."""
+
+
+def test_compare_walks_nested_outputs() -> None:
+    a = torch.randn(2, 3)
+    expected = {"out": Output(a, (a, a)), "hf": ModelOutputLike(loss=a.sum()), "n": 3, "none": None}
+    same = compare(expected, {"out": Output(a.clone(), (a, a)), "hf": ModelOutputLike(loss=a.sum()), "n": 3,
+                              "none": None})
+    assert {d.path for d in same} == {"output.out.logits", "output.out.extra[0]", "output.out.extra[1]",
+                                      "output.hf.loss", "output.n", "output.none"}
+    assert all(d.ok for d in same)
+    shifted = compare(expected, {"out": Output(a + 1, (a, a)), "hf": ModelOutputLike(), "n": 4, "none": None})
+    bad = {d.path: d for d in shifted if not d.ok}
+    assert set(bad) == {"output.out.logits", "output.hf.loss", "output.n"}
+    assert bad["output.out.logits"].max_abs == pytest.approx(1.0)
+    assert "missing" in bad["output.hf.loss"].detail
+    summary = summarize(shifted)
+    assert summary["max_abs_diff"] == pytest.approx(1.0) and summary["max_abs_diff_at"] == "output.out.logits"
+    assert [f["path"] for f in summary["failures"]] == ["output.out.logits", "output.n", "output.hf.loss"]
+
+
+def test_compare_tolerances_by_dtype() -> None:
+    x = torch.randn(64, dtype=torch.float64) * 10
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        rtol, _ = tolerance(dtype)
+        close = (x * (1 + rtol / 4)).to(dtype)
+        assert compare(x.to(dtype), close)[0].ok, dtype
+        assert not compare(x.to(dtype), (x * 1.3).to(dtype))[0].ok, dtype
+    assert not compare(torch.arange(4), torch.arange(4) + torch.tensor([0, 0, 0, 1]))[0].ok  # ints: exact
+    assert compare(torch.tensor([math.nan, 1.0]), torch.tensor([math.nan, 1.0]))[0].ok
+    assert not compare(torch.tensor([math.nan]), torch.tensor([0.0]))[0].ok
+    assert "shape" in compare(torch.zeros(2), torch.zeros(3))[0].detail
+    assert "dtype" in compare(torch.zeros(2), torch.zeros(2, dtype=torch.float64))[0].detail
+    # atol grows with the tensor's magnitude: reordered float32 sums of large activations stay within it.
+    big = torch.full((4,), 1e4)
+    assert compare(big, big + 0.05)[0].ok and not compare(big, big + 5)[0].ok
+
+
+# --- reading Dynamo's records --------------------------------------------------------------------------
+
+
+def test_describe_reason() -> None:
+    raw = ("0/6: self.layer_idx == 6          # return x * self.layer_idx  # ork/main/m.py:8 in forward "
+           "(HINT: torch.compile considers integer attributes ...)\nUser stack trace: ...")
+    assert describe_reason(raw) == ("self.layer_idx == 6", "m.py:8 in forward")
+    plain = "tensor 'x' requires_grad mismatch"
+    assert describe_reason(f"0/1: {plain}") == (plain, "")
+
+
+def test_fill_groups_recompiles_and_finds_the_limit_hit() -> None:
+    def record(reason: str | None, fail: str | None = None) -> SimpleNamespace:
+        return SimpleNamespace(recompile_reason=reason, fail_reason=fail)
+
+    metrics = [record(None)] + [record(f"0/{i}: self.k == {i}  # y  # a/b.py:3 in forward") for i in range(3)]
+    limit_hit = "Dynamo recompile limit exceeded\n Limit type: recompile_limit"
+    metrics += [record("0/3: x.size()[0] == 2"),
+                record("0/4: self.k == 4  # y  # a/b.py:3 in forward", limit_hit)]
+    counters = {"frames": {"ok": 4}, "stats": {"unique_graphs": 4}, "graph_break": {"print\n more": 2}}
+    account = GraphAccount()
+    _fill(account, collections.defaultdict(collections.Counter, counters), metrics)
+    assert account.recompiles == 4
+    assert account.recompile_reasons == {"self.k == N (b.py:3 in forward)": 3, "x.size()[0] == 2": 1}
+    assert account.graph_breaks == 2 and account.graph_break_reasons == {"print": 2}
+    assert account.fell_back_to_eager
+    assert account.fallback == (
+        "b.py:3 in forward hit recompile_limit (8); last guard that failed: self.k == 4"
+    )
