@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -113,6 +113,9 @@ def _helper_name(helper: str) -> str:
 
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
+
+
+_SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
 
 
 @dataclass
@@ -375,19 +378,9 @@ class _Finder(cst.CSTVisitor):
         target = _bound_target(statement, call) if statement is not None else None
         labels = " | ".join(dict.fromkeys(e.label for e in _leaves(found) if e.kind == "block"))
         site = self.site_maker(call, found.pattern, labels or _first_label(found))
-        if any(e.kind == "compiled" for e in _leaves(found)) or (
-            target is not None and self.already_compiled_iterable(target)
-        ):
-            return site("RGZ002", "skip")
-        if self.skip_comment(call):
-            return site("RGZ101", "skip")
-        if not blocks:
-            return site(*_why_not(_leaves(found)))
-        self.warn_int_vars(blocks, found.pattern)
-        if self.options.style == "wrap":
-            for element in blocks:
-                self.wrap(element)
-            return site("RGZ001", "rewrite")
+        compiled = target is not None and self.already_compiled_iterable(target)
+        if self.triage(site, call, _leaves(found), blocks, found.pattern, compiled):
+            return
         if self.blocks[-1] in self.class_bodies:
             return site("RGZ107", "skip")
         if not isinstance(self.blocks[-1], (cst.IndentedBlock, cst.Module)):
@@ -410,6 +403,31 @@ class _Finder(cst.CSTVisitor):
         else:
             self.edits.after.setdefault(statement, []).append(loop)
         site("RGZ001", "rewrite")
+
+    def triage(
+        self,
+        site: _SiteMaker,
+        call: cst.Call,
+        leaves: list[_Element],
+        blocks: list[_Element],
+        pattern: str,
+        compiled: bool,
+    ) -> bool:
+        """The decisions every pattern shares; True when the site is settled (reported, or wrapped)."""
+        if compiled or any(e.kind == "compiled" for e in leaves):
+            site("RGZ002", "skip")
+        elif self.skip_comment(call):
+            site("RGZ101", "skip")
+        elif not blocks:
+            site(*_why_not(leaves))
+        else:
+            self.warn_int_vars(blocks, pattern)
+            if self.options.style != "wrap":
+                return False
+            for element in blocks:
+                self.wrap(element)
+            site("RGZ001", "rewrite")
+        return True
 
     def compile_loop(self, found: _Container, iterable: str) -> cst.BaseStatement | None:
         """`for block in <iterable>: block.compile()`, descending into nested containers."""
@@ -462,20 +480,11 @@ class _Finder(cst.CSTVisitor):
         elements = self.classify(element, int_vars)
         found = _Container(pattern, False, elements, [])
         blocks = _blocks(found)
-        site = self.site_maker(call, pattern, _labels(elements))
-        if any(e.kind == "compiled" for e in elements):
-            return site("RGZ002", "skip")
         if any(e.kind == "nested" for e in elements):
             return  # an inner container: reported where it is built
-        if self.skip_comment(call):
-            return site("RGZ101", "skip")
-        if not blocks:
-            return site(*_why_not(elements))
-        self.warn_int_vars(blocks, pattern)
-        if self.options.style == "wrap":
-            for block in blocks:
-                self.wrap(block)
-            return site("RGZ001", "rewrite")
+        site = self.site_maker(call, pattern, _labels(elements))
+        if self.triage(site, call, elements, blocks, pattern, compiled=False):
+            return
         if not isinstance(self.blocks[-1], cst.IndentedBlock):
             return site("RGZ106", "skip")
         var = self.scopes[-1].fresh("block")
@@ -519,21 +528,12 @@ class _Finder(cst.CSTVisitor):
         bound_stmt, value = binding
         elements = self.classify(value, int_vars)
         blocks = _blocks(_Container(pattern, False, elements, []))
-        site = self.site_maker(call, pattern, _labels(elements))
-        compiled_here = any(_compiles_name(s, name.value) for s in body.body)
-        if compiled_here or any(e.kind == "compiled" for e in elements):
-            return site("RGZ002", "skip")
         if any(e.kind == "nested" for e in elements):
             return
-        if self.skip_comment(call):
-            return site("RGZ101", "skip")
-        if not blocks:
-            return site(*_why_not(elements))
-        self.warn_int_vars(blocks, pattern)
-        if self.options.style == "wrap":
-            for block in blocks:
-                self.wrap(block)
-            return site("RGZ001", "rewrite")
+        site = self.site_maker(call, pattern, _labels(elements))
+        compiled_here = any(_compiles_name(s, name.value) for s in body.body)
+        if self.triage(site, call, elements, blocks, pattern, compiled_here):
+            return
         compile_stmt = self.guarded_compile(name.value, blocks, any(e.kind != "block" for e in elements))
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
@@ -604,7 +604,7 @@ class _Finder(cst.CSTVisitor):
         end = self.get_metadata(PositionProvider, node).end.line
         return any(SKIP_COMMENT.search(line) for line in self.lines[start - 1 : end])
 
-    def site_maker(self, node: cst.CSTNode, pattern: str, block: str):
+    def site_maker(self, node: cst.CSTNode, pattern: str, block: str) -> _SiteMaker:
         position = self.get_metadata(PositionProvider, node).start
 
         def add(code: str, action: str, hint: str = "") -> None:

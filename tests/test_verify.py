@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -130,6 +131,7 @@ def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     # The guard bypass, as a third variant: checked for equivalence and timed.
     assert result["bypass_equivalent"] is True
     assert result["steady_us"]["regional_bypass"] > 0 and "regional_bypass" in table
+    assert re.search(r"guard bypass +PASS", table)
 
 
 # --- where the model and the factory live --------------------------------------------------------------

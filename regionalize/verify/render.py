@@ -69,6 +69,9 @@ def _correctness(result: dict[str, Any]) -> list[str]:
             "" if state["missing"] or state["unexpected"] else state["error"],
         ]))
         lines.append(_row("state_dict", "FAIL", detail))
+    bypass = result.get("bypass_equivalent")
+    if bypass is not None:
+        lines.append(_row("guard bypass", "PASS" if bypass else "FAIL", "outputs and gradients as above"))
     return lines
 
 
