@@ -76,13 +76,17 @@ def _selected(file: str, selection: Selection) -> bool:
 
 
 def _git_ignored(root: Path, files: list[str]) -> set[str]:
-    """Files git ignores under `root`; empty when git is missing or `root` is not in a work tree."""
+    """Files git ignores under `root`; empty when git is missing or `root` is not in a work tree.
+
+    A directory named on the command line is walked even when git ignores it (a downloaded model zoo
+    under an ignored folder): then only what a user asked for is there, and nothing is left out.
+    """
     if not files:
         return set()
     try:
         done = subprocess.run(
             ["git", "-C", str(root), "check-ignore", "--no-index", "-z", "--stdin"],
-            input="\0".join(os.path.relpath(f, root) for f in files).encode(),
+            input="\0".join([".", *(os.path.relpath(f, root) for f in files)]).encode(),
             capture_output=True,
             timeout=60,
             check=False,
@@ -91,7 +95,10 @@ def _git_ignored(root: Path, files: list[str]) -> set[str]:
         return set()
     if done.returncode not in (0, 1):  # 128: not a git repository
         return set()
-    return {os.path.join(root, f) for f in done.stdout.decode().split("\0") if f}
+    ignored = [f for f in done.stdout.decode().split("\0") if f]
+    if "." in ignored:
+        return set()
+    return {os.path.join(root, f) for f in ignored}
 
 
 def _os_error(exc: OSError) -> str:

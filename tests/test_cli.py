@@ -139,6 +139,16 @@ def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> No
     assert reported == {str(tmp_path / "pkg" / "a.py")}
 
 
+def test_an_ignored_directory_named_explicitly_is_walked(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("zoo/\n", encoding="utf-8")
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "m.py").write_text(MODEL, encoding="utf-8")
+    code, out, _ = invoke("--check", str(tmp_path / "zoo"))
+    assert code == 1 and "zoo/m.py:7:23: RGZ001" in out
+    assert invoke("--check", str(tmp_path))[0] == 0  # walked from above, the ignored folder is left out
+
+
 def test_jobs_keep_output_order(tmp_path: Path) -> None:
     for i in range(6):
         (tmp_path / f"m{i}.py").write_text(MODEL, encoding="utf-8")
