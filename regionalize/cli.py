@@ -10,9 +10,8 @@ from typing import Any
 import click
 
 from regionalize import __version__, flags
-from regionalize.options import Options
 from regionalize.report import FileReport, site_line, summarize, summary_line, to_json, to_sarif
-from regionalize.runner import Selection, discover, run
+from regionalize.runner import Job, Selection, discover, run
 from regionalize.verify_cli import verify
 
 EXIT_CLEAN, EXIT_PENDING, EXIT_ERROR = 0, 1, flags.EXIT_ERROR
@@ -97,18 +96,19 @@ def rewrite(
         else:
             reports.append(FileReport(path, error=error))
     jobs = settings.get("jobs") or os.cpu_count() or 1
-    reports += _run_with_progress(files, options, apply, jobs, show=fmt == "text" and not quiet)
+    job = Job(options, apply, diff=fmt == "text" and not check)
+    reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
     _emit(reports, fmt, check, report_file, quiet)
     sys.exit(_exit_code(reports, apply))
 
 
-def _run_with_progress(files: list[str], options: Options, apply: bool, jobs: int, show: bool) -> list:
+def _run_with_progress(files: list[str], job: Job, jobs: int, show: bool) -> list[FileReport]:
     """A progress bar only for a person watching a long run: not when piped, not in CI."""
     interactive = show and sys.stderr.isatty() and not os.environ.get("CI") and len(files) > 50
     if not interactive:
-        return run(files, options, apply, jobs)
+        return run(files, job, jobs)
     with click.progressbar(length=len(files), label="regionalize", file=sys.stderr) as bar:
-        return run(files, options, apply, jobs, on_done=lambda report: bar.update(1))
+        return run(files, job, jobs, on_done=lambda report: bar.update(1))
 
 
 def _emit(reports: list[FileReport], fmt: str, check: bool, report_file: str | None, quiet: bool) -> None:

@@ -155,7 +155,16 @@ def write_atomically(path: str, source: SourceFile, text: str) -> None:
         raise
 
 
-def process_file(path: str, options: Options, apply: bool) -> FileReport:
+@dataclass(frozen=True)
+class Job:
+    """What to do with each file."""
+
+    options: Options
+    apply: bool = False
+    diff: bool = True  # keep the unified diff; only text output shows it, and a zoo's diffs add up
+
+
+def process_file(path: str, job: Job) -> FileReport:
     """Never raises for a bad file: its error goes into the report and the run goes on."""
     report = FileReport(path)
     try:
@@ -166,7 +175,7 @@ def process_file(path: str, options: Options, apply: bool) -> FileReport:
     if not might_have_sites(source.text):
         return report
     try:
-        result = transform_source(source.text, options)
+        result = transform_source(source.text, job.options)
     except RecursionError:
         report.error = "nested too deeply to parse"
         return report
@@ -180,8 +189,9 @@ def process_file(path: str, options: Options, apply: bool) -> FileReport:
     if not result.changed:
         return report
     report.changed = True
-    report.diff = unified_diff(path, source.text, result.code)
-    if apply:
+    if job.diff:
+        report.diff = unified_diff(path, source.text, result.code)
+    if job.apply:
         try:
             write_atomically(path, source, result.code)
         except OSError as exc:
@@ -198,19 +208,18 @@ def unified_diff(path: str, before: str, after: str) -> str:
     )
 
 
-def _process(args: tuple[str, Options, bool]) -> FileReport:
+def _process(args: tuple[str, Job]) -> FileReport:
     return process_file(*args)
 
 
 def run(
     files: list[str],
-    options: Options,
-    apply: bool,
+    job: Job,
     jobs: int,
     on_done: Callable[[FileReport], None] = lambda report: None,
 ) -> list[FileReport]:
     """Process files in parallel; reports come back in the order of `files`, whatever finishes first."""
-    work = [(f, options, apply) for f in files]
+    work = [(f, job) for f in files]
     if jobs <= 1 or len(files) < 2:
         reports = []
         for item in work:
