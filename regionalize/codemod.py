@@ -33,6 +33,9 @@ LEAF_NAME = re.compile(
     r"(Linear|Conv[123]d|Conv|ConvTranspose[123]d|Norm|Norm[123]d|Dropout|Dropout[123]d|DropPath|Identity"
     r"|Embedding|ReLU|GELU|SiLU|Sigmoid|Tanh|Softmax|Activation|Pool|Pool[123]d|Upsample|Flatten)$"
 )
+# Lower-case callables: parameters holding a class, and factory functions, judged by their names.
+LEAF_PARAMETER = re.compile(r"norm|act|drop|pool|conv|linear|embed|proj|zero", re.IGNORECASE)
+BLOCK_FACTORY = re.compile(r"block|layer|stage", re.IGNORECASE)
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 # Cheap pre-filter: a file without any of these words has no site, so it is never parsed.
 TRIGGERS = ("ModuleList", "Sequential", "ModuleDict", "add_module")
@@ -156,6 +159,11 @@ class _Scope:
         self.bindings: dict[str, list[cst.BaseExpression]] = {}
         self.names: set[str] = set()
         self.container_calls: list[cst.Call] = []  # calls spelled like a container, resolved later
+        self.params: set[str] = set()
+        if isinstance(node, cst.FunctionDef):
+            parameters = node.params
+            every = [*parameters.posonly_params, *parameters.params, *parameters.kwonly_params]
+            self.params = {p.name.value for p in every}
         node.visit(_ScopeCollector(self, module))
 
     def fresh(self, base: str) -> str:
@@ -297,11 +305,23 @@ class _Finder(cst.CSTVisitor):
             return _Element("compiled", self.code(inner.func) if isinstance(inner, cst.Call) else label, expr)
         if (kind := self.container_kind(expr)) is not None:
             inner = self.container(expr, kind, int_vars)
-            if inner is None or not inner.repeated:
-                return _Element("other", label, expr)
-            return _Element("nested", label, expr, inner)
+            if inner is not None:
+                return _Element("nested", label, expr, inner)
+            # `nn.Sequential(conv, norm, act)` built per iteration is a composite block; a ModuleList
+            # or ModuleDict is never called, so compiling it would compile nothing.
+            layers = [a.value for a in expr.args if a.keyword is None and not a.star]
+            if kind == "Sequential" and len(layers) == 1:
+                return (
+                    self._classify_call(layers[0], label, int_vars)
+                    if isinstance(layers[0], cst.Call)
+                    else (_Element("other", label, expr))
+                )
+            return _Element("block" if kind == "Sequential" and layers else "other", label, expr)
         dotted = self.dotted(expr.func) or label
         last = dotted.rsplit(".", 1)[-1]
+        if isinstance(expr.func, cst.Name) and last in self.scopes[-1].params:
+            # `block(..)`, `block_fn(..)`, `layer_cls(..)`: a class handed in, as in ResNet's _make_layer.
+            return _Element("leaf" if LEAF_PARAMETER.search(last) else "block", label, expr)
         if dotted == "copy.deepcopy":  # `_get_clones(module, N)` in torch.nn.Transformer and its copies
             return _Element("block", label, expr)
         if last in self.options.never:
@@ -310,8 +330,12 @@ class _Finder(cst.CSTVisitor):
             return _Element("block", label, expr)
         if dotted.startswith("torch.nn."):
             return _Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
-        if dotted.startswith("torch.") or not last[:1].isupper():
+        if dotted.startswith("torch."):
             return _Element("other", label, expr)
+        if not last[:1].isupper():
+            # A factory named for what it builds (`get_down_block`, `make_layer`) builds a block.
+            factory = BLOCK_FACTORY.search(last) and not LEAF_PARAMETER.search(last)
+            return _Element("block" if factory else "other", label, expr)
         return _Element("leaf" if LEAF_NAME.search(last) else "block", label, expr)
 
     def container(self, call: cst.Call, kind: str, int_vars: set[str]) -> _Container | None:
