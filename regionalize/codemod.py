@@ -150,6 +150,7 @@ class _Container:
     dict_like: bool
     repeated: list[_Element]  # elements built once per iteration
     single: list[_Element]  # elements that stand once, beside the repeated ones
+    literal: bool = False  # `nn.ModuleList([Attention(..), FeedForward(..)])` built once per iteration
 
 
 class _Scope:
@@ -166,10 +167,10 @@ class _Scope:
             self.params = {p.name.value for p in every}
         node.visit(_ScopeCollector(self, module))
 
-    def fresh(self, base: str) -> str:
-        """A name the function does not use, so the inserted loop shadows nothing."""
+    def fresh(self, base: str, avoid: str = "") -> str:
+        """A name the function does not use (nor `avoid`), so the inserted loop shadows nothing."""
         name, n = base, 1
-        while name in self.names:
+        while name in self.names or name == avoid:
             n += 1
             name = f"{base}{n}"
         return name
@@ -310,6 +311,14 @@ class _Finder(cst.CSTVisitor):
             # `nn.Sequential(conv, norm, act)` built per iteration is a composite block; a ModuleList
             # or ModuleDict is never called, so compiling it would compile nothing.
             layers = [a.value for a in expr.args if a.keyword is None and not a.star]
+            if kind == "ModuleList":
+                literal = self.literal(expr, int_vars)
+                if _blocks(literal):
+                    return _Element("nested", label, expr, literal)
+                leaves = literal.repeated
+                return _Element(
+                    "leaf" if leaves and all(e.kind == "leaf" for e in leaves) else "other", label, expr
+                )
             if kind == "Sequential" and len(layers) == 1:
                 return (
                     self._classify_call(layers[0], label, int_vars)
@@ -337,6 +346,15 @@ class _Finder(cst.CSTVisitor):
             factory = BLOCK_FACTORY.search(last) and not LEAF_PARAMETER.search(last)
             return _Element("block" if factory else "other", label, expr)
         return _Element("leaf" if LEAF_NAME.search(last) else "block", label, expr)
+
+    def literal(self, call: cst.Call, int_vars: set[str]) -> _Container:
+        """A ModuleList of blocks written out, met where it is built per iteration: each element repeats."""
+        found = _Container("literal", False, [], [], literal=True)
+        for arg in call.args:
+            if arg.keyword is None:
+                self.collect(arg.value, found, int_vars, starred=arg.star == "*")
+        found.repeated, found.single = found.repeated + found.single, []
+        return found
 
     def container(self, call: cst.Call, kind: str, int_vars: set[str]) -> _Container | None:
         """The elements of a ModuleList/Sequential/ModuleDict call, or None if nothing is repeated."""
@@ -458,7 +476,7 @@ class _Finder(cst.CSTVisitor):
         scope = self.scopes[-1]
         mixed = any(e.kind != "block" for e in found.repeated + found.single)
         nested = [e for e in found.repeated if e.kind == "nested"]
-        var = scope.fresh("stage" if nested else "block")
+        var = scope.fresh("stage" if nested else "block", avoid=iterable)
         source = f"{iterable}.values()" if found.dict_like else iterable
         if nested:
             if mixed and len(nested) != len(found.repeated + found.single):
@@ -504,15 +522,15 @@ class _Finder(cst.CSTVisitor):
         elements = self.classify(element, int_vars)
         found = _Container(pattern, False, elements, [])
         blocks = _blocks(found)
-        if any(e.kind == "nested" for e in elements):
-            return  # an inner container: reported where it is built
-        site = self.site_maker(call, pattern, _labels(elements))
-        if self.triage(site, call, elements, blocks, pattern, compiled=False):
+        if any(e.kind == "nested" and not (e.inner and e.inner.literal) for e in elements):
+            return  # an inner container built by a comprehension: reported where it is built
+        site = self.site_maker(call, pattern, _labels(_leaves(found)))
+        if self.triage(site, call, _leaves(found), blocks, pattern, compiled=False):
             return
         if not isinstance(self.blocks[-1], cst.IndentedBlock):
             return site("RGZ106", "skip")
         var = self.scopes[-1].fresh("block")
-        compile_stmt = self.guarded_compile(var, blocks, any(e.kind != "block" for e in elements))
+        compile_stmt = self.compile_element(var, elements, blocks)
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
         if "\n" in self.code(element) and not isinstance(element, cst.Call) and not element.lpar:
@@ -528,7 +546,7 @@ class _Finder(cst.CSTVisitor):
         appended = statement.with_changes(body=[cst.Expr(new_call)], leading_lines=[])
         self.edits.split[statement] = [
             assign.with_changes(leading_lines=statement.leading_lines),
-            cst.parse_statement(compile_stmt + "\n", config=self.module.config_for_parsing),
+            compile_stmt,
             appended,
         ]
         site("RGZ001", "rewrite")
@@ -552,18 +570,17 @@ class _Finder(cst.CSTVisitor):
         bound_stmt, value = binding
         elements = self.classify(value, int_vars)
         blocks = _blocks(_Container(pattern, False, elements, []))
-        if any(e.kind == "nested" for e in elements):
+        if any(e.kind == "nested" and not (e.inner and e.inner.literal) for e in elements):
             return
-        site = self.site_maker(call, pattern, _labels(elements))
+        leaves = _leaves(_Container(pattern, False, elements, []))
+        site = self.site_maker(call, pattern, _labels(leaves))
         compiled_here = any(_compiles_name(s, name.value) for s in body.body)
-        if self.triage(site, call, elements, blocks, pattern, compiled_here):
+        if self.triage(site, call, leaves, blocks, pattern, compiled_here):
             return
-        compile_stmt = self.guarded_compile(name.value, blocks, any(e.kind != "block" for e in elements))
+        compile_stmt = self.compile_element(name.value, elements, blocks)
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
-        self.edits.after.setdefault(bound_stmt, []).append(
-            cst.parse_statement(compile_stmt + "\n", config=self.module.config_for_parsing)
-        )
+        self.edits.after.setdefault(bound_stmt, []).append(compile_stmt)
         site("RGZ001", "rewrite")
 
     def holds_modules(self, receiver: cst.BaseExpression) -> bool:
@@ -591,6 +608,20 @@ class _Finder(cst.CSTVisitor):
             return f"{var}.compile({self.edits.kwargs})"
         self.use_bypass(mode)
         return guard_bypass.inplace_statement(mode, var, self.edits.kwargs)
+
+    def compile_element(
+        self, var: str, elements: list[_Element], blocks: list[_Element]
+    ) -> cst.BaseStatement | None:
+        """Compile the module held in `var`: one block, or the blocks of a ModuleList written out."""
+        if any(e.kind == "nested" for e in elements):
+            inner = elements[0].inner
+            return self.compile_loop(inner, var) if len(elements) == 1 and inner is not None else None
+        statement = self.guarded_compile(var, blocks, any(e.kind != "block" for e in elements))
+        return (
+            None
+            if statement is None
+            else cst.parse_statement(statement + "\n", self.module.config_for_parsing)
+        )
 
     def guarded_compile(self, var: str, blocks: list[_Element], mixed: bool) -> str | None:
         """The compile statement, behind an isinstance test when other modules share the container."""
@@ -745,12 +776,24 @@ def _calls(node: cst.CSTNode) -> Iterator[cst.Call]:
 
 
 def _compiles_name(node: cst.CSTNode, var: str) -> bool:
-    """`var.compile(..)` or `_regionalize_dispatch(var, ..)` somewhere in `node`."""
-    for call in _calls(node):
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "compile" and _dotted(func.value) == var:
-            return True
-        if _dotted(func) in prescan.BYPASS_HELPERS and call.args and _dotted(call.args[0].value) == var:
+    """`var.compile(..)`, `_regionalize_dispatch(var, ..)`, or a loop over `var` compiling each item."""
+    for found in _walk(node):
+        if isinstance(found, cst.Call):
+            func = found.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "compile"
+                and _dotted(func.value) == var
+            ):
+                return True
+            if _dotted(func) in prescan.BYPASS_HELPERS and found.args and _dotted(found.args[0].value) == var:
+                return True
+        if (
+            isinstance(found, cst.For)
+            and isinstance(found.target, cst.Name)
+            and _dotted(found.iter) == var
+            and _compiles_name(found.body, found.target.value)
+        ):
             return True
     return False
 

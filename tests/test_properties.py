@@ -25,6 +25,8 @@ ELEMENTS = [
     "copy.deepcopy(layer)",
     "torch.compile(Block(d))",
     "Layer(cfg, layer_idx=i)",
+    "{p}ModuleList([Block(d), {p}Linear(d, d)])",
+    "{p}Sequential({p}Linear(d, d), Block(d))",
 ]
 COMMENTS = ["", "  # note", "  # regionalize: skip"]
 
