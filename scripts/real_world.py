@@ -1,11 +1,14 @@
 """Run the codemod over the source of real model libraries from PyPI: crashes, parses, idempotence, coverage.
 
-    python scripts/real_world.py [--libs transformers timm ...] [--jobs 2] [--json OUT] [--examples N]
+    python scripts/real_world.py [--libs transformers timm ...] [--jobs 4] [--json OUT] [--examples N]
 
-Wheels are downloaded (never installed, never committed) into .downloads/ at pinned versions. For every
-.py file: the codemod must not raise, every output must parse, and a second pass over the output must
-change nothing. Reported per library: files, files with sites, sites, rewritten, share rewritten, skips
-and warnings by code, files that do not parse (reported, not crashes), time.
+Distributions are downloaded with `pip download --no-deps` at pinned versions (wheel, or the sdist where
+there is no pure-Python wheel) into .downloads/ (git-ignored, never committed) and only their .py files
+are extracted; nothing is installed. For every .py file: the codemod must not raise (a crash), its output
+must parse, and a second pass over the output must change nothing and rewrite nothing (idempotence).
+Files the codemod cannot parse (Python 2, templates) are counted apart: they are not crashes.
+Reported per library: files, files with sites, sites, rewritten, share rewritten, skips and warnings by
+code, unparsable files, problems, time. Exits 1 if any file crashed or broke a check.
 """
 
 from __future__ import annotations
@@ -13,66 +16,145 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import time
+import traceback
 import zipfile
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from regionalize.codemod import transform_source
+from regionalize.options import STYLES, Options
 from regionalize.runner import read_source, unified_diff
 
 ROOT = Path(__file__).resolve().parent.parent
 DOWNLOADS = ROOT / ".downloads"
+# label -> pinned requirement; torchvision's wheel is platform-specific but its .py files are not.
 LIBRARIES = {
     "transformers": "transformers==5.23.0",
     "timm": "timm==1.0.31",
     "diffusers": "diffusers==0.42.1",
-    "open_clip": "open_clip_torch==3.3.0",
     "torchvision": "torchvision==0.29.1",
+    "open_clip": "open_clip_torch==3.3.0",
+    "ultralytics": "ultralytics==8.4.190",
+    "x-transformers": "x-transformers==2.31.10",
+    "vit-pytorch": "vit-pytorch==1.26.11",
+    "fairseq": "fairseq==0.12.2",
+    "mmdet": "mmdet==3.3.0",
 }
+PROBLEMS = ("crash", "bad_output", "not_idempotent")
+Result = dict[str, Any]
 
 
 def fetch(requirement: str) -> Path:
+    """Download one distribution (never install it) and extract its .py files; cached in .downloads/."""
     name, version = requirement.split("==")
     tree = DOWNLOADS / f"{name}-{version}"
-    if not tree.exists():
-        wheels = DOWNLOADS / "wheels"
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), requirement]
-        subprocess.run(command, check=True)
-        prefix = name.replace("-", "_").lower()
-        wheel = next(w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{prefix}-{version}"))
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(tree, [n for n in archive.namelist() if n.endswith(".py")])
+    if tree.exists():
+        return tree
+    dists = DOWNLOADS / "dists" / tree.name  # one directory per requirement: its only file is the archive
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dists), requirement]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"pip download {requirement} failed:\n{done.stderr}")
+    (archive,) = dists.iterdir()
+    partial_tree = tree.with_name(tree.name + ".partial")
+    shutil.rmtree(partial_tree, ignore_errors=True)  # left by an interrupted run
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(partial_tree, [n for n in zipped.namelist() if n.endswith(".py")])
+    else:
+        with tarfile.open(archive) as tarred:
+            members = [m for m in tarred.getmembers() if m.isfile() and m.name.endswith(".py")]
+            tarred.extractall(partial_tree, members, filter="data")
+    partial_tree.rename(tree)  # only a complete extraction is ever cached
     return tree
 
 
-def check(path: str) -> dict[str, object]:
+def codemod_version() -> str:
+    """The commit the codemod is at, with "+dirty" when regionalize/ has uncommitted changes."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "regionalize"], check=False).returncode
+    return (head.strip() or "unknown") + ("+dirty" if dirty else "")
+
+
+def check(path: str, options: Options) -> Result:
     """One file: what the codemod found, and whether its output holds up."""
     try:
         text = read_source(path).text
     except (OSError, ValueError) as exc:
-        return {"path": path, "unreadable": str(exc)}
+        return {"path": path, "unparsable": f"unreadable: {exc}", "sites": []}
+    started = time.perf_counter()
     try:
-        first = transform_source(text)
-    except Exception as exc:  # exactly what this script exists to catch
-        return {"path": path, "crash": f"{type(exc).__name__}: {exc}"}
-    result: dict[str, object] = {"path": path, "sites": [(s.code, s.action) for s in first.sites]}
+        first = transform_source(text, options)
+    except Exception:  # exactly what this script exists to catch
+        return {"path": path, "crash": traceback.format_exc(limit=-3), "sites": []}
+    lines = text.splitlines()
+    result: Result = {
+        "path": path,
+        "seconds": time.perf_counter() - started,
+        "sites": [{**asdict(s), "source": lines[s.line - 1].strip()} for s in first.sites],
+    }
     if first.status == "failure":
-        result["unparsable"] = first.reason
+        key = "bad_output" if first.reason.startswith("rewrite") else "unparsable"
+        result[key] = first.reason
+    if not first.changed:
         return result
-    if first.changed:
-        try:
-            ast.parse(first.code)
-        except SyntaxError as exc:
-            result["bad_output"] = str(exc)
-        second = transform_source(first.code)
-        if second.code != first.code:
-            result["not_idempotent"] = unified_diff(path, first.code, second.code)
-        result["diff"] = unified_diff(path, text, first.code)
+    result["diff"] = unified_diff(path, text, first.code)
+    try:
+        ast.parse(first.code)
+    except SyntaxError as exc:
+        result["bad_output"] = f"line {exc.lineno}: {exc.msg}"
+        return result
+    try:
+        second = transform_source(first.code, options)
+    except Exception:
+        result["crash"] = "second pass: " + traceback.format_exc(limit=-3)
+        return result
+    again = [f"{s.line}: {s.code}" for s in second.sites if s.action == "rewrite"]
+    if second.code != first.code or again:
+        result["not_idempotent"] = unified_diff(path, first.code, second.code) or f"rewrites again: {again}"
     return result
+
+
+def summarize(requirement: str, results: list[Result], seconds: float) -> Result:
+    sites = [s for r in results for s in r["sites"]]
+    real = [s for s in sites if s["action"] != "warn"]
+    rewritten = sum(s["action"] == "rewrite" for s in real)
+    return {
+        "library": requirement,
+        "files": len(results),
+        "with_sites": sum(any(s["action"] != "warn" for s in r["sites"]) for r in results),
+        "changed": sum("diff" in r for r in results),
+        "sites": len(real),
+        "rewritten": rewritten,
+        "share": rewritten / len(real) if real else 0.0,
+        "skipped": dict(sorted(Counter(s["code"] for s in real if s["action"] == "skip").items())),
+        "warnings": dict(sorted(Counter(s["code"] for s in sites if s["action"] == "warn").items())),
+        "unparsable": sum("unparsable" in r for r in results),
+        **{key: sum(key in r for r in results) for key in PROBLEMS},
+        "seconds": round(seconds, 2),
+    }
+
+
+def table_row(row: Result) -> str:
+    def counts(counter: dict[str, int]) -> str:
+        return ", ".join(f"{code} {n}" for code, n in counter.items()) or "-"
+
+    return (
+        f"| {row['library']} | {row['files']} | {row['with_sites']} | {row['sites']} | {row['rewritten']} "
+        f"| {row['share']:.0%} | {counts(row['skipped'])} | {counts(row['warnings'])} | {row['unparsable']} "
+        f"| {row['crash']} | {row['bad_output'] + row['not_idempotent']} | {row['seconds']:.1f} s |"
+    )
 
 
 def main() -> None:
@@ -80,61 +162,41 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--libs", nargs="+", default=list(LIBRARIES), choices=list(LIBRARIES))
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--json", type=Path, help="write the table, every site and every problem here")
     parser.add_argument("--examples", type=int, default=0, help="print this many diffs per library")
+    parser.add_argument("--style", choices=STYLES, default="inplace")
     args = parser.parse_args()
+    options = Options(style=args.style)
 
-    rows, problems = [], []
+    version = codemod_version()
+    print(f"regionalize at {version}, options: {options}\n")
+    rows: list[Result] = []
+    details: list[Result] = []
     print(
-        "| library | files | with sites | sites | rewritten | share | skipped by code | warnings | "
-        "unparsable | crashes | time |"
+        "| library | files | with sites | sites | rewritten | share | skipped by code | warnings "
+        "| unparsable | crashes | bad output / not idempotent | time |"
     )
-    print("|---" * 11 + "|")
+    print("|---" * 12 + "|")
     for label in args.libs:
-        files = sorted(str(p) for p in fetch(LIBRARIES[label]).rglob("*.py"))
+        root = fetch(LIBRARIES[label])
+        files = sorted(str(p) for p in root.rglob("*.py"))
         started = time.perf_counter()
         with ProcessPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(check, files, chunksize=8))
-        seconds = time.perf_counter() - started
-        sites = [site for r in results for site in r.get("sites", [])]  # type: ignore[attr-defined]
-        rewritten = sum(action == "rewrite" for _, action in sites)
-        real = [s for s in sites if s[1] != "warn"]
-        skipped = Counter(code for code, action in sites if action == "skip")
-        warnings = Counter(code for code, action in sites if action == "warn")
-        bad = [r for r in results if {"crash", "bad_output", "not_idempotent"} & r.keys()]
-        problems += bad
-        row = {
-            "library": LIBRARIES[label],
-            "files": len(files),
-            "with_sites": sum(bool(r.get("sites")) for r in results),
-            "sites": len(real),
-            "rewritten": rewritten,
-            "share": rewritten / len(real) if real else 0.0,
-            "skipped": dict(sorted(skipped.items())),
-            "warnings": dict(warnings),
-            "unparsable": sum("unparsable" in r for r in results),
-            "crashes": len(bad),
-            "seconds": seconds,
-        }
-        rows.append(row)
-        print(
-            f"| {row['library']} | {row['files']} | {row['with_sites']} | {row['sites']} | {rewritten} | "
-            f"{row['share']:.0%} | {', '.join(f'{c} {n}' for c, n in row['skipped'].items())} | "
-            f"{', '.join(f'{c} {n}' for c, n in warnings.items())} | {row['unparsable']} | {len(bad)} | "
-            f"{seconds:.1f} s |"
-        )
-        for r in [r for r in results if r.get("diff")][: args.examples]:
+            results = list(pool.map(partial(check, options=options), files, chunksize=8))
+        rows.append(summarize(LIBRARIES[label], results, time.perf_counter() - started))
+        print(table_row(rows[-1]), flush=True)
+        for r in results:
+            r["library"], r["path"] = label, str(Path(r["path"]).relative_to(DOWNLOADS))
+        details += [r for r in results if r["sites"] or r.keys() & {"unparsable", *PROBLEMS}]
+        for r in [r for r in results if "diff" in r][: args.examples]:
             print(r["diff"])
-    for problem in problems:
-        print(
-            f"PROBLEM {problem['path']}: "
-            + "; ".join(
-                f"{k}: {problem[k]}" for k in ("crash", "bad_output", "not_idempotent") if k in problem
-            )
-        )
+    problems = [r for r in details if r.keys() & set(PROBLEMS)]
+    for r in problems:
+        print(f"PROBLEM {r['path']}: " + "; ".join(f"{k}: {r[k]}" for k in PROBLEMS if k in r))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        report = {"codemod": version, "options": asdict(options), "libraries": rows, "files": details}
+        args.json.write_text(json.dumps(report, indent=1, default=sorted) + "\n")
     sys.exit(1 if problems else 0)
 
 
