@@ -76,9 +76,15 @@ make_64 = functools.partial(make_recipe, 64)
 
 
 def _llama(module: ModuleType, layers: int, use_cache: bool) -> tuple[nn.Module, tuple, dict]:
-    config = module.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256,
-                                num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                                max_position_embeddings=256)
+    config = module.LlamaConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     ids = torch.randint(0, config.vocab_size, (1, 64))
     return module.LlamaForCausalLM(config), (ids,), {"use_cache": use_cache}
 
@@ -125,8 +131,16 @@ def main() -> None:
             factory = f"{__file__}:make_llama"
             results.append(run(f"llama-{LLAMA_LAYERS}", llama, factory, args.repeats, True, out))
             # Accounting only: the point is the recompiles, not the timings.
-            results.append(run(f"llama-{LLAMA_CACHE_LAYERS}-kv-cache", llama, f"{__file__}:make_llama_cached",
-                               args.repeats, False, out))
+            results.append(
+                run(
+                    f"llama-{LLAMA_CACHE_LAYERS}-kv-cache",
+                    llama,
+                    f"{__file__}:make_llama_cached",
+                    args.repeats,
+                    False,
+                    out,
+                )
+            )
     DOCS.mkdir(exist_ok=True)
     plot([r for r in results if r["label"].startswith("recipe-")], DOCS / "compile_vs_depth.png")
     (DOCS / "bench_compile.md").write_text(markdown(results, args.repeats))
@@ -142,18 +156,32 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     depths = [int(r["label"].split("-")[1]) for r in results]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for variant, color in (("full", "tab:red"), ("regional", "tab:blue")):
-        ax.plot(depths, [r["compile_s"][variant] for r in results], "o-", color=color,
-                label=f"{variant}, after a warm-up compile")
-        ax.plot(depths, [r["compile_cold_s"][variant] for r in results], "s--", color=color, alpha=0.6,
-                label=f"{variant}, cold process")
+        ax.plot(
+            depths,
+            [r["compile_s"][variant] for r in results],
+            "o-",
+            color=color,
+            label=f"{variant}, after a warm-up compile",
+        )
+        ax.plot(
+            depths,
+            [r["compile_cold_s"][variant] for r in results],
+            "s--",
+            color=color,
+            alpha=0.6,
+            label=f"{variant}, cold process",
+        )
     ax.set_xlabel("depth (number of repeated Layer blocks)")
     ax.set_ylabel("first call, s (median of fresh processes)")
     ax.set_xticks(depths)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title(f"torch.compile of the regional-compilation recipe model ({results[0]['device']}, "
-                 f"torch {results[0]['torch_version']})", fontsize=9)
+    ax.set_title(
+        f"torch.compile of the regional-compilation recipe model ({results[0]['device']}, "
+        f"torch {results[0]['torch_version']})",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -180,18 +208,27 @@ def markdown(results: list[dict[str, Any]], repeats: int) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        lines.append("| " + " | ".join([
-            r["label"],
-            _s(r["compile_s"]["full"]), _s(r["compile_s"]["regional"]), _x(r["compile_speedup"]),
-            _s(r["compile_cold_s"]["full"]), _s(r["compile_cold_s"]["regional"]),
-            _x(r["compile_cold_speedup"]),
-            f"{r['graphs'].get('full', '-')} / {r['graphs'].get('regional', '-')}",
-            str(r["recompiles"].get("regional", "-"))
-            + (" (fell back to eager)" if r["fell_back_to_eager"] else ""),
-            " / ".join(_us(r["steady_us"][v]) for v in ("eager", "full", "regional")),
-            "yes" if r["equivalent"] and r["state_dict_compatible"] else "NO",
-            f"{r['max_abs_diff']:.2g}" if r["max_abs_diff"] is not None else "-",
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["label"],
+                    _s(r["compile_s"]["full"]),
+                    _s(r["compile_s"]["regional"]),
+                    _x(r["compile_speedup"]),
+                    _s(r["compile_cold_s"]["full"]),
+                    _s(r["compile_cold_s"]["regional"]),
+                    _x(r["compile_cold_speedup"]),
+                    f"{r['graphs'].get('full', '-')} / {r['graphs'].get('regional', '-')}",
+                    str(r["recompiles"].get("regional", "-"))
+                    + (" (fell back to eager)" if r["fell_back_to_eager"] else ""),
+                    " / ".join(_us(r["steady_us"][v]) for v in ("eager", "full", "regional")),
+                    "yes" if r["equivalent"] and r["state_dict_compatible"] else "NO",
+                    f"{r['max_abs_diff']:.2g}" if r["max_abs_diff"] is not None else "-",
+                ]
+            )
+            + " |"
+        )
     lines += ["", "![compile time vs depth](compile_vs_depth.png)", ""]
     for r in results:
         if r["fell_back_to_eager"]:

@@ -228,4 +228,3 @@ def test_depyf_bypass_needs_inplace(model: Path) -> None:
     code, _, err = invoke("--style", "wrap", "--guard-bypass", "depyf", str(model))
     assert code == 2
     assert "--guard-bypass depyf compiles blocks in place: it needs --style inplace" in err
-

@@ -34,15 +34,22 @@ REWRITTEN_IDX = MODELS / "layer_idx_inplace.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def verify(tmp_path: Path, model: str | Path | None, factory: str, rewritten: str | Path | None,
-           **kwargs: Any) -> tuple[int, dict[str, Any], str]:
+def verify(
+    tmp_path: Path, model: str | Path | None, factory: str, rewritten: str | Path | None, **kwargs: Any
+) -> tuple[int, dict[str, Any], str]:
     """run_verify with test defaults; (exit code, JSON result, printed table)."""
     out = tmp_path / "result.json"
     table = tmp_path / "table.txt"
     kwargs = {"options": EAGER, "repeats": 1, "cold_start": False, **kwargs}
     with table.open("w") as stream:
-        code = run_verify(str(model) if model else None, factory, str(rewritten) if rewritten else None,
-                          json_out=str(out), out=stream, **kwargs)
+        code = run_verify(
+            str(model) if model else None,
+            factory,
+            str(rewritten) if rewritten else None,
+            json_out=str(out),
+            out=stream,
+            **kwargs,
+        )
     return code, json.loads(out.read_text()), table.read_text()
 
 
@@ -167,7 +174,8 @@ def make_package(root: Path, name: str) -> Path:
     (root / name / "sub").mkdir(parents=True)
     (root / name / "__init__.py").write_text("")
     (root / name / "sub" / "__init__.py").write_text("")
-    (root / name / "common.py").write_text(textwrap.dedent("""
+    (root / name / "common.py").write_text(
+        textwrap.dedent("""
         import torch.nn as nn
 
 
@@ -178,7 +186,8 @@ def make_package(root: Path, name: str) -> Path:
 
             def forward(self, x):
                 return self.linear(x).tanh()
-    """))
+    """)
+    )
     model = root / name / "sub" / "model.py"
     model.write_text(textwrap.dedent(RELATIVE_MODEL.format(compile="")))
     return model
@@ -208,7 +217,8 @@ def test_factory_named_by_module_path(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_factory_in_another_file_builds_from_the_module_it_is_given(tmp_path: Path) -> None:
     factory = tmp_path / "factories.py"
-    factory.write_text(textwrap.dedent("""
+    factory.write_text(
+        textwrap.dedent("""
         import torch
 
         def make(module):
@@ -216,12 +226,12 @@ def test_factory_in_another_file_builds_from_the_module_it_is_given(tmp_path: Pa
 
         def make_without_module():
             raise AssertionError("never called")
-    """))
+    """)
+    )
     code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make", REWRITTEN)
     assert code == 0, result
     assert result["gradients"]["compared"] == 14  # three blocks and the head: the factory's depth
-    code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make_without_module",
-                             REWRITTEN)
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make_without_module", REWRITTEN)
     assert code == 2 and "must take one argument" in result["error"]["message"]
 
 
@@ -303,8 +313,20 @@ def test_cuda(tmp_path: Path) -> None:
 
 def test_click_command(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(MODELS / "stack_broken.py"),
-            "--backend", "eager", "--no-cold-start", "--repeats", "1", "--json", str(out)]
+    args = [
+        str(MODELS / "stack.py"),
+        "--factory",
+        "make",
+        "--rewritten",
+        str(MODELS / "stack_broken.py"),
+        "--backend",
+        "eager",
+        "--no-cold-start",
+        "--repeats",
+        "1",
+        "--json",
+        str(out),
+    ]
     result = CliRunner().invoke(verify_command, args)
     assert result.exit_code == 1, result.output
     assert "FAIL: outputs or gradients differ" in result.output
@@ -317,9 +339,13 @@ def test_the_command_imports_no_torch() -> None:
 
 
 def test_table_for_an_error() -> None:
-    result = {"model": "m.py", "factory": "make", "rewritten": None,
-              "options": {"style": "inplace", "backend": "x"},
-              "error": {"stage": "factory", "message": "ValueError: no", "traceback": "Traceback ...\n"}}
+    result = {
+        "model": "m.py",
+        "factory": "make",
+        "rewritten": None,
+        "options": {"style": "inplace", "backend": "x"},
+        "error": {"stage": "factory", "message": "ValueError: no", "traceback": "Traceback ...\n"},
+    }
     text = render.table(result)
     assert "ERROR (factory): ValueError: no" in text and "Traceback ..." in text
 
@@ -340,10 +366,18 @@ class ModelOutputLike(collections.OrderedDict):
 def test_compare_walks_nested_outputs() -> None:
     a = torch.randn(2, 3)
     expected = {"out": Output(a, (a, a)), "hf": ModelOutputLike(loss=a.sum()), "n": 3, "none": None}
-    same = compare(expected, {"out": Output(a.clone(), (a, a)), "hf": ModelOutputLike(loss=a.sum()), "n": 3,
-                              "none": None})
-    assert {d.path for d in same} == {"output.out.logits", "output.out.extra[0]", "output.out.extra[1]",
-                                      "output.hf.loss", "output.n", "output.none"}
+    same = compare(
+        expected,
+        {"out": Output(a.clone(), (a, a)), "hf": ModelOutputLike(loss=a.sum()), "n": 3, "none": None},
+    )
+    assert {d.path for d in same} == {
+        "output.out.logits",
+        "output.out.extra[0]",
+        "output.out.extra[1]",
+        "output.hf.loss",
+        "output.n",
+        "output.none",
+    }
     assert all(d.ok for d in same)
     shifted = compare(expected, {"out": Output(a + 1, (a, a)), "hf": ModelOutputLike(), "n": 4, "none": None})
     bad = {d.path: d for d in shifted if not d.ok}
@@ -376,8 +410,10 @@ def test_compare_tolerances_by_dtype() -> None:
 
 
 def test_describe_reason() -> None:
-    raw = ("0/6: self.layer_idx == 6          # return x * self.layer_idx  # ork/main/m.py:8 in forward "
-           "(HINT: torch.compile considers integer attributes ...)\nUser stack trace: ...")
+    raw = (
+        "0/6: self.layer_idx == 6          # return x * self.layer_idx  # ork/main/m.py:8 in forward "
+        "(HINT: torch.compile considers integer attributes ...)\nUser stack trace: ..."
+    )
     assert describe_reason(raw) == ("self.layer_idx == 6", "m.py:8 in forward")
     plain = "tensor 'x' requires_grad mismatch"
     assert describe_reason(f"0/1: {plain}") == (plain, "")
@@ -389,8 +425,10 @@ def test_fill_groups_recompiles_and_finds_the_limit_hit() -> None:
 
     metrics = [record(None)] + [record(f"0/{i}: self.k == {i}  # y  # a/b.py:3 in forward") for i in range(3)]
     limit_hit = "Dynamo recompile limit exceeded\n Limit type: recompile_limit"
-    metrics += [record("0/3: x.size()[0] == 2"),
-                record("0/4: self.k == 4  # y  # a/b.py:3 in forward", limit_hit)]
+    metrics += [
+        record("0/3: x.size()[0] == 2"),
+        record("0/4: self.k == 4  # y  # a/b.py:3 in forward", limit_hit),
+    ]
     counters = {"frames": {"ok": 4}, "stats": {"unique_graphs": 4}, "graph_break": {"print\n more": 2}}
     account = GraphAccount()
     _fill(account, collections.defaultdict(collections.Counter, counters), metrics)

@@ -16,14 +16,37 @@ from regionalize.options import Options
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 DEFAULT_OPTIONS = Options()
 # The headline keys lead the JSON object, so a person opening the file sees the verdict first.
-_LEADING = ("exit_code", "error", "equivalent", "max_abs_diff", "max_abs_diff_at", "state_dict_compatible",
-            "compile_s", "compile_cold_s", "compile_speedup", "compile_cold_speedup", "graphs", "recompiles",
-            "fell_back_to_eager", "steady_us", "device", "torch_version")
+_LEADING = (
+    "exit_code",
+    "error",
+    "equivalent",
+    "max_abs_diff",
+    "max_abs_diff_at",
+    "state_dict_compatible",
+    "compile_s",
+    "compile_cold_s",
+    "compile_speedup",
+    "compile_cold_speedup",
+    "graphs",
+    "recompiles",
+    "fell_back_to_eager",
+    "steady_us",
+    "device",
+    "torch_version",
+)
 
 
-def run_verify(model_path: str | None, factory: str, rewritten: str | None = None, device: str = "auto",
-               repeats: int = 3, json_out: str | None = None, options: Options = DEFAULT_OPTIONS,
-               cold_start: bool = True, out: TextIO | None = None) -> int:
+def run_verify(
+    model_path: str | None,
+    factory: str,
+    rewritten: str | None = None,
+    device: str = "auto",
+    repeats: int = 3,
+    json_out: str | None = None,
+    options: Options = DEFAULT_OPTIONS,
+    cold_start: bool = True,
+    out: TextIO | None = None,
+) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
     Prints a table to `out` (standard output by default) and, with `json_out`, writes the result as one
@@ -33,8 +56,12 @@ def run_verify(model_path: str | None, factory: str, rewritten: str | None = Non
     from regionalize.verify import render
     from regionalize.verify.loading import VerifyError, resolve_target
 
-    result: dict[str, Any] = {"model": model_path, "factory": factory, "rewritten": rewritten,
-                              "options": {"style": options.style, "backend": options.backend}}
+    result: dict[str, Any] = {
+        "model": model_path,
+        "factory": factory,
+        "rewritten": rewritten,
+        "options": {"style": options.style, "backend": options.backend},
+    }
     try:
         target = resolve_target(model_path, factory)
         result["model"] = str(target.model_path)

@@ -25,8 +25,13 @@ class StateDictCheck:
     error: str = ""  # what load_state_dict(strict=True) said
 
     def to_json(self) -> dict[str, object]:
-        return {"compatible": self.compatible, "keys": self.keys, "missing": self.missing,
-                "unexpected": self.unexpected, "error": self.error}
+        return {
+            "compatible": self.compatible,
+            "keys": self.keys,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "error": self.error,
+        }
 
 
 def check_state_dict(original: torch.nn.Module, rewritten: torch.nn.Module) -> StateDictCheck:
@@ -89,8 +94,11 @@ def check_equivalence(original: Built, rewritten: torch.nn.Module) -> Equivalenc
     if isinstance(got, str):
         got = {}
     result.gradients = [compare_leaf(f"grad:{name}", want[name], got[name]) for name in want if name in got]
-    result.gradients += [Difference(f"grad:{name}", False, None, "no gradient in the rewrite")
-                         for name in want if name not in got]
+    result.gradients += [
+        Difference(f"grad:{name}", False, None, "no gradient in the rewrite")
+        for name in want
+        if name not in got
+    ]
     return result
 
 
@@ -113,8 +121,11 @@ def _gradients(model: torch.nn.Module, inputs: Built) -> dict[str, torch.Tensor]
     """
     model.zero_grad(set_to_none=True)
     output = model(*clone_inputs(inputs.args), **clone_inputs(inputs.kwargs))
-    terms = [_projection(path, leaf) for path, leaf in leaves(output)
-             if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.is_floating_point()]
+    terms = [
+        _projection(path, leaf)
+        for path, leaf in leaves(output)
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.is_floating_point()
+    ]
     if not terms:
         return "no floating-point output requires grad, so there is no backward pass to compare"
     torch.stack(terms).sum().backward()

@@ -117,4 +117,3 @@ def _compare_tensors(path: str, expected: torch.Tensor, actual: torch.Tensor) ->
     max_abs = float(error.max())
     detail = f"{expected.dtype}, rtol {rtol:g}, atol {atol:g}" + ("" if scale == 1.0 else f" x {scale:.3g}")
     return Difference(path, ok, max_abs if math.isfinite(max_abs) else math.inf, detail)
-

@@ -43,8 +43,10 @@ def _heading(result: dict[str, Any]) -> str:
     source = result.get("rewritten") or "codemod output"
     options = result["options"]
     where = f"; device {result['device']}, torch {result['torch_version']}" if "device" in result else ""
-    return (f"regionalize verify {result['model']} --factory {result['factory']}\n"
-            f"rewrite: {source} (style {options['style']}, backend {options['backend']}){where}")
+    return (
+        f"regionalize verify {result['model']} --factory {result['factory']}\n"
+        f"rewrite: {source} (style {options['style']}, backend {options['backend']}){where}"
+    )
 
 
 def _correctness(result: dict[str, Any]) -> list[str]:
@@ -54,20 +56,29 @@ def _correctness(result: dict[str, Any]) -> list[str]:
         if not check["compared"]:
             lines.append(_row(label, "-", check.get("note", "")))
             continue
-        text = (f"{check['compared']} compared, max |diff| {_number(check['max_abs_diff'])} "
-                f"at {check['max_abs_diff_at']}")
+        text = (
+            f"{check['compared']} compared, max |diff| {_number(check['max_abs_diff'])} "
+            f"at {check['max_abs_diff_at']}"
+        )
         lines.append(_row(label, "PASS" if check["ok"] else "FAIL", text))
-        lines += [f"{'':{_LABEL + 8}}{f['path']}: {_number(f['max_abs_diff'])} ({f['detail']})"
-                  for f in check["failures"][:_REASONS_SHOWN]]
+        lines += [
+            f"{'':{_LABEL + 8}}{f['path']}: {_number(f['max_abs_diff'])} ({f['detail']})"
+            for f in check["failures"][:_REASONS_SHOWN]
+        ]
     state = result["state_dict"]
     if state["compatible"]:
         lines.append(_row("state_dict", "PASS", f"{state['keys']} keys identical, strict load ok"))
     else:
-        detail = ", ".join(filter(None, [
-            f"missing {_keys(state['missing'])}" if state["missing"] else "",
-            f"unexpected {_keys(state['unexpected'])}" if state["unexpected"] else "",
-            "" if state["missing"] or state["unexpected"] else state["error"],
-        ]))
+        detail = ", ".join(
+            filter(
+                None,
+                [
+                    f"missing {_keys(state['missing'])}" if state["missing"] else "",
+                    f"unexpected {_keys(state['unexpected'])}" if state["unexpected"] else "",
+                    "" if state["missing"] or state["unexpected"] else state["error"],
+                ],
+            )
+        )
         lines.append(_row("state_dict", "FAIL", detail))
     bypass = result.get("bypass_equivalent")
     if bypass is not None:
@@ -81,8 +92,10 @@ def _compile(result: dict[str, Any]) -> list[str]:
     runs = max((len(r["warm"]) for r in result["compile_runs"].values()), default=0)
     heading = "Compile (first call)"
     lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
-    for label, key, ratio in (("warm process", "compile_s", "compile_speedup"),
-                              ("cold process", "compile_cold_s", "compile_cold_speedup")):
+    for label, key, ratio in (
+        ("warm process", "compile_s", "compile_speedup"),
+        ("cold process", "compile_cold_s", "compile_cold_speedup"),
+    ):
         values = result[key]
         cells = "".join(f"{_seconds(values[n]):>{width}}" for n in names)
         speedup = result[ratio]

@@ -71,8 +71,15 @@ class Subject:
     rewrite is produced by the codemod, otherwise (a --rewritten file, or a worker) it is unavailable.
     """
 
-    def __init__(self, target: Target, options: Options, device: str, workdir: Path,
-                 sources: dict[str, str] | None = None, transform: bool = True) -> None:
+    def __init__(
+        self,
+        target: Target,
+        options: Options,
+        device: str,
+        workdir: Path,
+        sources: dict[str, str] | None = None,
+        transform: bool = True,
+    ) -> None:
         self.target = target
         self.options = options
         self.device = device
@@ -84,7 +91,7 @@ class Subject:
 
     @staticmethod
     def key(variant: Variant) -> str:
-        """"original", "rewritten", or "rewritten,guard_bypass=filter" for a rewrite with other options."""
+        """ "original", "rewritten", or "rewritten,guard_bypass=filter" for a rewrite with other options."""
         if variant.rewrite is None:
             return "original"
         return ",".join(["rewritten", *(f"{k}={v}" for k, v in sorted(variant.rewrite.items()))])
@@ -147,8 +154,10 @@ class Subject:
 
 def _unpack(made: Any, name: str) -> Built:
     if not isinstance(made, tuple) or len(made) not in (2, 3):
-        raise VerifyError("factory", f"{name}() must return (model, args) or (model, args, kwargs), "
-                          f"not {type(made).__name__}")
+        raise VerifyError(
+            "factory",
+            f"{name}() must return (model, args) or (model, args, kwargs), not {type(made).__name__}",
+        )
     model, args, *rest = made
     kwargs = rest[0] if rest else {}
     if not isinstance(model, torch.nn.Module):

@@ -46,8 +46,14 @@ def first_call_s(built: Built, device: str) -> float:
     return time.perf_counter() - start
 
 
-def steady_us(built: Built, device: str, warmup: int = 3, budget_s: float = 0.5, min_calls: int = 5,
-              max_calls: int = 200) -> float:
+def steady_us(
+    built: Built,
+    device: str,
+    warmup: int = 3,
+    budget_s: float = 0.5,
+    min_calls: int = 5,
+    max_calls: int = 200,
+) -> float:
     """Median latency of one call after `warmup` calls, over as many calls as fit in `budget_s`."""
     for _ in range(warmup):
         call(built)
@@ -101,21 +107,32 @@ def run_worker(job: WorkerJob, timeout_s: float) -> dict[str, Any]:
     env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
     command = [sys.executable, "-m", "regionalize.verify.worker"]
     try:
-        done = subprocess.run(command, input=json.dumps(dataclasses.asdict(job)), capture_output=True,
-                              text=True, env=env, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            command,
+            input=json.dumps(dataclasses.asdict(job)),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise VerifyError("compile timing", f"the {job.variant} worker ran past {timeout_s:.0f} s") from exc
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARKER)]
     if done.returncode != 0 or not results:
-        raise VerifyError("compile timing", f"the {job.variant} worker exited with status {done.returncode}",
-                          done.stderr[-_STDERR_TAIL:])
-    return json.loads(results[-1][len(RESULT_MARKER):])
+        raise VerifyError(
+            "compile timing",
+            f"the {job.variant} worker exited with status {done.returncode}",
+            done.stderr[-_STDERR_TAIL:],
+        )
+    return json.loads(results[-1][len(RESULT_MARKER) :])
 
 
-def cold_starts(job: WorkerJob, variants: list[str], repeats: int,
-                timeout_s: float) -> dict[str, dict[str, list[float]]]:
+def cold_starts(
+    job: WorkerJob, variants: list[str], repeats: int, timeout_s: float
+) -> dict[str, dict[str, list[float]]]:
     """First-call seconds per variant, in a cold process and after a warm-up compile, `repeats` each.
 
     Runs alternate between variants so that drift in the machine's load does not favour one of them.

@@ -28,8 +28,15 @@ from regionalize.verify.timing import WorkerJob, cold_starts, first_call_s, opti
 WORKER_TIMEOUT_S = 900.0
 
 
-def verify(target: Target, factory: str, rewritten: str | None, device: str, repeats: int, options: Options,
-           cold_start: bool = True) -> dict[str, Any]:
+def verify(
+    target: Target,
+    factory: str,
+    rewritten: str | None,
+    device: str,
+    repeats: int,
+    options: Options,
+    cold_start: bool = True,
+) -> dict[str, Any]:
     """All checks; raises VerifyError when the user's code cannot be imported, built or run."""
     device = resolve_device(device)
     result: dict[str, Any] = {
@@ -43,9 +50,18 @@ def verify(target: Target, factory: str, rewritten: str | None, device: str, rep
     # Every key is present whatever happens below, so the JSON's consumers need no special cases.
     compiled = [v.name for v in VARIANTS if v.compiled and v.time_compile]
     result.update(
-        steady_us=dict.fromkeys(v.name for v in VARIANTS), skipped={}, accounting={}, graphs={}, frames={},
-        recompiles={}, graph_breaks={}, fell_back_to_eager=False, compile_s=dict.fromkeys(compiled),
-        compile_cold_s=dict.fromkeys(compiled), compile_speedup=None, compile_cold_speedup=None,
+        steady_us=dict.fromkeys(v.name for v in VARIANTS),
+        skipped={},
+        accounting={},
+        graphs={},
+        frames={},
+        recompiles={},
+        graph_breaks={},
+        fell_back_to_eager=False,
+        compile_s=dict.fromkeys(compiled),
+        compile_cold_s=dict.fromkeys(compiled),
+        compile_speedup=None,
+        compile_cold_speedup=None,
         compile_runs={},
     )
     with (
@@ -131,15 +147,20 @@ def _performance(subject: Subject, result: dict[str, Any]) -> None:
     result["steady_us"] = steady
     result["skipped"] = skipped
     result["accounting"] = {name: account.to_json() for name, account in accounts.items()}
-    for key, attribute in (("graphs", "graphs"), ("frames", "frames"), ("recompiles", "recompiles"),
-                           ("graph_breaks", "graph_breaks")):
+    for key, attribute in (
+        ("graphs", "graphs"),
+        ("frames", "frames"),
+        ("recompiles", "recompiles"),
+        ("graph_breaks", "graph_breaks"),
+    ):
         result[key] = {name: getattr(account, attribute) for name, account in accounts.items()}
     regional = [accounts[v.name] for v in VARIANTS if v.rewrite is not None and v.name in accounts]
     result["fell_back_to_eager"] = any(account.fell_back_to_eager for account in regional)
 
 
-def _compile_times(subject: Subject, factory: str, variants: list[str], repeats: int,
-                   result: dict[str, Any]) -> None:
+def _compile_times(
+    subject: Subject, factory: str, variants: list[str], repeats: int, result: dict[str, Any]
+) -> None:
     """First-call time of each compiled variant, each run in a fresh process with an empty cache."""
     job = WorkerJob(
         model_path=str(subject.target.model_path),
