@@ -771,10 +771,6 @@ def _container_arguments(scope: _Scope, finder: _Finder) -> set[str]:
     }
 
 
-def _calls(node: cst.CSTNode) -> Iterator[cst.Call]:
-    return (n for n in _walk(node) if isinstance(n, cst.Call))
-
-
 def _compiles_name(node: cst.CSTNode, var: str) -> bool:
     """`var.compile(..)`, `_regionalize_dispatch(var, ..)`, or a loop over `var` compiling each item."""
     for found in _walk(node):

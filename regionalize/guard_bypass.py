@@ -17,7 +17,6 @@ What neither mode re-checks, and so must not change after the first call: see do
 
 from __future__ import annotations
 
-MODES = ("filter", "depyf")
 HELPER_NAMES = {"filter": "_regionalize_guard_filter", "depyf": "_regionalize_dispatch"}
 
 _FILTER = '''\
