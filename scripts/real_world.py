@@ -1,6 +1,7 @@
 """Run the codemod over the source of real model libraries from PyPI: crashes, parses, idempotence, coverage.
 
-    python scripts/real_world.py [--libs transformers timm ...] [--jobs 4] [--json OUT] [--examples N]
+    python scripts/real_world.py [--libs transformers timm ...] [--jobs N] [--json OUT] [--examples N]
+                                 [--style inplace|wrap] [--guard-bypass none|filter|depyf]
 
 Distributions are downloaded with `pip download --no-deps` at pinned versions (wheel, or the sdist where
 there is no pure-Python wheel) into .downloads/ (git-ignored, never committed) and only their .py files
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from regionalize.codemod import transform_source
-from regionalize.options import STYLES, Options
+from regionalize.options import GUARD_BYPASS, STYLES, Options
 from regionalize.runner import read_source, unified_diff
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,8 +167,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the table, every site and every problem here")
     parser.add_argument("--examples", type=int, default=0, help="print this many diffs per library")
     parser.add_argument("--style", choices=STYLES, default="inplace")
+    parser.add_argument("--guard-bypass", choices=GUARD_BYPASS, default="none")
     args = parser.parse_args()
-    options = Options(style=args.style)
+    options = Options(style=args.style, guard_bypass=args.guard_bypass)
 
     version = codemod_version()
     print(f"regionalize at {version}, options: {options}\n")
