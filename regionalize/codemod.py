@@ -325,7 +325,10 @@ class _Finder(cst.CSTVisitor):
                     if isinstance(layers[0], cst.Call)
                     else (_Element("other", label, expr))
                 )
-            return _Element("block" if kind == "Sequential" and layers else "other", label, expr)
+            if kind == "Sequential" and layers:
+                parts = [e for layer in layers for e in self.classify(layer, int_vars)]
+                return _Element("leaf" if all(e.kind == "leaf" for e in parts) else "block", label, expr)
+            return _Element("other", label, expr)
         dotted = self.dotted(expr.func) or label
         last = dotted.rsplit(".", 1)[-1]
         if isinstance(expr.func, cst.Name) and last in self.scopes[-1].params:
@@ -341,11 +344,11 @@ class _Finder(cst.CSTVisitor):
             return _Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
         if dotted.startswith("torch."):
             return _Element("other", label, expr)
-        if not last[:1].isupper():
+        if not last.lstrip("_")[:1].isupper():
             # A factory named for what it builds (`get_down_block`, `make_layer`) builds a block.
             factory = BLOCK_FACTORY.search(last) and not LEAF_PARAMETER.search(last)
             return _Element("block" if factory else "other", label, expr)
-        return _Element("leaf" if LEAF_NAME.search(last) else "block", label, expr)
+        return _Element("leaf" if LEAF_NAME.search(last.lstrip("_")) else "block", label, expr)
 
     def literal(self, call: cst.Call, int_vars: set[str]) -> _Container:
         """A ModuleList of blocks written out, met where it is built per iteration: each element repeats."""
@@ -905,6 +908,9 @@ def _int_uses(call: cst.Call, int_vars: set[str]) -> set[str]:
 
         def visit_FormattedString(self, node: cst.FormattedString) -> bool:
             return False
+
+        def visit_Comparison(self, node: cst.Comparison) -> bool:
+            return False  # `is_first=(i == 0)`: a bool, at most two graphs
 
         def visit_Name(self, node: cst.Name) -> None:
             if node.value in int_vars:

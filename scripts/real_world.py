@@ -90,18 +90,19 @@ def codemod_version() -> str:
 
 def check(path: str, options: Options) -> Result:
     """One file: what the codemod found, and whether its output holds up."""
+    shown = os.path.relpath(path, DOWNLOADS)
     try:
         text = read_source(path).text
     except (OSError, ValueError) as exc:
-        return {"path": path, "unparsable": f"unreadable: {exc}", "sites": []}
+        return {"path": shown, "unparsable": f"unreadable: {exc}", "sites": []}
     started = time.perf_counter()
     try:
         first = transform_source(text, options)
     except Exception:  # exactly what this script exists to catch
-        return {"path": path, "crash": traceback.format_exc(limit=-3), "sites": []}
+        return {"path": shown, "crash": traceback.format_exc(limit=-3), "sites": []}
     lines = text.splitlines()
     result: Result = {
-        "path": path,
+        "path": shown,
         "seconds": time.perf_counter() - started,
         "sites": [{**asdict(s), "source": lines[s.line - 1].strip()} for s in first.sites],
     }
@@ -110,7 +111,7 @@ def check(path: str, options: Options) -> Result:
         result[key] = first.reason
     if not first.changed:
         return result
-    result["diff"] = unified_diff(path, text, first.code)
+    result["diff"] = unified_diff(shown, text, first.code)
     try:
         ast.parse(first.code)
     except SyntaxError as exc:
@@ -123,7 +124,7 @@ def check(path: str, options: Options) -> Result:
         return result
     again = [f"{s.line}: {s.code}" for s in second.sites if s.action == "rewrite"]
     if second.code != first.code or again:
-        result["not_idempotent"] = unified_diff(path, first.code, second.code) or f"rewrites again: {again}"
+        result["not_idempotent"] = unified_diff(shown, first.code, second.code) or f"rewrites again: {again}"
     return result
 
 
@@ -144,6 +145,7 @@ def summarize(requirement: str, results: list[Result], seconds: float) -> Result
         "unparsable": sum("unparsable" in r for r in results),
         **{key: sum(key in r for r in results) for key in PROBLEMS},
         "seconds": round(seconds, 2),
+        "slowest_file": max(results, key=lambda r: r.get("seconds", 0.0), default={}).get("path"),
     }
 
 
@@ -189,7 +191,7 @@ def main() -> None:
         rows.append(summarize(LIBRARIES[label], results, time.perf_counter() - started))
         print(table_row(rows[-1]), flush=True)
         for r in results:
-            r["library"], r["path"] = label, str(Path(r["path"]).relative_to(DOWNLOADS))
+            r["library"] = label
         details += [r for r in results if r["sites"] or r.keys() & {"unparsable", *PROBLEMS}]
         for r in [r for r in results if "diff" in r][: args.examples]:
             print(r["diff"])
