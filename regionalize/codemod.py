@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import CodePosition, MetadataWrapper, PositionProvider
 
-from regionalize import guard_bypass, prescan
+from regionalize import guard_bypass, per_block_ints, prescan
 from regionalize.options import Options
 from regionalize.report import CODES, Site
 
@@ -70,43 +70,88 @@ def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> Transfo
         return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
     except (ValueError, MemoryError, RecursionError) as exc:
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
-    facts = prescan.scan(tree)
     lines = source.splitlines(keepends=True)
-    sites: list[Site] = []
-    replaced: list[tuple[prescan.Region, str]] = []
-    needs_torch, helper = False, None
-    for region in prescan.regions(tree, lines):
-        try:
-            module = cst.parse_module(region.extract(lines))
-        except cst.ParserSyntaxError as exc:
-            line = exc.raw_line + region.start - 1
-            return TransformResult("failure", source, reason=f"cannot parse: line {line}: {exc.message}")
-        finder = _Finder(module, options, facts, region)
-        MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
-        sites += finder.sites
-        if finder.edits:
-            replaced.append((region, region.restore(module.visit(_Editor(finder.edits)).code)))
-            needs_torch |= finder.edits.needs_torch
-            helper = helper or finder.edits.helper
-    sites.sort(key=lambda s: (s.line, s.col, s.code))
-    if not replaced:
+    found = _compile_containers(tree, lines, options)
+    if isinstance(found, TransformResult):
+        return found
+    fixes = per_block_ints.plan(tree, found.int_args)
+    sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
+    helpers = [found.helper] if found.helper else []
+    if fixes:
+        # The forwards get their insertions first; the containers are then compiled in that text (the
+        # same decisions: a forward holds no container site), and the sites keep the original lines.
+        lines = fixes.apply(lines).splitlines(keepends=True)
+        tree = ast.parse("".join(lines))
+        found = _compile_containers(tree, lines, options)
+        assert not isinstance(found, TransformResult)
+        helpers += fixes.helpers()
+    if not found.changed and not fixes:
         return TransformResult("skip", source, sites, reason="nothing to rewrite")
-    for region, text in reversed(replaced):
-        lines[region.start - 1 : region.end] = [text]
-    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    torch_at, helper_at = prescan.insert_lines(tree)
-    if helper_at > replaced[0][0].start - 1:  # a rewritten region above the imports: rare
-        torch_at = helper_at = 0
-    if helper and _helper_name(helper) not in facts.top_level_defs:
-        lines[helper_at:helper_at] = [newline, newline, helper.replace("\n", newline)]
-    if needs_torch and not facts.torch_bound:
-        lines[torch_at:torch_at] = [f"import torch{newline}"]
-    code = "".join(lines)
+    code = _add_helpers(found.lines, tree, found, helpers, found.needs_torch or bool(fixes))
     try:
         ast.parse(code)
     except SyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
         return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
     return TransformResult("success", code, sites)
+
+
+@dataclass
+class _Pass:
+    """The containers of one file compiled: its lines with every rewritten region replaced."""
+
+    lines: list[str]
+    facts: prescan.FileFacts
+    sites: list[Site]
+    int_args: list[per_block_ints.IntArgs]
+    first_region: int  # first line of the first rewritten region; 0 when none was
+    needs_torch: bool = False
+    helper: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.first_region > 0
+
+
+def _compile_containers(tree: ast.Module, lines: list[str], options: Options) -> _Pass | TransformResult:
+    facts = prescan.scan(tree)
+    result = _Pass(list(lines), facts, [], [], 0)
+    replaced: list[tuple[prescan.Region, str]] = []
+    for region in prescan.regions(tree, lines):
+        try:
+            module = cst.parse_module(region.extract(lines))
+        except cst.ParserSyntaxError as exc:
+            line = exc.raw_line + region.start - 1
+            return TransformResult(
+                "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
+            )
+        finder = _Finder(module, options, facts, region)
+        MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
+        result.sites += finder.sites
+        result.int_args += finder.int_args
+        if finder.edits:
+            replaced.append((region, region.restore(module.visit(_Editor(finder.edits)).code)))
+            result.needs_torch |= finder.edits.needs_torch
+            result.helper = result.helper or finder.edits.helper
+    for region, text in reversed(replaced):
+        result.lines[region.start - 1 : region.end] = [text]
+    result.first_region = replaced[0][0].start if replaced else 0
+    return result
+
+
+def _add_helpers(lines: list[str], tree: ast.Module, found: _Pass, helpers: list[str], torch: bool) -> str:
+    """Module-level helpers after the imports, and `import torch` where isort would put it."""
+    facts = found.facts
+    lines = list(lines)
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    torch_at, helper_at = prescan.insert_lines(tree)
+    if found.changed and helper_at > found.first_region - 1:  # a rewritten region above the imports: rare
+        torch_at = helper_at = 0
+    for helper in reversed(helpers):
+        if _helper_name(helper) not in facts.top_level_defs:
+            lines[helper_at:helper_at] = [newline, newline, helper.replace("\n", newline)]
+    if torch and not facts.torch_bound:
+        lines[torch_at:torch_at] = [f"import torch{newline}"]
+    return "".join(lines)
 
 
 def _helper_name(helper: str) -> str:
@@ -222,6 +267,7 @@ class _Finder(cst.CSTVisitor):
         self.statements: list[cst.BaseStatement] = []
         self.class_bodies: set[cst.BaseSuite] = set()
         self.consumed: set[cst.Call] = set()  # inner containers already reported with their outer one
+        self.int_args: list[per_block_ints.IntArgs] = []  # blocks built with a per-iteration integer
 
     # -- traversal bookkeeping -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -461,12 +507,13 @@ class _Finder(cst.CSTVisitor):
         """The decisions every pattern shares; True when the site is settled (reported, or wrapped)."""
         if compiled or any(e.kind == "compiled" for e in leaves):
             site("RGZ002", "skip")
+            self.record_int_args(leaves, pattern, warn=False)
         elif self.skip_comment(call):
             site("RGZ101", "skip")
         elif not blocks:
             site(*_why_not(leaves))
         else:
-            self.warn_int_vars(blocks, pattern)
+            self.record_int_args(blocks, pattern, warn=True)
             if self.options.style != "wrap":
                 return False
             for element in blocks:
@@ -675,25 +722,26 @@ class _Finder(cst.CSTVisitor):
         """Line and 1-based column in the file, from a position in the region."""
         return position.line + self.region.start - 1, position.column + 1 + len(self.region.indent)
 
-    def warn_int_vars(self, blocks: list[_Element], pattern: str) -> None:
+    def record_int_args(self, blocks: list[_Element], pattern: str, warn: bool) -> None:
+        """Note the blocks that receive a per-iteration integer, for per_block_ints to follow."""
         for element in blocks:
             if element.kind == "nested" and element.inner is not None:
-                self.warn_int_vars(_blocks(element.inner), pattern)
+                self.record_int_args(_blocks(element.inner), pattern, warn)
                 continue
-            if element.call is None:
+            call = element.call
+            if call is not None and element.kind == "compiled" and call.args:
+                call = call.args[0].value  # torch.compile(Block(..))
+            if not isinstance(call, cst.Call):
                 continue
-            used = _int_uses(element.call, self.loop_int_vars() | element.int_vars)
-            if not used:
-                continue
-            position = self.get_metadata(PositionProvider, element.call).start
-            names = ", ".join(sorted(used))
-            reason = (
-                f"per-block integer `{names}` reaches {element.label}(...): if forward reads it, Dynamo "
-                "specializes on it and compiles one graph per block, and past recompile_limit (8) the rest "
-                "run eager with only a log warning; set torch._dynamo.config.allow_unspec_int_on_nn_module = "
-                "True, and check with `regionalize verify`"
-            )
-            self.sites.append(Site(*self.where(position), "RGZ201", pattern, element.label, "warn", reason))
+            positions, keywords, names = _int_args(call, self.loop_int_vars() | element.int_vars)
+            if names:
+                position = self.get_metadata(PositionProvider, call).start
+                block = _dotted(call.func) or element.label
+                self.int_args.append(
+                    per_block_ints.IntArgs(
+                        block, positions, keywords, names, *self.where(position), pattern, warn
+                    )
+                )
 
 
 class _Editor(cst.CSTTransformer):
@@ -898,24 +946,42 @@ def _comprehension_int_vars(for_in: cst.CompFor | None) -> set[str]:
     return names
 
 
-def _int_uses(call: cst.Call, int_vars: set[str]) -> set[str]:
-    """Integer loop variables used as values in the arguments (not as an index: `dpr[i]` is a float)."""
-    used: set[str] = set()
+def _int_args(call: cst.Call, int_vars: set[str]) -> tuple[frozenset[int], frozenset[str], tuple[str, ...]]:
+    """The arguments that carry an integer loop variable as a value: positions, keywords, and the names.
 
-    class Collector(cst.CSTVisitor):
-        def visit_SubscriptElement(self, node: cst.SubscriptElement) -> bool:
-            return False
+    Not through an index (`dpr[i]` is a float), a comparison (`is_first=(i == 0)` is a bool, at most two
+    graphs) or an f-string.
+    """
+    positions: set[int] = set()
+    keywords: set[str] = set()
+    every: set[str] = set()
+    for index, arg in enumerate(call.args):
+        used: set[str] = set()
+        arg.value.visit(_IntUses(int_vars, used))
+        if not used:
+            continue
+        every |= used
+        if arg.keyword is not None:
+            keywords.add(arg.keyword.value)
+        elif not arg.star:
+            positions.add(index)
+    return frozenset(positions), frozenset(keywords), tuple(sorted(every))
 
-        def visit_FormattedString(self, node: cst.FormattedString) -> bool:
-            return False
 
-        def visit_Comparison(self, node: cst.Comparison) -> bool:
-            return False  # `is_first=(i == 0)`: a bool, at most two graphs
+class _IntUses(cst.CSTVisitor):
+    def __init__(self, int_vars: set[str], used: set[str]) -> None:
+        self.int_vars = int_vars
+        self.used = used
 
-        def visit_Name(self, node: cst.Name) -> None:
-            if node.value in int_vars:
-                used.add(node.value)
+    def visit_SubscriptElement(self, node: cst.SubscriptElement) -> bool:
+        return False
 
-    for arg in call.args:
-        arg.value.visit(Collector())
-    return used
+    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+        return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.int_vars:
+            self.used.add(node.value)

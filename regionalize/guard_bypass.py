@@ -97,8 +97,11 @@ def _regionalize_dispatch(block, **compile_kwargs):
         out = guarded(*args, **kwargs)
         bound = signature.bind(block, *args, **kwargs)
         bound.apply_defaults()
+        # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.
+        names = forward.__code__.co_freevars
+        frame = dict(bound.arguments) | {n: c.cell_contents for n, c in zip(names, forward.__closure__ or ())}
         for entry in _debug_get_cache_entry_list(forward.__code__):  # the order Dynamo tries them in
-            if entry.guard_manager.check(dict(bound.arguments)):
+            if entry.guard_manager.check(frame):
                 direct[k] = types.FunctionType(
                     entry.code, forward.__globals__, forward.__name__,
                     forward.__defaults__, forward.__closure__,

@@ -12,6 +12,8 @@ from regionalize import __version__
 CODES = {
     "RGZ001": "repeated block compiled regionally",
     "RGZ002": "already compiled",
+    "RGZ003": "a call taking a per-block integer runs outside the compiled region",
+    "RGZ004": "per-block integers read in forward are symbolic while it is traced",
     "RGZ101": "skipped by a `# regionalize: skip` comment",
     "RGZ102": "element is a leaf layer, not a block",
     "RGZ103": "element is not a module constructor",
@@ -21,6 +23,10 @@ CODES = {
     "RGZ107": "container is a class attribute, shared by every instance",
     "RGZ201": "a per-iteration integer reaches the block's constructor",
 }
+
+
+# What a rewrite site did, when it is not compiling a container.
+_REWRITES = {"RGZ003": "move {} out of the compiled region", "RGZ004": "make {} symbolic while traced"}
 
 
 @dataclass(frozen=True)
@@ -50,9 +56,8 @@ class FileReport:
 def site_line(path: str, site: Site) -> str:
     """One line per site, in the `path:line:col: CODE message` shape that editors and CI parse."""
     what = f"{site.pattern} of {site.block}" if site.block else site.pattern
-    text = {"rewrite": f"compile {what} regionally", "skip": f"skip {what}", "warn": f"warning for {what}"}[
-        site.action
-    ]
+    rewrite = _REWRITES.get(site.code, "compile {} regionally").format(what)
+    text = {"rewrite": rewrite, "skip": f"skip {what}", "warn": f"warning for {what}"}[site.action]
     if site.reason:
         text += f": {site.reason}"
     return f"{path}:{site.line}:{site.col}: {site.code} {text}"

@@ -1,0 +1,237 @@
+"""Per-block integers: the rewrite keeps a decoder's blocks on shared graphs, and says what it did."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+import types
+
+import pytest
+
+from regionalize.codemod import transform_source
+from regionalize.options import Options
+
+# A decoder in miniature: a cache indexed by layer (as transformers' DynamicCache), a branch on the
+# index in the block, and a first-layer special case in the attention.
+DECODER = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Cache:
+        def __init__(self):
+            self.layers = []
+
+        def update(self, key, layer_idx):
+            if len(self.layers) <= layer_idx:
+                self.layers.append(key)
+            else:
+                self.layers[layer_idx] = torch.cat([self.layers[layer_idx], key], dim=1)
+            return self.layers[layer_idx]
+
+
+    class Attention(nn.Module):
+        def __init__(self, dim, layer_idx):
+            super().__init__()
+            self.layer_idx = layer_idx
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x, cache):
+            keys = cache.update(self.proj(x), self.layer_idx)
+            if self.layer_idx == 0:
+                keys = keys * 0.5
+            return x + keys.mean(dim=1, keepdim=True)
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, layer_idx):
+            super().__init__()
+            self.attn = Attention(dim, layer_idx=layer_idx)
+            self.layer_idx = layer_idx
+            self.mlp = nn.Linear(dim, dim)
+
+        def forward(self, x, cache):
+            x = self.attn(x, cache)
+            if self.layer_idx % 2:
+                x = -x
+            return self.mlp(x)
+
+
+    class Decoder(nn.Module):
+        def __init__(self, dim=8, depth=6):
+            super().__init__()
+            self.layers = nn.ModuleList([Block(dim, i) for i in range(depth)])
+
+        def forward(self, x, cache):
+            for layer in self.layers:
+                x = layer(x, cache)
+            return x
+    """
+)
+
+
+def load(source: str, name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def test_rewrite_moves_the_cache_call_and_unspecializes_the_branches() -> None:
+    result = transform_source(DECODER)
+    codes = [(s.code, s.block) for s in result.sites]
+    assert ("RGZ003", "Attention") in codes
+    assert ("RGZ004", "Attention") in codes and ("RGZ004", "Block") in codes
+    assert not any(code == "RGZ201" for code, _ in codes)
+    assert "_regionalize_eager(lambda: cache.update(self.proj(x), self.layer_idx))" in result.code
+    assert result.code.count("    @_regionalize_symbolic_ints\n") == 2
+    second = transform_source(result.code)
+    assert second.code == result.code
+    assert not any(s.action == "rewrite" for s in second.sites)
+
+
+def generate(model, steps: int = 3) -> list:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    x, cache, outputs = torch.randn(1, 4, 8), model.cache_class(), []
+    with torch.no_grad():
+        for _ in range(steps):
+            x = model(x, cache)[:, -1:]  # prefill, then one position per step: a shape change
+            outputs.append(x)
+    return outputs
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+def test_blocks_share_graphs_only_when_fixed(fixed: bool) -> None:
+    """Twelve blocks: without the fix each block specializes on its index and past recompile_limit (8)
+    the rest run eager; with it, only the shape change and the branches' outcomes recompile (Dynamo
+    specializes the values 0 and 1 of a symbolic integer, so blocks 0 and 1 have graphs of their own)."""
+    torch = pytest.importorskip("torch")
+    from regionalize.verify.accounting import recording
+
+    options = Options(backend="eager")  # Dynamo's decisions are the same; no inductor start-up
+    rewritten = transform_source(DECODER, options).code
+    if not fixed:  # the containers compiled, the forwards as the user wrote them
+        rewritten = DECODER.replace(
+            "self.layers = nn.ModuleList([Block(dim, i) for i in range(depth)])",
+            "self.layers = nn.ModuleList([Block(dim, i) for i in range(depth)])\n"
+            "        for block in self.layers:\n"
+            "            block.compile(backend='eager')",
+        )
+    original_module = load(DECODER, "decoder_original")
+    module = load(rewritten, f"decoder_fixed_{fixed}")
+    torch.manual_seed(0)
+    original = original_module.Decoder(depth=12).eval()
+    model = module.Decoder(depth=12).eval()
+    model.load_state_dict(original.state_dict())
+    original.cache_class, model.cache_class = original_module.Cache, module.Cache
+    expected = generate(original)
+    with recording() as account:
+        actual = generate(model)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert account.fell_back_to_eager is not fixed
+    if fixed:  # the same graphs whatever the depth: one per outcome of the branches and per shape
+        assert account.graphs <= 10
+
+
+CONTAINER = """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(i) for i in range(4)])
+"""
+
+
+def parts(source: str) -> tuple[str, list[str]]:
+    result = transform_source(textwrap.dedent(source) + CONTAINER)
+    ast.parse(result.code)
+    return result.code, [s.code for s in result.sites]
+
+
+def test_what_cannot_take_a_lambda_stays_and_is_warned() -> None:
+    code, codes = parts(
+        """
+        from torch import nn
+
+        class Layer(nn.Module):
+            def __init__(self, i):
+                super().__init__()
+                self.i = i
+
+            def forward(self, x, cache):
+                cache.seen[self.i] = True
+                cache.get(n := self.i)
+                return x
+        """
+    )
+    assert "_regionalize_eager" not in code
+    assert "cache.seen[self.i] = True" in code and "cache.get(n := self.i)" in code
+    assert "RGZ201" in codes
+
+
+def test_reads_that_stay_in_the_graph_are_not_moved() -> None:
+    code, codes = parts(
+        """
+        import torch
+        from torch import nn
+
+        class Layer(nn.Module):
+            def __init__(self, i):
+                super().__init__()
+                self.i = i
+                self.proj = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return torch.roll(self.proj(x), self.i) + self.helper(x)
+
+            def helper(self, x):
+                return x * self.i
+        """
+    )
+    assert "_regionalize_eager" not in code
+    assert codes.count("RGZ004") == 1 and "RGZ201" not in codes
+
+
+def test_insertions_count_bytes_and_keep_line_endings() -> None:
+    source = textwrap.dedent(
+        """
+        from torch import nn
+
+        class Layer(nn.Module):
+            def __init__(self, i):
+                super().__init__()
+                self.i = i
+
+            def forward(self, x, cache):
+                return {"clé": cache.update(x, self.i)}["clé"]
+        """
+    )
+    source = (source + CONTAINER).replace("\n", "\r\n")
+    result = transform_source(source)
+    assert '{"clé": _regionalize_eager(lambda: cache.update(x, self.i))}["clé"]' in result.code
+    assert "\n" not in result.code.replace("\r\n", "")
+
+
+def test_class_attribute_reached_through_a_base_and_keywords() -> None:
+    code, codes = parts(
+        """
+        from torch import nn
+
+        class Base(nn.Module):
+            def __init__(self, dim, *, layer_idx):
+                super().__init__()
+                self.layer_idx = layer_idx
+
+        class Layer(Base):
+            def __init__(self, i):
+                super().__init__(4, layer_idx=i)
+
+            def forward(self, x, past_key_values):
+                return past_key_values[self.layer_idx][0] + x
+        """
+    )
+    assert "_regionalize_eager(lambda: past_key_values[self.layer_idx])[0]" in code
+    assert codes.count("RGZ003") == 1
