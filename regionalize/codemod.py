@@ -74,14 +74,17 @@ def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> Transfo
     found = _compile_containers(tree, lines, options)
     if isinstance(found, TransformResult):
         return found
-    fixes = per_block_ints.plan(tree, found.int_args)
+    fixes = per_block_ints.plan(tree, source, found.int_args)
     sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
     helpers = [found.helper] if found.helper else []
     if fixes:
         # The forwards get their insertions first; the containers are then compiled in that text (the
         # same decisions: a forward holds no container site), and the sites keep the original lines.
         lines = fixes.apply(lines).splitlines(keepends=True)
-        tree = ast.parse("".join(lines))
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError as exc:  # a bug of ours, as below
+            return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
         found = _compile_containers(tree, lines, options)
         assert not isinstance(found, TransformResult)
         helpers += fixes.helpers()

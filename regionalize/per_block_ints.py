@@ -77,39 +77,44 @@ class IntArgs:
     warn: bool = True  # RGZ201 when the file cannot fix it (not for blocks the user compiled already)
 
 
+Position = tuple[int, int]  # line (1-based), column in UTF-8 bytes: what `ast` gives
+
+
 @dataclass
 class Plan:
-    """Text insertions into the original source, and the sites they answer to."""
+    """Edits of the original source (spans replaced, empty spans for insertions), and their sites."""
 
-    inserts: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (line, byte col) -> text
+    edits: list[tuple[Position, Position, str]] = field(default_factory=list)
     decorate: set[int] = field(default_factory=set)  # lines of `def forward` (or its first decorator)
     sites: list[Site] = field(default_factory=list)
+    # Classes whose reads are planned, with what could not be fixed: a class reached from several blocks
+    # (an attention in encoder and decoder layers) is edited once.
+    fixed: dict[str, list[str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.decorate)
+        return bool(self.edits or self.decorate)
 
     def helpers(self) -> list[str]:
-        return [EAGER_HELPER] * bool(self.inserts) + [SYMBOLIC_HELPER] * bool(self.decorate)
+        return [EAGER_HELPER] * bool(self.edits) + [SYMBOLIC_HELPER] * bool(self.decorate)
 
     def apply(self, lines: list[str]) -> str:
-        out = list(lines)
-        by_line: dict[int, list[tuple[int, str]]] = {}
-        for (line, col), texts in self.inserts.items():
-            by_line.setdefault(line, []).append((col, "".join(texts)))
-        for line, items in by_line.items():
-            raw = out[line - 1].encode("utf-8")
-            for col, text in sorted(items, reverse=True):  # right to left: earlier columns stay valid
-                raw = raw[:col] + text.encode("utf-8") + raw[col:]
-            out[line - 1] = raw.decode("utf-8")
+        starts = [0]
+        for line in lines:
+            starts.append(starts[-1] + len(line.encode("utf-8")))
+        edits = list(self.edits)
         for line in self.decorate:
-            text = out[line - 1]
+            text = lines[line - 1]
             indent = text[: len(text) - len(text.lstrip())]
             newline = "\r\n" if text.endswith("\r\n") else "\n"
-            out[line - 1] = f"{indent}@{SYMBOLIC}{newline}{text}"
-        return "".join(out)
+            edits.append(((line, 0), (line, 0), f"{indent}@{SYMBOLIC}{newline}"))
+        raw = "".join(lines).encode("utf-8")
+        at = lambda position: starts[position[0] - 1] + position[1]  # noqa: E731
+        for start, end, text in sorted(edits, key=lambda e: (at(e[0]), at(e[1])), reverse=True):
+            raw = raw[: at(start)] + text.encode("utf-8") + raw[at(end) :]  # from the end: offsets hold
+        return raw.decode("utf-8")
 
 
-def plan(tree: ast.Module, found: list[IntArgs]) -> Plan:
+def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
     """What to move out of the compiled region and what to unspecialize, for every call in `found`."""
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     imports = _module_names(tree)
@@ -128,7 +133,7 @@ def plan(tree: ast.Module, found: list[IntArgs]) -> Plan:
             else:
                 key = (name, frozenset(params))
                 if key not in done:
-                    done[key] = _fix_class(cls, params, classes, imports, result)
+                    done[key] = _fix_class(cls, params, classes, imports, source, result)
                 problems = done[key]
         if problems and args.warn:
             reason = (
@@ -146,6 +151,7 @@ def _fix_class(
     params: set[str],
     classes: dict[str, ast.ClassDef],
     imports: set[str],
+    source: str,
     result: Plan,
 ) -> list[str]:
     """Plan the fixes for `cls` built with per-block `params`, and for the submodules they reach."""
@@ -177,12 +183,19 @@ def _fix_class(
                         (current, callee, sub_params) if is_super else (callee, callee, sub_params)
                     )
         if attrs:
-            problems += _fix_reads(current, attrs, classes, imports, result)
+            if current.name not in result.fixed:
+                result.fixed[current.name] = _fix_reads(current, attrs, classes, imports, source, result)
+            problems += result.fixed[current.name]
     return problems
 
 
 def _fix_reads(
-    cls: ast.ClassDef, attrs: set[str], classes: dict[str, ast.ClassDef], imports: set[str], result: Plan
+    cls: ast.ClassDef,
+    attrs: set[str],
+    classes: dict[str, ast.ClassDef],
+    imports: set[str],
+    source: str,
+    result: Plan,
 ) -> list[str]:
     """Move the calls that take `self.<attr>` out of the graph; unspecialize what else reads it."""
     problems: list[str] = []
@@ -195,24 +208,27 @@ def _fix_reads(
                 continue
             if _already_eager(node, parents):
                 continue
-            carrier = _carrier(node, parents, imports)
+            carrier = _carrier(node, parents, imports) or _setitem(node, parents, imports)
             if carrier is None:
                 store = _stored_into(node, parents)
                 if store is not None:
                     problems.append(
-                        f"`self.{node.attr}` indexes an assignment at line {store.lineno}, "
-                        "which cannot leave the compiled region"
+                        f"`self.{node.attr}` indexes an assignment at line {store.lineno} whose value is "
+                        "computed, which stays in the graph (moving it would change the evaluation order)"
                     )
                 else:
                     remaining = True
             elif carrier not in moved:
                 moved.append(carrier)
         for carrier in _outermost(moved, parents):
-            start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
-            result.inserts.setdefault(start, []).insert(0, f"{EAGER}(lambda: ")
-            result.inserts.setdefault(end, []).append(")")  # type: ignore[arg-type]
             attr = next(n.attr for n in ast.walk(carrier) if _is_self_attr(n, attrs))
-            what = ast.unparse(carrier.func if isinstance(carrier, ast.Call) else carrier.value)
+            start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
+            if isinstance(carrier, ast.Assign):
+                result.edits.append((start, end, _setitem_call(carrier, source)))  # type: ignore[arg-type]
+                what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
+            else:
+                result.edits += [(start, start, f"{EAGER}(lambda: "), (end, end, ")")]  # type: ignore[list-item]
+                what = ast.unparse(carrier.func if isinstance(carrier, ast.Call) else carrier.value)
             reason = f"`{what}` takes per-block integer `self.{attr}`"
             result.sites.append(_site(carrier, "RGZ003", cls.name, reason))
     if remaining:
@@ -414,6 +430,45 @@ def _movable(node: ast.expr) -> bool:
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "super":
             return False  # zero-argument super() needs the method's frame
     return True
+
+
+def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) -> ast.Assign | None:
+    """`cache.is_updated[self.layer_idx] = True`: an assignment that can become a `__setitem__` call.
+
+    Only with a constant or a name as the value: Python evaluates the value before the target, the call
+    after it, so anything that could have a side effect keeps its place (and its RGZ201).
+    """
+    target = parents.get(read)
+    while target is not None and not isinstance(target, ast.Subscript):
+        if isinstance(target, ast.stmt):
+            return None
+        target = parents.get(target)
+    statement = parents.get(target) if target is not None else None
+    if (
+        not isinstance(statement, ast.Assign)
+        or statement.targets != [target]
+        or not isinstance(target.ctx, ast.Store)
+        or isinstance(target.slice, ast.Slice)
+        or not isinstance(statement.value, (ast.Constant, ast.Name))
+    ):
+        return None
+    root = _root_name(target.value)
+    return statement if root is not None and root != "self" and root not in imports else None
+
+
+def _setitem_call(statement: ast.Assign, source: str) -> str:
+    target = statement.targets[0]
+    assert isinstance(target, ast.Subscript)
+    key = _source(target.slice, source)
+    key = f"({key})" if isinstance(target.slice, ast.Tuple) and not key.startswith("(") else key
+    value = _source(statement.value, source)
+    return f"{EAGER}(lambda: {_source(target.value, source)}.__setitem__({key}, {value}))"
+
+
+def _source(node: ast.AST, source: str) -> str:
+    segment = ast.get_source_segment(source, node)
+    assert segment is not None
+    return segment
 
 
 def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | None:

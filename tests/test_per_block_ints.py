@@ -23,6 +23,7 @@ DECODER = textwrap.dedent(
     class Cache:
         def __init__(self):
             self.layers = []
+            self.seen = {}
 
         def update(self, key, layer_idx):
             if len(self.layers) <= layer_idx:
@@ -40,6 +41,7 @@ DECODER = textwrap.dedent(
 
         def forward(self, x, cache):
             keys = cache.update(self.proj(x), self.layer_idx)
+            cache.seen[self.layer_idx, "calls"] = True
             if self.layer_idx == 0:
                 keys = keys * 0.5
             return x + keys.mean(dim=1, keepdim=True)
@@ -86,6 +88,9 @@ def test_rewrite_moves_the_cache_call_and_unspecializes_the_branches() -> None:
     assert ("RGZ004", "Attention") in codes and ("RGZ004", "Block") in codes
     assert not any(code == "RGZ201" for code, _ in codes)
     assert "_regionalize_eager(lambda: cache.update(self.proj(x), self.layer_idx))" in result.code
+    assert (
+        '_regionalize_eager(lambda: cache.seen.__setitem__((self.layer_idx, "calls"), True))' in result.code
+    )
     assert result.code.count("    @_regionalize_symbolic_ints\n") == 2
     second = transform_source(result.code)
     assert second.code == result.code
@@ -96,6 +101,7 @@ def generate(model, steps: int = 3) -> list:
     torch = pytest.importorskip("torch")
     torch.manual_seed(1)
     x, cache, outputs = torch.randn(1, 4, 8), model.cache_class(), []
+    model.last_cache = cache
     with torch.no_grad():
         for _ in range(steps):
             x = model(x, cache)[:, -1:]  # prefill, then one position per step: a shape change
@@ -132,6 +138,7 @@ def test_blocks_share_graphs_only_when_fixed(fixed: bool) -> None:
         actual = generate(model)
     for got, want in zip(actual, expected, strict=True):
         torch.testing.assert_close(got, want)
+    assert sorted(model.last_cache.seen) == [(i, "calls") for i in range(12)]
     assert account.fell_back_to_eager is not fixed
     if fixed:  # the same graphs whatever the depth: one per outcome of the branches and per shape
         assert account.graphs <= 10
@@ -162,13 +169,13 @@ def test_what_cannot_take_a_lambda_stays_and_is_warned() -> None:
                 self.i = i
 
             def forward(self, x, cache):
-                cache.seen[self.i] = True
+                cache.seen[self.i] = x.sum()
                 cache.get(n := self.i)
                 return x
         """
     )
     assert "_regionalize_eager" not in code
-    assert "cache.seen[self.i] = True" in code and "cache.get(n := self.i)" in code
+    assert "cache.seen[self.i] = x.sum()" in code and "cache.get(n := self.i)" in code
     assert "RGZ201" in codes
 
 
