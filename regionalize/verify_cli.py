@@ -16,7 +16,8 @@ HELP = """Prove that the rewrite of MODEL.py computes the same thing and loads t
 measure what regional compilation buys: compile time, graphs, recompiles, steady-state latency.
 
 \b
-FACTORY is a function returning (model, args) or (model, args, kwargs):
+FACTORY is a function returning (model, args), (model, args, kwargs) or (model, run), where run is a
+callable taking the model and returning what to compare (a workload: several calls, a cache):
   NAME                  defined in MODEL.py
   package.module:NAME   defined in that module; MODEL.py defaults to the module's file
   path/file.py:NAME     defined in another file
@@ -24,8 +25,9 @@ A factory outside MODEL.py takes one argument, the model module (original or rew
 the model from it, e.g. `def make(m): return m.LlamaForCausalLM(config), (ids,)`.
 
 Without --rewritten the codemod's output for these options is verified, in memory. Timings are for
-inference (eval mode, no autograd); each compile time is the first call in a fresh process with an
-empty inductor cache, both cold and after one unrelated warm-up compile.
+inference (eval mode, no autograd); each compile time is the first call (a workload's whole run; with
+--workload generate, the first token) in a fresh process with an empty inductor cache, both cold and
+after one unrelated warm-up compile.
 
 \b
 Exit status: 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the model could not be
@@ -58,6 +60,27 @@ imported, built or run (the report says which step, with the traceback).
     help="Skip the fresh-process compile timings (the slow part).",
 )
 @click.option(
+    "--workload",
+    type=click.Choice(["generate"]),
+    help="Verify greedy generation (a transformers causal LM) instead of one forward: the factory returns "
+    "(model, (input_ids,)) or just the model; tokens must be identical, time to first token and decode "
+    "time per token are measured.",
+)
+@click.option(
+    "--tokens",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="New tokens per generation (--workload generate).",
+)
+@click.option(
+    "--prompt-len",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Length of the prompt made from the config when the factory gives no input_ids.",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
@@ -71,6 +94,9 @@ def verify(
     device: str,
     repeats: int,
     cold_start: bool,
+    workload: str | None,
+    tokens: int,
+    prompt_len: int,
     json_out: str | None,
     config_file: str | None,
     **extra: Any,
@@ -79,4 +105,17 @@ def verify(
 
     # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
     options = flags.options(flags.settings([model] if model else [], config_file, extra))
-    sys.exit(run_verify(model, factory, rewritten, device, repeats, json_out, options, cold_start=cold_start))
+    code = run_verify(
+        model,
+        factory,
+        rewritten,
+        device,
+        repeats,
+        json_out,
+        options,
+        cold_start=cold_start,
+        workload=workload,
+        tokens=tokens,
+        prompt_len=prompt_len,
+    )
+    sys.exit(code)

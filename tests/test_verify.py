@@ -25,6 +25,7 @@ from regionalize.verify.accounting import GraphAccount, _fill, describe_reason
 from regionalize.verify.checks import summarize
 from regionalize.verify.compare import compare, tolerance
 from regionalize.verify.loading import VerifyError, resolve_target
+from regionalize.verify.timing import WorkerJob, options_to_json, run_worker
 from regionalize.verify_cli import verify as verify_command
 
 MODELS = Path(__file__).parent / "models"
@@ -72,7 +73,12 @@ def test_equivalent_rewrite_passes_and_reports_every_key(tmp_path: Path) -> None
     assert all(us > 0 for name, us in result["steady_us"].items() if name != "regional_bypass")
     assert result["compile_s"] == {"full": None, "regional": None}  # fresh-process timing was skipped
     assert result["compile_speedup"] is None
-    assert result["device"] == "cpu" and result["torch_version"] == torch.__version__
+    # --device auto: CUDA where there is one, so the suite passes on GPU machines too.
+    assert result["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert result["torch_version"] == torch.__version__
+    # A plain factory: the workload keys are there, empty.
+    assert result["workload"] is None and result["tokens_identical"] is None
+    assert result["ttft_s"] is None and result["decode_ms_per_token"] is None
     assert "PASS: equivalent and checkpoint-compatible" in table
 
 
@@ -139,6 +145,113 @@ def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     assert result["bypass_equivalent"] is True
     assert result["steady_us"]["regional_bypass"] > 0 and "regional_bypass" in table
     assert re.search(r"guard bypass +PASS", table)
+
+
+# --- workloads: (model, run) factories and --workload generate -------------------------------------------
+
+
+def test_run_workload_is_compared_accounted_and_timed_as_a_whole(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "cached.py", "make", MODELS / "cached_inplace.py")
+    assert code == 0, result
+    assert result["workload"] == {"kind": "run"} and result["equivalent"] is True
+    # Both calls' outputs are compared, not just one forward.
+    assert result["forward"]["compared"] == 2 and result["max_abs_diff_at"] in ("output[0]", "output[1]")
+    assert result["gradients"]["compared"] == 0 and "without autograd" in result["gradients"]["note"]
+    # The second call, with the cache filled, recompiles: one forward alone would show 1 graph, 0 recompiles.
+    assert result["graphs"] == {"full": 2, "regional": 2}
+    assert result["recompiles"] == {"full": 1, "regional": 1}
+    assert result["accounting"]["regional"]["recompile_reasons"] == {
+        "past is None (cached_inplace.py:17 in forward)": 1
+    }
+    assert all(result["steady_us"][name] > 0 for name in ("eager", "full", "regional"))
+    assert result["tokens_identical"] is None and result["decode_ms_per_token"] is None
+    assert "workload results" in table and "Steady state per run" in table
+
+
+def test_run_workload_that_differs_fails(tmp_path: Path) -> None:
+    broken = tmp_path / "cached_broken.py"
+    # Only the second call reads the cache: a rewrite that reads it wrongly differs there alone.
+    broken.write_text((MODELS / "cached_inplace.py").read_text().replace("past.mean(0)", "past.mean(0) * 2"))
+    code, result, _ = verify(tmp_path, MODELS / "cached.py", "make", broken)
+    assert code == 1 and result["equivalent"] is False
+    assert [f["path"] for f in result["forward"]["failures"]] == ["output[1]"]
+
+
+def test_run_workload_first_call_in_a_fresh_process(tmp_path: Path) -> None:
+    code, result, _ = verify(
+        tmp_path, MODELS / "cached.py", "make", MODELS / "cached_inplace.py", cold_start=True
+    )
+    assert code == 0
+    assert all(result["compile_s"][name] > 0 for name in ("full", "regional"))
+    assert result["ttft_s"] is None  # not generation
+
+
+HF_LLAMA = MODELS / "hf_llama.py"
+
+
+def llama_file() -> Path:
+    """transformers' own modeling_llama.py, verified unchanged; HF_LLAMA's factories build a tiny model."""
+    pytest.importorskip("transformers")
+    from transformers.models.llama import modeling_llama
+
+    return Path(modeling_llama.__file__)
+
+
+def test_generate_workload_on_a_tiny_llama(tmp_path: Path) -> None:
+    pytest.importorskip("regionalize.codemod", exc_type=ImportError)  # the rewrite is made in memory
+    out = tmp_path / "r.json"
+    args = [str(llama_file()), "--factory", f"{HF_LLAMA}:make", "--workload", "generate", "--tokens", "3"]
+    args += ["--no-cold-start", "--backend", "eager", "--json", str(out)]
+    run = CliRunner().invoke(verify_command, args)
+    result = json.loads(out.read_text())
+    assert run.exit_code == 0, run.output
+    assert result["equivalent"] is True and result["tokens_identical"] is True
+    assert result["workload"] == {"kind": "generate", "tokens": 3, "prompt_len": 5}  # the factory's prompt
+    assert result["forward"]["compared"] == 2 and result["max_abs_diff"] < 1e-4  # tokens and logits
+    # The accounting covers the whole generation: the decode steps recompile after the prefill's graph.
+    assert result["graphs"]["full"] >= 2 and result["recompiles"]["full"] >= 1
+    assert result["graphs"]["regional"] >= 2
+    assert set(result["decode_ms_per_token"]) == {"eager", "full", "regional"}
+    assert all(ms > 0 for ms in result["decode_ms_per_token"].values())
+    assert all(result["steady_us"][name] > 0 for name in ("eager", "full", "regional"))
+    assert result["ttft_s"] == {"full": None, "regional": None}  # --no-cold-start
+    assert "KV cache" in result["skipped"]["regional_bypass"] and result["bypass_equivalent"] is None
+    assert re.search(r"generated tokens +PASS +3 new", run.output) and "Decode per token" in run.output
+
+
+def test_generate_workload_with_other_tokens_fails(tmp_path: Path) -> None:
+    # The factory gives only the model: the prompt is made from its config (--prompt-len, default 8).
+    wrong = MODELS / "hf_llama_wrong.py"
+    code, result, table = verify(
+        tmp_path, llama_file(), f"{HF_LLAMA}:make_model_only", wrong, workload="generate", tokens=3
+    )
+    assert code == 1 and result["error"] is None
+    assert result["equivalent"] is False and result["tokens_identical"] is False
+    assert result["workload"]["prompt_len"] == 8
+    assert {f["path"] for f in result["forward"]["failures"]} == {"output.tokens", "output.logits"}
+    assert re.search(r"generated tokens +FAIL", table) and "FAIL: outputs or gradients differ" in table
+
+
+def test_generate_worker_times_the_first_token(tmp_path: Path) -> None:
+    # A bare model is a factory error unless the worker builds the generate workload from the job.
+    job = WorkerJob(
+        model_path=str(llama_file()),
+        factory=f"{HF_LLAMA}:make_model_only",
+        variant="full",
+        sources={},
+        options=options_to_json(EAGER),
+        device="cuda" if torch.cuda.is_available() else "cpu",
+        warm=False,
+        sys_path=[p for p in sys.path if p],
+        generate={"tokens": 3, "prompt_len": 4},
+    )
+    assert run_worker(job, timeout_s=300)["first_call_s"] > 0
+
+
+def test_generate_workload_needs_a_generating_model(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, workload="generate")
+    assert code == 2 and result["error"]["stage"] == "workload"
+    assert "needs a model with .generate" in result["error"]["message"]
 
 
 # --- where the model and the factory live --------------------------------------------------------------
@@ -305,7 +418,8 @@ def test_cuda_requested_without_a_gpu_exits_2(tmp_path: Path) -> None:
 def test_cuda(tmp_path: Path) -> None:
     code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, device="auto")
     assert code == 0 and result["device"] == "cuda"
-    assert all(us > 0 for us in result["steady_us"].values())
+    # The bypass variant needs the codemod's output, which a --rewritten file does not give.
+    assert all(us > 0 for name, us in result["steady_us"].items() if name != "regional_bypass")
 
 
 # --- the command ---------------------------------------------------------------------------------------

@@ -31,6 +31,10 @@ _LEADING = (
     "recompiles",
     "fell_back_to_eager",
     "steady_us",
+    "workload",
+    "tokens_identical",
+    "ttft_s",
+    "decode_ms_per_token",
     "device",
     "torch_version",
 )
@@ -46,11 +50,16 @@ def run_verify(
     options: Options = DEFAULT_OPTIONS,
     cold_start: bool = True,
     out: TextIO | None = None,
+    workload: str | None = None,
+    tokens: int = 16,
+    prompt_len: int = 8,
 ) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
     Prints a table to `out` (standard output by default) and, with `json_out`, writes the result as one
     JSON object. `cold_start=False` skips the fresh-process compile timings, the slowest part.
+    `workload="generate"` verifies greedy generation of `tokens` new tokens instead of one forward
+    (`prompt_len` sizes the prompt when the factory gives none).
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
     from regionalize.verify import render
@@ -63,11 +72,17 @@ def run_verify(
         "options": {"style": options.style, "backend": options.backend},
     }
     try:
+        if workload not in (None, "generate"):
+            raise VerifyError("workload", f"unknown workload {workload!r}: the one built in is generate")
+        if tokens < 1 or prompt_len < 1:
+            raise VerifyError("workload", "--tokens and --prompt-len must be at least 1")
         target = resolve_target(model_path, factory)
         result["model"] = str(target.model_path)
         from regionalize.verify.verifier import verify
+        from regionalize.verify.workloads import GenerateSpec
 
-        result = verify(target, factory, rewritten, device, repeats, options, cold_start)
+        generate = GenerateSpec(tokens, prompt_len) if workload else None
+        result = verify(target, factory, rewritten, device, repeats, options, cold_start, generate)
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:
         result["error"] = {"stage": exc.stage, "message": exc.message, "traceback": exc.details}

@@ -10,7 +10,7 @@ import torch
 
 from regionalize.verify.compare import Difference, compare, compare_leaf, leaves
 from regionalize.verify.loading import VerifyError
-from regionalize.verify.session import Built, clone_inputs
+from regionalize.verify.session import SEED, Built, clone_inputs
 
 _WRAPPER = "_orig_mod."  # what torch.compile's OptimizedModule adds to every key below it
 _LISTED = 5  # keys named in a report before "and N more"
@@ -80,12 +80,19 @@ class RewriteRaised(Exception):
 
 
 def check_equivalence(original: Built, rewritten: torch.nn.Module) -> Equivalence:
-    """Same inputs through both models in eval mode: outputs without grad, then parameter gradients."""
+    """Same inputs through both models in eval mode: outputs without grad, then parameter gradients.
+
+    With a workload, its results (the same workload run on each model, same seed) are compared instead;
+    gradients are not: a workload is an inference run, generation included.
+    """
     result = Equivalence()
     with torch.no_grad():
         expected = _run(original.model, original, "run original")
         actual = _run(rewritten, original, "")
     result.forward = compare(expected, actual)
+    if original.workload is not None:
+        result.backward_note = "not compared: a workload runs without autograd"
+        return result
     want = _run(original.model, original, "run original", _gradients)
     if isinstance(want, str):
         result.backward_note = want
@@ -107,6 +114,10 @@ def _run(model: torch.nn.Module, inputs: Built, stage: str, how: Any = None) -> 
     try:
         if how is not None:
             return how(model, inputs)
+        if inputs.workload is not None:
+            # The same random stream for both models, as their weights were built under the same seed.
+            torch.manual_seed(SEED)
+            return inputs.workload.run(model)
         return model(*clone_inputs(inputs.args), **clone_inputs(inputs.kwargs))
     except Exception as exc:
         if stage:

@@ -20,6 +20,8 @@ def table(result: dict[str, Any]) -> str:
     lines += ["Correctness", *_correctness(result), ""]
     if not result.get("rewrite_error"):
         lines += [*_compile(result), "", _steady(result)]
+        if result.get("decode_ms_per_token"):
+            lines.append(_decode(result))
         lines += [f"  {name}: not measured ({why})" for name, why in result["skipped"].items()]
     else:
         lines += ["The rewritten model raised:", result["rewrite_error"].rstrip()]
@@ -51,7 +53,8 @@ def _heading(result: dict[str, Any]) -> str:
 
 def _correctness(result: dict[str, Any]) -> list[str]:
     lines = []
-    for label, key in (("outputs (eval)", "forward"), ("gradients", "gradients")):
+    outputs = "workload results" if result.get("workload") else "outputs (eval)"
+    for label, key in ((outputs, "forward"), ("gradients", "gradients")):
         check = result[key]
         if not check["compared"]:
             lines.append(_row(label, "-", check.get("note", "")))
@@ -65,6 +68,11 @@ def _correctness(result: dict[str, Any]) -> list[str]:
             f"{'':{_LABEL + 8}}{f['path']}: {_number(f['max_abs_diff'])} ({f['detail']})"
             for f in check["failures"][:_REASONS_SHOWN]
         ]
+    tokens = result.get("tokens_identical")
+    if tokens is not None:
+        new = result["workload"]["tokens"]
+        same = "identical" if tokens else "differ"
+        lines.append(_row("generated tokens", "PASS" if tokens else "FAIL", f"{new} new (greedy), {same}"))
     state = result["state_dict"]
     if state["compatible"]:
         lines.append(_row("state_dict", "PASS", f"{state['keys']} keys identical, strict load ok"))
@@ -90,7 +98,7 @@ def _compile(result: dict[str, Any]) -> list[str]:
     names = list(result["compile_s"])
     width = max([_COLUMN, *(len(n) + 2 for n in names)])
     runs = max((len(r["warm"]) for r in result["compile_runs"].values()), default=0)
-    heading = "Compile (first call)"
+    heading = "Time to first token" if result.get("ttft_s") is not None else "Compile (first call)"
     lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
     for label, key, ratio in (
         ("warm process", "compile_s", "compile_speedup"),
@@ -125,7 +133,16 @@ def _compile(result: dict[str, Any]) -> list[str]:
 
 def _steady(result: dict[str, Any]) -> str:
     cells = "   ".join(f"{name} {_micros(us)}" for name, us in result["steady_us"].items())
-    return f"{'Steady state per call':<{_LABEL}}{cells}"
+    label = "Steady state per run" if result.get("workload") else "Steady state per call"
+    return f"{label:<{_LABEL}}{cells}"
+
+
+def _decode(result: dict[str, Any]) -> str:
+    cells = "   ".join(
+        f"{name} {'-' if ms is None else f'{ms:.2f} ms'}"
+        for name, ms in result["decode_ms_per_token"].items()
+    )
+    return f"{'Decode per token':<{_LABEL}}{cells}"
 
 
 def _row(label: str, status: str, text: str) -> str:

@@ -20,6 +20,7 @@ from regionalize.verify.loading import (
     import_rewritten,
     load_factory,
 )
+from regionalize.verify.workloads import Custom, GenerateSpec, Workload, make_generate
 
 SEED = 0
 
@@ -58,6 +59,7 @@ class Built:
     model: torch.nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    workload: Workload | None = None  # run instead of one forward with args and kwargs
 
 
 class VariantUnavailable(Exception):
@@ -79,6 +81,7 @@ class Subject:
         workdir: Path,
         sources: dict[str, str] | None = None,
         transform: bool = True,
+        generate: GenerateSpec | None = None,
     ) -> None:
         self.target = target
         self.options = options
@@ -86,6 +89,7 @@ class Subject:
         self.workdir = workdir
         self.sources = {key: Path(path) for key, path in (sources or {}).items()}
         self.transform = transform
+        self.generate = generate
         self._modules: dict[str, ModuleType] = {}
         self._build = load_factory(target)
 
@@ -143,22 +147,39 @@ class Subject:
             raise
         except BaseException as exc:
             raise VerifyError.from_exception("factory", exc) from exc
-        built = _unpack(made, self.target.factory_name)
+        built = _unpack(made, self.target.factory_name, bare_model=self.generate is not None)
         built.model.to(self.device).eval()
         built.args = to_device(built.args, self.device)
         built.kwargs = to_device(built.kwargs, self.device)
-        if variant.compile_whole:
+        if self.generate is not None:
+            if built.workload is not None:
+                raise VerifyError("workload", "--workload generate needs (model, args) or a model, not a run")
+            built.workload = make_generate(self.generate, built.model, built.args, built.kwargs, SEED)
+        if variant.compile_whole and built.workload is not None:
+            # In place: a workload calls the model it is given, often through methods (`generate`) that
+            # an OptimizedModule wrapper would hand to the uncompiled original; `Module.compile` makes
+            # every `model(...)` inside them, transformers' `self.__call__` included, run compiled.
+            built.model.compile(**self.options.compile_kwargs())
+        elif variant.compile_whole:
             built.model = torch.compile(built.model, **self.options.compile_kwargs())
         return built
 
 
-def _unpack(made: Any, name: str) -> Built:
+def _unpack(made: Any, name: str, bare_model: bool = False) -> Built:
+    if bare_model and isinstance(made, torch.nn.Module):
+        return Built(made, (), {})  # --workload generate makes a prompt from the config
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise VerifyError(
             "factory",
-            f"{name}() must return (model, args) or (model, args, kwargs), not {type(made).__name__}",
+            f"{name}() must return (model, args), (model, args, kwargs) or (model, run), "
+            f"not {type(made).__name__}",
         )
     model, args, *rest = made
+    if callable(args) and not isinstance(args, tuple) and not rest:
+        # (model, run): a workload. A tuple of args is never callable; a lone tensor argument is not either.
+        if not isinstance(model, torch.nn.Module):
+            raise VerifyError("factory", f"{name}() returned a {type(model).__name__}, not an nn.Module")
+        return Built(model, (), {}, Custom(args))
     kwargs = rest[0] if rest else {}
     if not isinstance(model, torch.nn.Module):
         raise VerifyError("factory", f"{name}() returned a {type(model).__name__}, not an nn.Module")

@@ -20,6 +20,7 @@ import torch
 from regionalize.options import Options
 from regionalize.verify.loading import VerifyError
 from regionalize.verify.session import Built
+from regionalize.verify.workloads import Generate
 
 RESULT_MARKER = "REGIONALIZE-WORKER-RESULT "
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding `regionalize/`
@@ -32,16 +33,24 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def call(built: Built) -> Any:
-    """One inference call: timings are for eval mode without autograd, what a serving process runs."""
+def call(built: Built, first: bool = False) -> Any:
+    """One inference call (or the whole workload): eval mode without autograd, what a serving process runs.
+
+    `first` runs what the first-call timing measures: the workload's `first` (for generation, the first
+    token only).
+    """
     with torch.no_grad():
-        return built.model(*built.args, **built.kwargs)
+        if built.workload is None:
+            return built.model(*built.args, **built.kwargs)
+        if first:
+            return built.workload.first(built.model)
+        return built.workload.run(built.model)
 
 
 def first_call_s(built: Built, device: str) -> float:
     synchronize(device)
     start = time.perf_counter()
-    call(built)
+    call(built, first=True)
     synchronize(device)
     return time.perf_counter() - start
 
@@ -66,6 +75,44 @@ def steady_us(
         synchronize(device)
         times.append(time.perf_counter_ns() - start)
     return statistics.median(times) / 1000
+
+
+def decode_timing(
+    built: Built,
+    device: str,
+    warmup: int = 2,
+    budget_s: float = 2.0,
+    min_rounds: int = 5,
+    max_rounds: int = 50,
+) -> tuple[float, float | None]:
+    """(median microseconds of a whole generation, median milliseconds per decoded token) for `Generate`.
+
+    Per token is (time of N tokens - time of 1 token) / (N - 1) within each round, the median over the
+    rounds: the difference takes the prefill out, and pairing the two in a round keeps drift out of it.
+    """
+    workload = built.workload
+    assert isinstance(workload, Generate)
+    for _ in range(warmup):
+        workload.run(built.model)  # the first runs compile the decode step and its dynamic-shape variant
+    whole: list[float] = []
+    per_token: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    while len(whole) < max_rounds and (len(whole) < min_rounds or time.perf_counter() < deadline):
+        one = _timed(lambda: workload.run(built.model, tokens=1), device)
+        many = _timed(lambda: workload.run(built.model), device)
+        whole.append(many)
+        if workload.tokens > 1:
+            per_token.append((many - one) / (workload.tokens - 1))
+    decode_ms = statistics.median(per_token) * 1000 if per_token else None
+    return statistics.median(whole) * 1e6, decode_ms
+
+
+def _timed(fn: Any, device: str) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
 
 
 def warm_up(options: Options, device: str) -> None:
@@ -98,6 +145,7 @@ class WorkerJob:
     device: str
     warm: bool  # run the unrelated warm-up compile first
     sys_path: list[str]
+    generate: dict[str, Any] | None = None  # GenerateSpec's fields for --workload generate
 
 
 def run_worker(job: WorkerJob, timeout_s: float) -> dict[str, Any]:

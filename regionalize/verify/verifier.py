@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -23,7 +24,15 @@ from regionalize.verify.checks import (
 from regionalize.verify.compare import Difference
 from regionalize.verify.loading import Target, import_paths, user_traceback
 from regionalize.verify.session import BY_NAME, VARIANTS, Built, Subject, VariantUnavailable, resolve_device
-from regionalize.verify.timing import WorkerJob, cold_starts, first_call_s, options_to_json, steady_us
+from regionalize.verify.timing import (
+    WorkerJob,
+    call,
+    cold_starts,
+    decode_timing,
+    options_to_json,
+    steady_us,
+)
+from regionalize.verify.workloads import Generate, GenerateSpec
 
 WORKER_TIMEOUT_S = 900.0
 
@@ -36,8 +45,12 @@ def verify(
     repeats: int,
     options: Options,
     cold_start: bool = True,
+    generate: GenerateSpec | None = None,
 ) -> dict[str, Any]:
-    """All checks; raises VerifyError when the user's code cannot be imported, built or run."""
+    """All checks; raises VerifyError when the user's code cannot be imported, built or run.
+
+    `generate` verifies greedy generation instead of one forward (`--workload generate`).
+    """
     device = resolve_device(device)
     result: dict[str, Any] = {
         "model": str(target.model_path),
@@ -63,6 +76,12 @@ def verify(
         compile_speedup=None,
         compile_cold_speedup=None,
         compile_runs={},
+        workload=generate.to_json() if generate else None,
+        tokens_identical=None,
+        # Generation only (None otherwise): the first-call timings are then the time to first token.
+        ttft_s=dict.fromkeys(compiled) if generate else None,
+        ttft_cold_s=dict.fromkeys(compiled) if generate else None,
+        decode_ms_per_token=dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None,
     )
     with (
         tempfile.TemporaryDirectory(prefix="regionalize-verify-") as workdir,
@@ -70,7 +89,9 @@ def verify(
         fresh_cache(),  # keep compiles from reading or filling the user's inductor cache
     ):
         sources = {"rewritten": str(Path(rewritten).resolve())} if rewritten else {}
-        subject = Subject(target, options, device, Path(workdir), sources, transform=rewritten is None)
+        subject = Subject(
+            target, options, device, Path(workdir), sources, transform=rewritten is None, generate=generate
+        )
         _correctness(subject, result)
         if result["rewrite_error"]:
             # A rewrite that raises has nothing to time; the traceback is the finding.
@@ -84,6 +105,8 @@ def verify(
 
 def _correctness(subject: Subject, result: dict[str, Any]) -> None:
     original = subject.build(BY_NAME["eager"])
+    if original.workload is not None:
+        result["workload"] = original.workload.to_json()
     rewritten = subject.build(BY_NAME["regional"]).model
     state = check_state_dict(original.model, rewritten)
     result["state_dict_compatible"] = state.compatible
@@ -112,11 +135,16 @@ def _correctness(subject: Subject, result: dict[str, Any]) -> None:
     result["equivalent"] = result["forward"]["ok"] and result["gradients"]["ok"]
     result["max_abs_diff"] = top.max_abs if top else None
     result["max_abs_diff_at"] = top.path if top else None
+    if isinstance(original.workload, Generate):
+        tokens = [d for d in forward if d.path == "output.tokens"]
+        result["tokens_identical"] = bool(tokens) and all(d.ok for d in tokens)
     result["bypass_equivalent"] = None if mismatch else _bypass_equivalent(subject, original)
 
 
 def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
     """Does the guard-bypass variant compute what the original does? None when it cannot be built."""
+    if isinstance(original.workload, Generate):
+        return None  # not run for generation, see _performance
     try:
         bypass = subject.build(BY_NAME["regional_bypass"]).model
         copy_weights(original.model, bypass)
@@ -133,13 +161,23 @@ def _performance(subject: Subject, result: dict[str, Any]) -> None:
     skipped: dict[str, str] = {}
     for variant in VARIANTS:
         steady[variant.name] = None
+        if variant.name == "regional_bypass" and subject.generate is not None:
+            # The decoder layers take the KV cache, an argument the dispatcher never keys on, so every
+            # call takes the guarded path: the variant would time "regional" a second time.
+            skipped[variant.name] = "not run with --workload generate: the KV cache is never bypassed"
+            continue
         try:
             built = subject.build(variant)
             if variant.compiled:
+                # The whole run, workloads included: a second call with a filled cache can recompile.
                 with recording() as account:
-                    first_call_s(built, subject.device)
+                    call(built)
                 accounts[variant.name] = account
-            steady[variant.name] = steady_us(built, subject.device)
+            if isinstance(built.workload, Generate):
+                steady[variant.name], per_token = decode_timing(built, subject.device)
+                result["decode_ms_per_token"][variant.name] = per_token
+            else:
+                steady[variant.name] = steady_us(built, subject.device)
         except VariantUnavailable as exc:
             skipped[variant.name] = str(exc)
         except Exception as exc:  # one variant failing to run must not hide the others' figures
@@ -171,6 +209,7 @@ def _compile_times(
         device=subject.device,
         warm=False,
         sys_path=[p for p in sys.path if p],
+        generate=dataclasses.asdict(subject.generate) if subject.generate else None,
     )
     runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S)
     result["compile_runs"] = runs
@@ -178,6 +217,9 @@ def _compile_times(
     result["compile_cold_s"].update({name: statistics.median(r["cold"]) for name, r in runs.items()})
     result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
     result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
+    if subject.generate is not None:  # the worker's first call was the first token
+        result["ttft_s"] = dict(result["compile_s"])
+        result["ttft_cold_s"] = dict(result["compile_cold_s"])
 
 
 def _ratio(times: dict[str, float | None], over: str, under: str) -> float | None:

@@ -17,6 +17,7 @@ import torch
 from regionalize.verify.loading import import_paths, resolve_target
 from regionalize.verify.session import BY_NAME, Subject
 from regionalize.verify.timing import RESULT_MARKER, WorkerJob, first_call_s, options_from_json, warm_up
+from regionalize.verify.workloads import GenerateSpec
 
 
 def main() -> None:
@@ -26,7 +27,10 @@ def main() -> None:
     target = resolve_target(job.model_path, job.factory)
     with import_paths(target):
         workdir = Path(tempfile.gettempdir())
-        subject = Subject(target, options, job.device, workdir, job.sources, transform=False)
+        generate = GenerateSpec(job.generate["tokens"], job.generate["prompt_len"]) if job.generate else None
+        subject = Subject(
+            target, options, job.device, workdir, job.sources, transform=False, generate=generate
+        )
         built = subject.build(BY_NAME[job.variant])
         warmup_s = None
         if job.warm:

@@ -1,0 +1,131 @@
+"""Workloads: what verify runs on a model when one forward is not the whole story (caches, generation).
+
+A factory returning `(model, run)` gives a `Custom` workload; `--workload generate` builds a `Generate`
+one from `(model, args)` or a bare model. Either way the workload's result is what is compared between
+the original and the rewrite, what Dynamo's accounting covers, and what the steady-state timing times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from regionalize.verify.loading import VerifyError
+
+GENERATE = "generate"
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """`--workload generate`: greedy decoding of `tokens` new tokens after a prompt of `prompt_len` tokens.
+
+    `prompt_len` only sizes the prompt made from the model's config when the factory gives none.
+    """
+
+    tokens: int = 16
+    prompt_len: int = 8
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": self.prompt_len}
+
+
+class Workload:
+    kind = "run"
+
+    def run(self, model: torch.nn.Module) -> Any:
+        """The whole workload: compared, accounted and timed."""
+        raise NotImplementedError
+
+    def first(self, model: torch.nn.Module) -> Any:
+        """What the fresh-process first-call timing times: the whole run unless a workload says otherwise."""
+        return self.run(model)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+
+@dataclass
+class Custom(Workload):
+    """The `run` of a `(model, run)` factory: any callable taking the model, returning what to compare."""
+
+    fn: Callable[[torch.nn.Module], Any]
+
+    def run(self, model: torch.nn.Module) -> Any:
+        return self.fn(model)
+
+
+@dataclass
+class Generate(Workload):
+    """Greedy `model.generate` with a fresh DynamicCache: compares the new tokens and their raw logits."""
+
+    input_ids: torch.Tensor
+    tokens: int
+    kwargs: dict[str, Any] = field(default_factory=dict)  # the factory's kwargs, passed on to generate
+    kind = GENERATE
+
+    def run(self, model: torch.nn.Module, tokens: int | None = None) -> dict[str, torch.Tensor]:
+        new = tokens or self.tokens
+        kwargs = {"attention_mask": torch.ones_like(self.input_ids), **self.kwargs}
+        with torch.no_grad():
+            out = model.generate(  # type: ignore[operator]
+                self.input_ids,
+                max_new_tokens=new,
+                min_new_tokens=new,  # no early stop on a random model's EOS: every run has the same length
+                do_sample=False,
+                past_key_values=new_cache(model),
+                output_logits=True,  # raw logits, before the processors (min_new_tokens masks EOS)
+                return_dict_in_generate=True,
+                **kwargs,
+            )
+        return {
+            "tokens": out.sequences[:, self.input_ids.shape[-1] :],
+            "logits": torch.stack(out.logits, dim=1),
+        }
+
+    def first(self, model: torch.nn.Module) -> Any:
+        # Time to first token: the prefill and the choice of one token, no decode step.
+        return self.run(model, tokens=1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": int(self.input_ids.shape[-1])}
+
+
+def new_cache(model: torch.nn.Module) -> Any:
+    """transformers' default cache for these models, made explicitly.
+
+    Left to itself, generate may pick a static cache for some models (Gemma2 in older releases) and then
+    compile the forward on its own on CUDA, which would blur eager, full and regional.
+    """
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)  # per-layer kinds (sliding windows) from the config
+    except TypeError:  # releases whose DynamicCache takes no config
+        return DynamicCache()
+
+
+def make_generate(
+    spec: GenerateSpec, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], seed: int
+) -> Generate:
+    """The generate workload for a built model; args[0] is the prompt, or one is made from the config."""
+    if not callable(getattr(model, "generate", None)):
+        raise VerifyError(
+            "workload",
+            f"--workload generate needs a model with .generate (a transformers causal LM), "
+            f"not a {type(model).__name__}",
+        )
+    if args:
+        ids = args[0]
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point():
+            raise VerifyError("workload", "--workload generate takes the factory's args[0] as input_ids")
+        return Generate(ids if ids.dim() == 2 else ids.unsqueeze(0), spec.tokens, kwargs)
+    vocab = getattr(model.config, "vocab_size", None)  # type: ignore[union-attr]
+    if not isinstance(vocab, int):
+        raise VerifyError("workload", "no input_ids from the factory and no vocab_size in the model's config")
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (1, spec.prompt_len), generator=generator)
+    device = next(model.parameters()).device
+    return Generate(ids.to(device), spec.tokens, kwargs)

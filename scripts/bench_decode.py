@@ -1,0 +1,268 @@
+"""Greedy generation with transformers decoders: full vs regional torch.compile, through `regionalize verify`.
+
+Each model is a transformers decoder family (Llama, Qwen2, Mistral, Phi3; Gemma2 on request) built from
+a small config with random weights, nothing downloaded, at several depths. Each one goes through
+`regionalize verify <transformers' modeling_<family>.py> --workload generate` in its own process: the
+rewrite of transformers' own file is checked (identical tokens, logits within tolerance), Dynamo's graphs,
+recompiles and eager fallbacks are counted over the whole generation, time to first token is the first
+call of fresh processes with an empty inductor cache, and decode time per token is steady state.
+
+    python scripts/bench_decode.py [--families llama qwen2 mistral phi3] [--depths 12 32] [--tokens 16]
+                                   [--repeats 1] [--device auto|cpu|cuda]
+
+writes docs/bench_decode.md and docs/bench_decode.json. Works with torch >= 2.5 and transformers >= 4.56.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# family -> (transformers class-name prefix, modeling module); each has `<Prefix>Config` and
+# `<Prefix>ForCausalLM`.
+FAMILIES = {
+    "llama": ("Llama", "transformers.models.llama.modeling_llama"),
+    "qwen2": ("Qwen2", "transformers.models.qwen2.modeling_qwen2"),
+    "mistral": ("Mistral", "transformers.models.mistral.modeling_mistral"),
+    "phi3": ("Phi3", "transformers.models.phi3.modeling_phi3"),
+    "gemma2": ("Gemma2", "transformers.models.gemma2.modeling_gemma2"),
+}
+DEFAULT_FAMILIES = ("llama", "qwen2", "mistral", "phi3")
+DEPTHS = (12, 32)
+VOCAB = 128
+PROMPT_LEN = 16
+# Small but shaped like the real thing: grouped-query attention (4 heads, 2 KV heads), head_dim 16.
+CONFIG = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 256,
+    # Special tokens inside the small vocabulary: min_new_tokens masks the EOS logit by index, and Phi3's
+    # default pad_token_id (32000) would fall outside the embedding.
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def make(family: str, depth: int, module: ModuleType) -> tuple[Any, tuple[Any]]:
+    """The factory `regionalize verify` calls with transformers' module (original or rewritten)."""
+    import torch
+    import transformers
+
+    prefix, _ = FAMILIES[family]
+    config = getattr(transformers, f"{prefix}Config")(num_hidden_layers=depth, **CONFIG)
+    model = getattr(module, f"{prefix}ForCausalLM")(config)
+    prompt_len = int(os.environ.get("BENCH_DECODE_PROMPT_LEN", PROMPT_LEN))
+    # The prompt avoids the special tokens, as a tokenized text would.
+    ids = torch.randint(3, VOCAB, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    return model, (ids,)
+
+
+def __getattr__(name: str) -> Callable[[ModuleType], Any]:
+    """`make_<family>_<depth>`: the factory names the verifier is given, for any family and depth."""
+    family, _, depth = name.removeprefix("make_").rpartition("_")
+    if name.startswith("make_") and family in FAMILIES and depth.isdigit():
+        return functools.partial(make, family, int(depth))
+    raise AttributeError(name)
+
+
+def modeling_file(family: str) -> str:
+    import importlib
+
+    return str(importlib.import_module(FAMILIES[family][1]).__file__)
+
+
+def run(family: str, depth: int, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """One `regionalize verify` process (which starts its own fresh processes for the TTFT)."""
+    label = f"{family}-{depth}"
+    json_out = scratch / f"{label}.json"
+    command = [
+        sys.executable,
+        "-m",
+        "regionalize",
+        "verify",
+        modeling_file(family),
+        "--factory",
+        f"{Path(__file__).resolve()}:make_{family}_{depth}",
+        "--workload",
+        "generate",
+        "--tokens",
+        str(args.tokens),
+        "--repeats",
+        str(args.repeats),
+        "--device",
+        args.device,
+        "--json",
+        str(json_out),
+    ]
+    if not args.cold_start:
+        command.append("--no-cold-start")
+    env = dict(os.environ, BENCH_DECODE_PROMPT_LEN=str(args.prompt_len))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, check=False, timeout=args.timeout
+        )
+    except subprocess.TimeoutExpired:  # one model past its time is a row with its reason; the rest go on
+        done = subprocess.CompletedProcess(command, 124, "", f"timed out after {args.timeout:.0f} s")
+    wall = time.perf_counter() - start
+    if json_out.is_file():
+        result = json.loads(json_out.read_text())
+    else:  # the verifier itself failed or timed out: keep what it said
+        result = {"exit_code": done.returncode, "error": {"stage": "verify", "message": done.stderr[-2000:]}}
+    result.update(label=label, family=family, depth=depth, wall_s=wall)
+    print(f"== {label}: exit {done.returncode} in {wall:.0f} s: {summary(result)}", flush=True)
+    if done.returncode == 2:
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", flush=True)
+    return result
+
+
+def summary(r: dict[str, Any]) -> str:
+    if r.get("error"):
+        return f"ERROR ({r['error']['stage']}): {r['error']['message'][:200]}"
+    return (
+        f"tokens identical {r['tokens_identical']}, graphs {r['graphs']}, recompiles {r['recompiles']}, "
+        f"eager fallback {r['fell_back_to_eager']}, ttft {r['ttft_s']}, decode ms {r['decode_ms_per_token']}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS))
+    parser.add_argument("--tokens", type=int, default=16, help="new tokens per generation")
+    parser.add_argument("--prompt-len", type=int, default=PROMPT_LEN)
+    parser.add_argument("--repeats", type=int, default=1, help="fresh processes per time-to-first-token")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip TTFT")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per model")
+    parser.add_argument("--out", type=Path, default=DOCS, help="folder for bench_decode.md/.json")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-decode-") as scratch:
+        results = [
+            run(family, depth, args, Path(scratch)) for depth in args.depths for family in args.families
+        ]
+    import torch
+    import transformers
+
+    meta = {
+        "date": str(datetime.date.today()),
+        "command": shlex.join(["python", "scripts/bench_decode.py", *sys.argv[1:]]),
+        "device": next((r["device"] for r in results if "device" in r), args.device),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cpu_cores": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokens": args.tokens,
+        "prompt_len": args.prompt_len,
+        "repeats": args.repeats,
+        "wall_s": time.perf_counter() - started,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    everything = {"meta": meta, "results": results}
+    (args.out / "bench_decode.json").write_text(json.dumps(everything, indent=2, default=str) + "\n")
+    (args.out / "bench_decode.md").write_text(markdown(meta, results))
+    print(f"wrote {args.out / 'bench_decode.md'}, {args.out / 'bench_decode.json'}")
+
+
+def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
+    lines = [
+        "# Generation: full vs regional torch.compile of transformers decoders",
+        "",
+        f"Measured by `{meta['command']}` on {meta['date']}: device {device}, torch {meta['torch']}, "
+        f"transformers {meta['transformers']}, {meta['cpu_cores']} CPU cores ({meta['processor']}), "
+        f"Python {meta['python']}; {meta['wall_s'] / 60:.0f} minutes in all.",
+        "",
+        f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
+        f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "
+        f"{meta['tokens']} tokens with a DynamicCache, verified by `regionalize verify "
+        "<modeling_<family>.py> --workload generate`. *Regional* is the codemod's rewrite of transformers' "
+        "own file; *full* is `torch.compile` of the whole model's forward. *TTFT* (time to first token: "
+        f"prefill and one token) is the first call of a fresh process with an empty inductor cache, after "
+        f"an unrelated warm-up compile (cold: the first compile of the process), median of "
+        f"{meta['repeats']}. *Decode* is steady state: (time of {meta['tokens']} tokens - time of 1 token) "
+        f"/ {meta['tokens'] - 1}, median of several rounds. Graphs and recompiles are Dynamo's, over one "
+        "whole generation.",
+        "",
+        "| model | tokens identical | max logit diff | graphs full / regional | recompiles full / regional "
+        "| eager fallback | TTFT full | TTFT regional | speedup | TTFT cold full / regional "
+        "| decode ms/token eager / full / regional |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if r.get("error"):
+            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * 9)
+            continue
+        ttft, cold, decode = r["ttft_s"] or {}, r["ttft_cold_s"] or {}, r["decode_ms_per_token"] or {}
+        cells = [
+            r["label"],
+            "yes" if r["tokens_identical"] else "**NO**",
+            _g(r["forward"]["max_abs_diff"]),
+            f"{r['graphs'].get('full', '-')} / {r['graphs'].get('regional', '-')}",
+            f"{r['recompiles'].get('full', '-')} / {r['recompiles'].get('regional', '-')}",
+            "**yes**" if r["fell_back_to_eager"] else "no",
+            _s(ttft.get("full")),
+            _s(ttft.get("regional")),
+            _x(ttft.get("full"), ttft.get("regional")),
+            f"{_s(cold.get('full'))} / {_s(cold.get('regional'))}",
+            " / ".join(_ms(decode.get(v)) for v in ("eager", "full", "regional")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for r in results:
+        account = (r.get("accounting") or {}).get("regional")
+        if account and (account["fallback"] or account["recompile_reasons"]):
+            reasons = "; ".join(f"`{k}` x{n}" for k, n in list(account["recompile_reasons"].items())[:4])
+            fallback = f" Fell back to eager: {account['fallback']}." if account["fallback"] else ""
+            lines += [f"**{r['label']}**, regional recompiles: {reasons}.{fallback}", ""]
+    lines += ["Every fresh-process time to first token, in seconds (cold / warm):", ""]
+    for r in results:
+        for variant, runs in (r.get("compile_runs") or {}).items():
+            cold_runs = ", ".join(f"{s:.2f}" for s in runs["cold"])
+            warm_runs = ", ".join(f"{s:.2f}" for s in runs["warm"])
+            lines.append(f"- {r['label']} {variant}: cold {cold_runs}; warm {warm_runs}")
+    return "\n".join(lines) + "\n"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def _x(over: float | None, under: float | None) -> str:
+    return f"{over / under:.2f}x" if over is not None and under else "-"
+
+
+if __name__ == "__main__":
+    main()
