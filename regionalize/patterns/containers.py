@@ -1,0 +1,149 @@
+"""Pattern family: a container whose elements are built by a comprehension, a generator, a star, a
+concatenation or a ModuleDict, bound to a name or returned; a loop after it compiles its blocks.
+
+It also reads the containers met inside an element (nested ones, written-out ModuleLists) for the judge.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from regionalize.patterns import emit
+from regionalize.patterns.context import Context
+from regionalize.patterns.ints import comprehension_int_vars
+from regionalize.patterns.judgement import Judge
+from regionalize.patterns.model import Container, blocks_of, first_label, leaves_of
+from regionalize.patterns.triage import triage
+
+
+class ContainerSites:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.judge = Judge(ctx, self.container, self.literal)
+        self.consumed: set[cst.Call] = set()  # inner containers already reported with their outer one
+
+    def visit(self, call: cst.Call) -> bool:
+        """Report `call` if it builds a container with repeated elements; True if it is a container call."""
+        if call in self.consumed:
+            return True
+        kind = self.ctx.container_kind(call)
+        if kind is None:
+            return False
+        found = self.container(call, kind, set())
+        if found is not None:
+            self.consume_inner(found)
+            self.site(call, found)
+        return True
+
+    # -- reading a container's elements -----------------------------------------------------------
+    def literal(self, call: cst.Call, int_vars: set[str]) -> Container:
+        """A ModuleList of blocks written out, met where it is built per iteration: each element repeats."""
+        found = Container("literal", False, [], [], literal=True)
+        for arg in call.args:
+            if arg.keyword is None:
+                self.collect(arg.value, found, int_vars, starred=arg.star == "*")
+        found.repeated, found.single = found.repeated + found.single, []
+        return found
+
+    def container(self, call: cst.Call, kind: str, int_vars: set[str]) -> Container | None:
+        """The elements of a ModuleList/Sequential/ModuleDict call, or None if nothing is repeated."""
+        found = Container("comprehension", kind == "ModuleDict", [], [])
+        for arg in call.args:
+            if arg.keyword is not None:
+                continue
+            self.collect(arg.value, found, int_vars, starred=arg.star == "*")
+        return found if found.repeated else None
+
+    def collect(self, expr: cst.BaseExpression, found: Container, int_vars: set[str], starred: bool) -> None:
+        classify = self.judge.classify
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
+            comp_vars = int_vars | comprehension_int_vars(expr.for_in)
+            elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
+            found.repeated += classify(elt, comp_vars)
+            found.pattern = {cst.ListComp: "comprehension", cst.GeneratorExp: "generator"}.get(
+                type(expr), "dict-comprehension"
+            )
+            if starred:
+                found.pattern = "sequential-star"
+        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            self.collect(expr.left, found, int_vars, starred)
+            self.collect(expr.right, found, int_vars, starred)
+            if found.repeated and found.single:
+                found.pattern = "concatenation"
+        elif isinstance(expr, (cst.List, cst.Tuple)):
+            for element in expr.elements:
+                if isinstance(element, cst.StarredElement):
+                    self.collect(element.value, found, int_vars, starred=True)
+                else:
+                    found.single += classify(element.value, int_vars)
+        elif isinstance(expr, cst.Name) and (values := self.ctx.scopes[-1].bindings.get(expr.value)):
+            before = len(found.repeated)
+            if len(values) == 1 and isinstance(values[0], (cst.ListComp, cst.GeneratorExp)):
+                self.collect(values[0], found, int_vars, starred)
+                if len(found.repeated) > before:
+                    found.pattern = "listcomp-variable"
+        elif not starred:
+            found.single += classify(expr, int_vars)
+
+    def consume_inner(self, found: Container) -> None:
+        for element in found.repeated + found.single:
+            if element.inner is not None and element.call is not None:
+                self.consumed.add(element.call)
+                self.consume_inner(element.inner)
+
+    # -- the site ---------------------------------------------------------------------------------
+    def site(self, call: cst.Call, found: Container) -> None:
+        ctx = self.ctx
+        blocks = blocks_of(found)
+        statement = ctx.statements[-1] if ctx.statements else None
+        target = _bound_target(statement, call) if statement is not None else None
+        labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind == "block"))
+        site = ctx.site_maker(call, found.pattern, labels or first_label(found))
+        compiled = target is not None and ctx.already_compiled_iterable(target)
+        if triage(ctx, site, call, leaves_of(found), blocks, found.pattern, compiled):
+            return
+        if ctx.blocks[-1] in ctx.class_bodies:
+            return site("RGZ107", "skip")
+        if not isinstance(ctx.blocks[-1], (cst.IndentedBlock, cst.Module)):
+            return site("RGZ106", "skip")
+        returned = _returned(statement, call)
+        if target is None and returned is None:
+            return site("RGZ104", "skip", "use --style wrap, or bind the container to a name first")
+        name = ctx.scopes[-1].fresh("blocks") if returned is not None else ""
+        loop = emit.compile_loop(ctx, found, name or ctx.code(target))
+        if loop is None:
+            return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
+        if returned is not None:
+            # `return Container(..)` becomes `blocks = Container(..)`, the loop, then `return blocks`.
+            assign = cst.Assign([cst.AssignTarget(cst.Name(name))], call)
+            ctx.edits.split[statement] = [
+                statement.with_changes(body=[assign]),
+                loop,
+                cst.SimpleStatementLine([returned.with_changes(value=cst.Name(name))]),
+            ]
+        else:
+            ctx.edits.after.setdefault(statement, []).append(loop)
+        site("RGZ001", "rewrite")
+
+
+def _bound_target(statement: cst.BaseStatement, call: cst.Call) -> cst.BaseExpression | None:
+    """The name or attribute a statement binds `call` to, when the call is the whole value."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and small.value is call:
+        target = small.targets[0].target
+    elif isinstance(small, cst.AnnAssign) and small.value is call:
+        target = small.target
+    else:
+        return None
+    return target if isinstance(target, (cst.Name, cst.Attribute)) else None
+
+
+def _returned(statement: cst.BaseStatement | None, call: cst.Call) -> cst.Return | None:
+    """The `return` statement whose whole value is `call`."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Return) and small.value is call:
+            return small
+    return None

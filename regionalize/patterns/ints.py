@@ -1,0 +1,70 @@
+"""Integer loop variables, and the arguments of a block's call that carry one (for `per_block_ints`)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def int_targets(target: cst.BaseExpression, iterable: cst.BaseExpression) -> set[str]:
+    """Loop variables known to be integers: `for i in range(..)`, `for i, x in enumerate(..)`."""
+    if not isinstance(iterable, cst.Call) or not isinstance(iterable.func, cst.Name):
+        return set()
+    if iterable.func.value == "range" and isinstance(target, cst.Name):
+        return {target.value}
+    if (
+        iterable.func.value == "enumerate"
+        and isinstance(target, (cst.Tuple, cst.List))
+        and target.elements
+        and isinstance(target.elements[0].value, cst.Name)
+    ):
+        return {target.elements[0].value.value}
+    return set()
+
+
+def comprehension_int_vars(for_in: cst.CompFor | None) -> set[str]:
+    names: set[str] = set()
+    while for_in is not None:
+        names |= int_targets(for_in.target, for_in.iter)
+        for_in = for_in.inner_for_in
+    return names
+
+
+def int_args(call: cst.Call, int_vars: set[str]) -> tuple[frozenset[int], frozenset[str], tuple[str, ...]]:
+    """The arguments that carry an integer loop variable as a value: positions, keywords, and the names.
+
+    Not through an index (`dpr[i]` is a float), a comparison (`is_first=(i == 0)` is a bool, at most two
+    graphs) or an f-string.
+    """
+    positions: set[int] = set()
+    keywords: set[str] = set()
+    every: set[str] = set()
+    for index, arg in enumerate(call.args):
+        used: set[str] = set()
+        arg.value.visit(_IntUses(int_vars, used))
+        if not used:
+            continue
+        every |= used
+        if arg.keyword is not None:
+            keywords.add(arg.keyword.value)
+        elif not arg.star:
+            positions.add(index)
+    return frozenset(positions), frozenset(keywords), tuple(sorted(every))
+
+
+class _IntUses(cst.CSTVisitor):
+    def __init__(self, int_vars: set[str], used: set[str]) -> None:
+        self.int_vars = int_vars
+        self.used = used
+
+    def visit_SubscriptElement(self, node: cst.SubscriptElement) -> bool:
+        return False
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> bool:
+        return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.int_vars:
+            self.used.add(node.value)

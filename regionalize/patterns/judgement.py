@@ -1,0 +1,107 @@
+"""Block or leaf: what one element of a container is, judged by its name, its import and where it is built."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import libcst as cst
+
+from regionalize.patterns.context import Context
+from regionalize.patterns.model import Container, Element, blocks_of
+
+# torch.nn classes that are themselves repeated blocks; every other torch.nn class is a leaf layer.
+TORCH_COMPOSITES = {
+    "Transformer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+}
+# Class names from other libraries (timm's DropPath, Llama's RMSNorm, ...) that name single layers.
+LEAF_NAME = re.compile(
+    r"(Linear|Conv[123]d|Conv|ConvTranspose[123]d|Norm|Norm[123]d|Dropout|Dropout[123]d|DropPath|Identity"
+    r"|Embedding|ReLU|GELU|SiLU|Sigmoid|Tanh|Softmax|Activation|Pool|Pool[123]d|Upsample|Flatten)$"
+)
+# Lower-case callables: parameters holding a class, and factory functions, judged by their names.
+LEAF_PARAMETER = re.compile(r"norm|act|drop|pool|conv|linear|embed|proj|zero", re.IGNORECASE)
+BLOCK_FACTORY = re.compile(r"block|layer|stage", re.IGNORECASE)
+
+# An element may itself be a container; reading one is the container patterns' job, passed in from above:
+# (call, kind, int_vars) -> its elements, None when nothing is repeated; (call, int_vars) -> a written-out
+# ModuleList's elements, each counted as repeated.
+ReadContainer = Callable[[cst.Call, str, set[str]], Container | None]
+ReadLiteral = Callable[[cst.Call, set[str]], Container]
+
+
+class Judge:
+    """Classifies the expression that builds an element: "block", "leaf", "compiled", "nested", ..."""
+
+    def __init__(self, ctx: Context, container: ReadContainer, literal: ReadLiteral) -> None:
+        self.ctx = ctx
+        self.container = container
+        self.literal = literal
+
+    def classify(self, expr: cst.BaseExpression, int_vars: set[str]) -> list[Element]:
+        if isinstance(expr, cst.IfExp):
+            return self.classify(expr.body, int_vars) + self.classify(expr.orelse, int_vars)
+        if not isinstance(expr, cst.Call):
+            return [Element("other", self.ctx.code(expr))]
+        label = self.ctx.code(expr.func)
+        element = self._classify_call(expr, label, int_vars)
+        element.int_vars = frozenset(int_vars)
+        return [element]
+
+    def _classify_call(self, expr: cst.Call, label: str, int_vars: set[str]) -> Element:
+        ctx = self.ctx
+        if ctx.is_torch_compile(expr):
+            inner = expr.args[0].value if expr.args else None
+            return Element("compiled", ctx.code(inner.func) if isinstance(inner, cst.Call) else label, expr)
+        if (kind := ctx.container_kind(expr)) is not None:
+            return self._container_call(expr, kind, label, int_vars)
+        dotted = ctx.dotted(expr.func) or label
+        last = dotted.rsplit(".", 1)[-1]
+        if isinstance(expr.func, cst.Name) and last in ctx.scopes[-1].params:
+            # `block(..)`, `block_fn(..)`, `layer_cls(..)`: a class handed in, as in ResNet's _make_layer.
+            return Element("leaf" if LEAF_PARAMETER.search(last) else "block", label, expr)
+        if dotted == "copy.deepcopy":  # `_get_clones(module, N)` in torch.nn.Transformer and its copies
+            return Element("block", label, expr)
+        if last in ctx.options.never:
+            return Element("excluded", label, expr)
+        if last in ctx.options.always:
+            return Element("block", label, expr)
+        if dotted.startswith("torch.nn."):
+            return Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
+        if dotted.startswith("torch."):
+            return Element("other", label, expr)
+        if not last.lstrip("_")[:1].isupper():
+            # A factory named for what it builds (`get_down_block`, `make_layer`) builds a block.
+            factory = BLOCK_FACTORY.search(last) and not LEAF_PARAMETER.search(last)
+            return Element("block" if factory else "other", label, expr)
+        return Element("leaf" if LEAF_NAME.search(last.lstrip("_")) else "block", label, expr)
+
+    def _container_call(self, expr: cst.Call, kind: str, label: str, int_vars: set[str]) -> Element:
+        inner = self.container(expr, kind, int_vars)
+        if inner is not None:
+            return Element("nested", label, expr, inner)
+        # `nn.Sequential(conv, norm, act)` built per iteration is a composite block; a ModuleList
+        # or ModuleDict is never called, so compiling it would compile nothing.
+        layers = [a.value for a in expr.args if a.keyword is None and not a.star]
+        if kind == "ModuleList":
+            literal = self.literal(expr, int_vars)
+            if blocks_of(literal):
+                return Element("nested", label, expr, literal)
+            leaves = literal.repeated
+            return Element(
+                "leaf" if leaves and all(e.kind == "leaf" for e in leaves) else "other", label, expr
+            )
+        if kind == "Sequential" and len(layers) == 1:
+            return (
+                self._classify_call(layers[0], label, int_vars)
+                if isinstance(layers[0], cst.Call)
+                else Element("other", label, expr)
+            )
+        if kind == "Sequential" and layers:
+            parts = [e for layer in layers for e in self.classify(layer, int_vars)]
+            return Element("leaf" if all(e.kind == "leaf" for e in parts) else "block", label, expr)
+        return Element("other", label, expr)
