@@ -29,6 +29,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from regionalize import class_graph
+from regionalize.prescan import dotted_name
 from regionalize.report import Site
 
 EAGER = "_regionalize_eager"
@@ -117,7 +119,7 @@ class Plan:
 def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
     """What to move out of the compiled region and what to unspecialize, for every call in `found`."""
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    imports = _module_names(tree)
+    imports = class_graph.module_names(tree)
     result = Plan()
     done: dict[tuple[str, frozenset[str]], list[str]] = {}
     for args in found:
@@ -126,8 +128,8 @@ def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
         if cls is None:
             problems = [f"{args.block} is not defined in this file, so its forward is not fixed from here"]
         else:
-            init = _init(cls, classes)
-            params = _map_params(init, args.positions, args.keywords)
+            init = class_graph.init_of(cls, classes)
+            params = class_graph.map_params(init, args.positions, args.keywords)
             if not params:
                 problems = [_unfollowed(init, name)]
             else:
@@ -165,20 +167,26 @@ def _fix_class(
         if key in seen:
             continue
         seen.add(key)
-        init = _own_method(owner, "__init__") if owner is not current else _init(current, classes)
+        init = (
+            class_graph.own_method(owner, "__init__")
+            if owner is not current
+            else class_graph.init_of(current, classes)
+        )
         attrs: set[str] = set()
         if init is not None:
-            for target, value in _self_assignments(init):
-                if _uses(value, current_params):
+            for target, value in class_graph.self_assignments(init):
+                if class_graph.uses(value, current_params):
                     attrs.add(target)
-            for call, callee, is_super in _calls(init, classes, owner):
-                positions, keywords = _passed(call, current_params)
+            for call, callee, is_super in class_graph.calls(init, classes, owner):
+                positions, keywords = class_graph.passed(call, current_params)
                 if not positions and not keywords:
                     continue
                 if callee is None:
-                    if label := _callee_label(call, imports):
+                    if label := class_graph.callee_label(call, imports):
                         problems.append(f"it is passed to {label}, defined in another file")
-                elif sub_params := _map_params(_init(callee, classes), positions, keywords):
+                elif sub_params := class_graph.map_params(
+                    class_graph.init_of(callee, classes), positions, keywords
+                ):
                     pending.append(
                         (current, callee, sub_params) if is_super else (callee, callee, sub_params)
                     )
@@ -200,11 +208,11 @@ def _fix_reads(
     """Move the calls that take `self.<attr>` out of the graph; unspecialize what else reads it."""
     problems: list[str] = []
     remaining = False
-    for method in _traced_methods(cls, classes):
+    for method in class_graph.traced_methods(cls, classes):
         parents = _parents(method)
         moved: list[ast.expr] = []
         for node in ast.walk(method):
-            if not (_is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
+            if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
                 continue
             if _already_eager(node, parents):
                 continue
@@ -221,7 +229,7 @@ def _fix_reads(
             elif carrier not in moved:
                 moved.append(carrier)
         for carrier in _outermost(moved, parents):
-            attr = next(n.attr for n in ast.walk(carrier) if _is_self_attr(n, attrs))
+            attr = next(n.attr for n in ast.walk(carrier) if class_graph.is_self_attr(n, attrs))
             start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
             if isinstance(carrier, ast.Assign):
                 result.edits.append((start, end, _setitem_call(carrier, source)))  # type: ignore[arg-type]
@@ -232,7 +240,7 @@ def _fix_reads(
             reason = f"`{what}` takes per-block integer `self.{attr}`"
             result.sites.append(_site(carrier, "RGZ003", cls.name, reason))
     if remaining:
-        forward = _method(cls, "forward", classes)
+        forward = class_graph.find_method(cls, "forward", classes)
         if forward is None:
             problems.append(f"{cls.name} reads it in traced code but has no forward of its own to decorate")
         elif not any(_is_unspec_decorator(d) for d in forward.decorator_list):
@@ -247,65 +255,6 @@ def _fix_reads(
     return problems
 
 
-# -- the class graph --------------------------------------------------------------------------------
-def _own_method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
-    for node in cls.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    return None
-
-
-def _bases(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.ClassDef]:
-    return [
-        classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes and b.id != cls.name
-    ]
-
-
-def _method(cls: ast.ClassDef, name: str, classes: dict[str, ast.ClassDef]) -> ast.FunctionDef | None:
-    """`name` as the class resolves it, through the bases defined in the same file."""
-    found = _own_method(cls, name)
-    if found is not None:
-        return found
-    for base in _bases(cls, classes):
-        if (found := _method(base, name, classes)) is not None:
-            return found
-    return None
-
-
-def _init(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> ast.FunctionDef | None:
-    return _method(cls, "__init__", classes)
-
-
-def _traced_methods(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[ast.FunctionDef]:
-    """forward, and the methods it calls on self, transitively: what Dynamo traces of this class."""
-    forward = _method(cls, "forward", classes)
-    found: list[ast.FunctionDef] = []
-    pending = [forward] if forward is not None else []
-    while pending:
-        method = pending.pop()
-        if method in found:
-            continue
-        found.append(method)
-        for node in ast.walk(method):
-            if isinstance(node, ast.Call) and _is_self_attr(node.func, None):
-                callee = _method(cls, node.func.attr, classes)  # type: ignore[union-attr]
-                if callee is not None and callee.name != "__init__":
-                    pending.append(callee)
-    return found
-
-
-def _map_params(
-    init: ast.FunctionDef | None, positions: frozenset[int], keywords: frozenset[str]
-) -> set[str]:
-    """The `__init__` parameters that receive the positional indexes and keywords given."""
-    if init is None:
-        return set()
-    every = [*init.args.posonlyargs, *init.args.args][1:]  # without self
-    named = {a.arg for a in [*every, *init.args.kwonlyargs]}
-    params = {every[i].arg for i in positions if i < len(every)}
-    return params | {k for k in keywords if k in named}
-
-
 def _site(node: ast.expr | ast.stmt, code: str, block: str, reason: str) -> Site:
     return Site(node.lineno, node.col_offset + 1, code, PATTERN, block, "rewrite", reason)
 
@@ -316,80 +265,7 @@ def _unfollowed(init: ast.FunctionDef | None, name: str) -> str:
     return f"{name}.__init__ takes it through *args or **kwargs, which are not followed"
 
 
-def _self_assignments(init: ast.FunctionDef) -> Iterator[tuple[str, ast.expr]]:
-    for node in ast.walk(init):
-        if isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets, value = [node.target], node.value
-        else:
-            continue
-        for target in targets:
-            if _is_self_attr(target, None):
-                yield target.attr, value  # type: ignore[attr-defined]
-
-
-def _calls(
-    init: ast.FunctionDef, classes: dict[str, ast.ClassDef], owner: ast.ClassDef
-) -> Iterator[tuple[ast.Call, ast.ClassDef | None, bool]]:
-    """Every call in `__init__`, with the class it builds when that class is in the file, and whether
-    it is `super().__init__(..)`, which runs the first base's __init__ on the same instance."""
-    for node in ast.walk(init):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Name) and func.id in classes:
-            yield node, classes[func.id], False
-        elif (
-            isinstance(func, ast.Attribute)
-            and func.attr == "__init__"
-            and isinstance(func.value, ast.Call)
-            and isinstance(func.value.func, ast.Name)
-            and func.value.func.id == "super"
-        ):
-            bases = _bases(owner, classes)
-            yield node, (bases[0] if bases else None), True
-        else:
-            yield node, None, False
-
-
-def _passed(call: ast.Call, params: set[str]) -> tuple[frozenset[int], frozenset[str]]:
-    positions = frozenset(
-        i for i, arg in enumerate(call.args) if not isinstance(arg, ast.Starred) and _uses(arg, params)
-    )
-    keywords = frozenset(k.arg for k in call.keywords if k.arg is not None and _uses(k.value, params))
-    return positions, keywords
-
-
-def _callee_label(call: ast.Call, imports: set[str]) -> str | None:
-    """The class a call builds, when it looks like one defined elsewhere (not torch's own layers)."""
-    name = _dotted(call.func)
-    if name is None or name.split(".")[0] in ("torch", "nn", "F"):
-        return None
-    last = name.rsplit(".", 1)[-1]
-    return name if last[:1].isupper() and (name.split(".")[0] in imports or "." not in name) else None
-
-
 # -- reads of the integer -----------------------------------------------------------------------------
-def _uses(expr: ast.expr, names: set[str]) -> bool:
-    """Does the value of `expr` carry one of `names`? Not through an index (`dpr[i]` is a float), a
-    comparison (`i == 0` is a bool, at most two graphs) or a string."""
-    if isinstance(expr, ast.Name):
-        return expr.id in names
-    if isinstance(expr, (ast.Subscript, ast.Compare, ast.JoinedStr, ast.Lambda)):
-        return isinstance(expr, ast.Subscript) and _uses(expr.value, names)
-    return any(_uses(child, names) for child in ast.iter_child_nodes(expr) if isinstance(child, ast.expr))
-
-
-def _is_self_attr(node: ast.AST, attrs: set[str] | None) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-        and (attrs is None or node.attr in attrs)
-    )
-
-
 def _parents(root: ast.AST) -> dict[ast.AST, ast.AST]:
     return {child: node for node in ast.walk(root) for child in ast.iter_child_nodes(node)}
 
@@ -413,7 +289,7 @@ def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) 
         if (isinstance(node, ast.Call) and child is not node.func) or (
             isinstance(node, ast.Subscript) and child is node.slice
         ):
-            root = _root_name(node.func if isinstance(node, ast.Call) else node.value)
+            root = class_graph.root_name(node.func if isinstance(node, ast.Call) else node.value)
             if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
                 return None
             if root is not None and root != "self" and root not in imports and _movable(node):
@@ -452,7 +328,7 @@ def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) 
         or not isinstance(statement.value, (ast.Constant, ast.Name))
     ):
         return None
-    root = _root_name(target.value)
+    root = class_graph.root_name(target.value)
     return statement if root is not None and root != "self" and root not in imports else None
 
 
@@ -485,7 +361,7 @@ def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     for node in _ancestors(read, parents):
         if isinstance(node, ast.Lambda):
             call = parents.get(node)
-            return isinstance(call, ast.Call) and _dotted(call.func) == EAGER
+            return isinstance(call, ast.Call) and dotted_name(call.func) == EAGER
     return False
 
 
@@ -496,33 +372,4 @@ def _outermost(nodes: list[ast.expr], parents: dict[ast.AST, ast.AST]) -> list[a
 
 
 def _is_unspec_decorator(node: ast.expr) -> bool:
-    return _dotted(node) == SYMBOLIC or "allow_unspec_int_on_nn_module" in ast.unparse(node)
-
-
-def _root_name(expr: ast.expr) -> str | None:
-    while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
-        expr = expr.func if isinstance(expr, ast.Call) else expr.value
-    return expr.id if isinstance(expr, ast.Name) else None
-
-
-def _dotted(expr: ast.expr) -> str | None:
-    parts: list[str] = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    return ".".join([expr.id, *reversed(parts)])
-
-
-def _module_names(tree: ast.Module) -> set[str]:
-    """Names bound at module level: imports, functions, classes. A call on them is not a cache's."""
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    return names
+    return dotted_name(node) == SYMBOLIC or "allow_unspec_int_on_nn_module" in ast.unparse(node)
