@@ -50,6 +50,8 @@ def {SYMBOLIC}(forward):
     """regionalize: trace `forward` with the integer attributes of modules symbolic, so that blocks that
     differ only in such an integer (a layer index) share graphs: one per outcome of a branch on it, not
     one per block. Eager calls compute the same; the setting holds only while this function is traced."""
+    if not hasattr(torch._dynamo, "patch_dynamo_config"):  # torch < 2.8: compiled per block, still right
+        return forward
     patch = torch._dynamo.patch_dynamo_config(allow_unspec_int_on_nn_module=True)
 
     def traced(*args, **kwargs):

@@ -242,3 +242,18 @@ def test_class_attribute_reached_through_a_base_and_keywords() -> None:
     )
     assert "_regionalize_eager(lambda: past_key_values[self.layer_idx])[0]" in code
     assert codes.count("RGZ003") == 1
+
+
+def test_symbolic_helper_leaves_forward_alone_on_a_torch_without_the_setting(monkeypatch) -> None:
+    """Before torch 2.8 there is no traceable patch_dynamo_config: the rewrite must still import and run."""
+    torch = pytest.importorskip("torch")
+    with monkeypatch.context() as patched:  # an older torch while the model file is imported
+        patched.delattr(torch._dynamo, "patch_dynamo_config")
+        module = load(transform_source(DECODER, Options(backend="eager")).code, "decoder_old_torch")
+    assert module.Block.forward.__name__ == "forward" and module.Block.forward.__code__.co_name == "forward"
+    assert (
+        "traced" not in module.Block.forward.__code__.co_varnames + module.Block.forward.__code__.co_freevars
+    )
+    model = module.Decoder(depth=2).eval()
+    model.cache_class = module.Cache
+    assert len(generate(model, steps=2)) == 2
