@@ -112,13 +112,18 @@ def passed(call: ast.Call, params: set[str]) -> tuple[frozenset[int], frozenset[
     return positions, keywords
 
 
-def callee_label(call: ast.Call, imports: set[str]) -> str | None:
-    """The class a call builds, when it looks like one defined elsewhere (not torch's own layers)."""
+def callee_label(call: ast.Call, imports: dict[str, str]) -> str | None:
+    """The class a call builds, when it looks like one defined elsewhere and not in torch.
+
+    `imports` maps the file's imported names to what they import (`nn` -> `torch.nn`).
+    """
     name = dotted_name(call.func)
-    if name is None or name.split(".")[0] in ("torch", "nn", "F"):
+    if name is None:
         return None
-    last = name.rsplit(".", 1)[-1]
-    return name if last[:1].isupper() and (name.split(".")[0] in imports or "." not in name) else None
+    root, last = name.split(".")[0], name.rsplit(".", 1)[-1]
+    if imports.get(root, root).split(".")[0] == "torch":
+        return None
+    return name if last[:1].isupper() and (root in imports or "." not in name) else None
 
 
 def uses(expr: ast.expr, names: set[str]) -> bool:

@@ -29,8 +29,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from regionalize import class_graph
-from regionalize.prescan import dotted_name
+from regionalize import class_graph, prescan
 from regionalize.report import Site
 
 EAGER = "_regionalize_eager"
@@ -118,10 +117,25 @@ class Plan:
         return raw.decode("utf-8")
 
 
+@dataclass(frozen=True)
+class _File:
+    """What every step reads of the file."""
+
+    source: str
+    classes: dict[str, ast.ClassDef]
+    names: set[str]  # bound at module level (imports, functions, classes): a call on them is not a cache's
+    imports: dict[str, str]  # imported name -> what it imports
+
+    @classmethod
+    def read(cls, tree: ast.Module, source: str) -> _File:
+        classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        return cls(source, classes, class_graph.module_names(tree), prescan.scan(tree).imports)
+
+
 def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
     """What to move out of the compiled region and what to unspecialize, for every call in `found`."""
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    imports = class_graph.module_names(tree)
+    file = _File.read(tree, source)
+    classes = file.classes
     result = Plan()
     done: dict[tuple[str, frozenset[str]], list[str]] = {}
     for args in found:
@@ -137,7 +151,7 @@ def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
             else:
                 key = (name, frozenset(params))
                 if key not in done:
-                    done[key] = _fix_class(cls, params, classes, imports, source, result)
+                    done[key] = _fix_class(cls, params, file, result)
                 problems = done[key]
         if problems and args.warn:
             reason = (
@@ -150,15 +164,9 @@ def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
     return result
 
 
-def _fix_class(
-    cls: ast.ClassDef,
-    params: set[str],
-    classes: dict[str, ast.ClassDef],
-    imports: set[str],
-    source: str,
-    result: Plan,
-) -> list[str]:
+def _fix_class(cls: ast.ClassDef, params: set[str], file: _File, result: Plan) -> list[str]:
     """Plan the fixes for `cls` built with per-block `params`, and for the submodules they reach."""
+    classes = file.classes
     problems: list[str] = []
     seen: set[tuple[str, str, frozenset[str]]] = set()
     # (the class built, the class whose __init__ runs: itself, or a base through super().__init__, params)
@@ -184,7 +192,7 @@ def _fix_class(
                 if not positions and not keywords:
                     continue
                 if callee is None:
-                    if label := class_graph.callee_label(call, imports):
+                    if label := class_graph.callee_label(call, file.imports):
                         problems.append(f"it is passed to {label}, defined in another file")
                 elif sub_params := class_graph.map_params(
                     class_graph.init_of(callee, classes), positions, keywords
@@ -194,20 +202,14 @@ def _fix_class(
                     )
         if attrs:
             if current.name not in result.fixed:
-                result.fixed[current.name] = _fix_reads(current, attrs, classes, imports, source, result)
+                result.fixed[current.name] = _fix_reads(current, attrs, file, result)
             problems += result.fixed[current.name]
     return problems
 
 
-def _fix_reads(
-    cls: ast.ClassDef,
-    attrs: set[str],
-    classes: dict[str, ast.ClassDef],
-    imports: set[str],
-    source: str,
-    result: Plan,
-) -> list[str]:
+def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) -> list[str]:
     """Move the calls that take `self.<attr>` out of the graph; unspecialize what else reads it."""
+    classes = file.classes
     problems: list[str] = []
     remaining = False
     for method in class_graph.traced_methods(cls, classes):
@@ -218,7 +220,7 @@ def _fix_reads(
                 continue
             if _already_eager(node, parents):
                 continue
-            carrier = _carrier(node, parents, imports) or _setitem(node, parents, imports)
+            carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
             if carrier is None:
                 store = _stored_into(node, parents)
                 if store is not None:
@@ -234,7 +236,7 @@ def _fix_reads(
             attr = next(n.attr for n in ast.walk(carrier) if class_graph.is_self_attr(n, attrs))
             start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
             if isinstance(carrier, ast.Assign):
-                result.edits.append((start, end, _setitem_call(carrier, source)))  # type: ignore[arg-type]
+                result.edits.append((start, end, _setitem_call(carrier, file.source)))  # type: ignore[arg-type]
                 what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
             else:
                 result.edits += [(start, start, f"{EAGER}(lambda: "), (end, end, ")")]  # type: ignore[list-item]
@@ -278,7 +280,7 @@ def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.A
         yield node
 
 
-def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) -> ast.expr | None:
+def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) -> ast.expr | None:
     """The innermost call or subscript that hands `read` to an object other than self or a module.
 
     `past_key_values.update(k, v, self.layer_idx)` -> that call; `cache.layers[self.layer_idx]` -> that
@@ -294,7 +296,7 @@ def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) 
             root = class_graph.root_name(node.func if isinstance(node, ast.Call) else node.value)
             if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
                 return None
-            if root is not None and root != "self" and root not in imports and _movable(node):
+            if root is not None and root != "self" and root not in names and _movable(node):
                 return node
         child = node
     return None
@@ -310,7 +312,7 @@ def _movable(node: ast.expr) -> bool:
     return True
 
 
-def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) -> ast.Assign | None:
+def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) -> ast.Assign | None:
     """`cache.is_updated[self.layer_idx] = True`: an assignment that can become a `__setitem__` call.
 
     Only with a constant or a name as the value: Python evaluates the value before the target, the call
@@ -331,7 +333,7 @@ def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], imports: set[str]) 
     ):
         return None
     root = class_graph.root_name(target.value)
-    return statement if root is not None and root != "self" and root not in imports else None
+    return statement if root is not None and root != "self" and root not in names else None
 
 
 def _setitem_call(statement: ast.Assign, source: str) -> str:
@@ -363,7 +365,7 @@ def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     for node in _ancestors(read, parents):
         if isinstance(node, ast.Lambda):
             call = parents.get(node)
-            return isinstance(call, ast.Call) and dotted_name(call.func) == EAGER
+            return isinstance(call, ast.Call) and prescan.dotted_name(call.func) == EAGER
     return False
 
 
@@ -374,4 +376,4 @@ def _outermost(nodes: list[ast.expr], parents: dict[ast.AST, ast.AST]) -> list[a
 
 
 def _is_unspec_decorator(node: ast.expr) -> bool:
-    return dotted_name(node) == SYMBOLIC or "allow_unspec_int_on_nn_module" in ast.unparse(node)
+    return prescan.dotted_name(node) == SYMBOLIC or "allow_unspec_int_on_nn_module" in ast.unparse(node)
