@@ -64,7 +64,7 @@ def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> Transfo
     found = _compile_containers(tree, lines, options)
     if isinstance(found, TransformResult):
         return found
-    fixes = per_block_ints.plan(tree, source, found.int_args)
+    fixes = per_block_ints.plan(tree, source, found.facts.imports, found.int_args)
     sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
     helpers = [found.helper] if found.helper else []
     if fixes:

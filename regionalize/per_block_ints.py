@@ -127,14 +127,17 @@ class _File:
     imports: dict[str, str]  # imported name -> what it imports
 
     @classmethod
-    def read(cls, tree: ast.Module, source: str) -> _File:
+    def read(cls, tree: ast.Module, source: str, imports: dict[str, str]) -> _File:
         classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-        return cls(source, classes, class_graph.module_names(tree), prescan.scan(tree).imports)
+        return cls(source, classes, class_graph.module_names(tree), imports)
 
 
-def plan(tree: ast.Module, source: str, found: list[IntArgs]) -> Plan:
-    """What to move out of the compiled region and what to unspecialize, for every call in `found`."""
-    file = _File.read(tree, source)
+def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[IntArgs]) -> Plan:
+    """What to move out of the compiled region and what to unspecialize, for every call in `found`.
+
+    `imports` is prescan's map of the file's imported names, already read for the containers.
+    """
+    file = _File.read(tree, source, imports)
     classes = file.classes
     result = Plan()
     done: dict[tuple[str, frozenset[str]], list[str]] = {}
