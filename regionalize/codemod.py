@@ -137,8 +137,12 @@ def _add_helpers(lines: list[str], tree: ast.Module, found: _Pass, helpers: list
     lines = list(lines)
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     torch_at, helper_at = prescan.insert_lines(tree)
-    if found.changed and helper_at > found.first_region - 1:  # a rewritten region above the imports: rare
-        torch_at = helper_at = 0
+    if found.changed and helper_at > found.first_region - 1:
+        # The rewritten region covers the imports (module-level sites make the whole file one region):
+        # find them again in the new text, which parses (each region was re-parsed).
+        text = "".join(lines)
+        lines = text.splitlines(keepends=True)
+        torch_at, helper_at = prescan.insert_lines(ast.parse(text))
     for helper in reversed(helpers):
         if _helper_name(helper) not in facts.top_level_defs:
             lines[helper_at:helper_at] = [newline, newline, helper.replace("\n", newline)]

@@ -25,7 +25,12 @@ _CODEMOD_OPTIONS = [
         help="inplace (default): block.compile(), state_dict keys unchanged. wrap: torch.compile(Block(..)), "
         "which prefixes every key with `_orig_mod.`.",
     ),
-    click.option("--mode", type=click.Choice(MODES), help="torch.compile mode."),
+    click.option(
+        "--mode",
+        type=click.Choice(MODES),
+        help="torch.compile mode. reduce-overhead and max-autotune use CUDA graphs: the graph goes around "
+        "the module that owns the blocks, with each block a nested compile region (see README).",
+    ),
     click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph."),
     click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic)."),
     click.option("--backend", help="torch.compile backend (default: inductor)."),

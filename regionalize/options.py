@@ -8,6 +8,7 @@ from typing import Any
 STYLES = ("inplace", "wrap")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 GUARD_BYPASS = ("none", "filter", "depyf")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the modes whose compiled code uses CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,15 @@ class Options:
     def __post_init__(self) -> None:
         if self.guard_bypass == "depyf" and self.style != "inplace":
             raise ValueError("--guard-bypass depyf compiles blocks in place: it needs --style inplace")
+        if self.mode in CUDA_GRAPH_MODES and self.style != "inplace":
+            raise ValueError(
+                f"--mode {self.mode} puts a CUDA graph around the blocks' owner: it needs --style inplace"
+            )
+        if self.mode in CUDA_GRAPH_MODES and self.guard_bypass != "none":
+            raise ValueError(
+                f"--mode {self.mode} replays one CUDA graph per call, with no per-block guards to bypass: "
+                "drop --guard-bypass"
+            )
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> Options:

@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from regionalize.cuda_graphs import HELPER_NAME as CUDA_GRAPHS_HELPER
 from regionalize.guard_bypass import HELPER_NAMES
 
 CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # Names that make a top-level statement worth a LibCST parse.
 CANDIDATE_CALLS = CONTAINERS | {"add_module"}
 # A guard-bypass helper that compiles its first argument in place.
-BYPASS_HELPERS = {HELPER_NAMES["depyf"]}
+COMPILING_HELPERS = {HELPER_NAMES["depyf"], CUDA_GRAPHS_HELPER}  # helpers that compile their first argument
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 
 
@@ -147,7 +148,7 @@ def _compiles(loop: ast.For, facts: FileFacts) -> bool:
             name = dotted_name(node.func)
             if name == f"{var}.compile" or (name and facts.resolve(name) == "torch.compile"):
                 return True
-            if name in BYPASS_HELPERS and node.args and dotted_name(node.args[0]) == var:
+            if name in COMPILING_HELPERS and node.args and dotted_name(node.args[0]) == var:
                 return True
         if (
             isinstance(node, ast.For)

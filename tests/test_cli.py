@@ -159,12 +159,12 @@ def test_jobs_keep_output_order(tmp_path: Path) -> None:
 
 def test_pyproject_settings_and_flags_win(tmp_path: Path, model: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.regionalize]\nmode = "max-autotune"\nstyle = "wrap"\n', encoding="utf-8"
+        '[tool.regionalize]\nmode = "max-autotune-no-cudagraphs"\nstyle = "wrap"\n', encoding="utf-8"
     )
     _, out, _ = invoke(str(model))
-    assert 'torch.compile(Layer(d), mode="max-autotune")' in out
+    assert 'torch.compile(Layer(d), mode="max-autotune-no-cudagraphs")' in out
     _, out, _ = invoke("--style", "inplace", str(model))
-    assert 'block.compile(mode="max-autotune")' in out
+    assert 'block.compile(mode="max-autotune-no-cudagraphs")' in out
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,10 @@ def test_equivalent_rewrite_passes_and_reports_every_key(tmp_path: Path) -> None
     # The bypass variant needs the codemod's output, which a --rewritten file does not give.
     assert result["steady_us"]["regional_bypass"] is None and result["bypass_equivalent"] is None
     assert all(us > 0 for name, us in result["steady_us"].items() if name != "regional_bypass")
+    # Interleaved rounds: the median is reported with the spread it comes from.
+    spread = result["steady_spread_us"]
+    assert set(spread) == {"eager", "full", "regional"}
+    assert all(s["min"] <= s["median"] == result["steady_us"][n] <= s["max"] for n, s in spread.items())
     assert result["compile_s"] == {"full": None, "regional": None}  # fresh-process timing was skipped
     assert result["compile_speedup"] is None
     # --device auto: CUDA where there is one, so the suite passes on GPU machines too.

@@ -3,13 +3,14 @@ that compile a container's blocks, and the editor that applies the planned edits
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
 import libcst as cst
 
-from regionalize import guard_bypass
-from regionalize.options import Options
+from regionalize import cuda_graphs, guard_bypass
+from regionalize.options import CUDA_GRAPH_MODES, Options
 from regionalize.patterns.context import Context
 from regionalize.patterns.model import Container, Edits, Element, blocks_of
 
@@ -21,11 +22,22 @@ def kwargs_source(options: Options) -> str:
 
 
 def compile_statement(ctx: Context, var: str) -> str:
+    if ctx.options.mode in CUDA_GRAPH_MODES:
+        return _graphed_statement(ctx, var)
     mode = ctx.options.guard_bypass
     if mode == "none":
         return f"{var}.compile({ctx.edits.kwargs})"
     use_bypass(ctx, mode)
     return guard_bypass.inplace_statement(mode, var, ctx.edits.kwargs)
+
+
+def _graphed_statement(ctx: Context, var: str) -> str:
+    """The CUDA graph goes around the module that owns the blocks: `self` in its methods. Blocks built
+    elsewhere (module level, a function returning them) have no known owner and compile without graphs."""
+    if "self" in ctx.scopes[-1].params:
+        ctx.edits.helper = cuda_graphs.HELPER
+        return cuda_graphs.statement(var, "self", ctx.edits.kwargs)
+    return f"{var}.compile({kwargs_source(dataclasses.replace(ctx.options, mode='default'))})"
 
 
 def guarded_compile(ctx: Context, var: str, blocks: list[Element], mixed: bool) -> str | None:

@@ -155,7 +155,7 @@ def _compiles_name(node: cst.CSTNode, var: str) -> bool:
             ):
                 return True
             if (
-                dotted_name(func) in prescan.BYPASS_HELPERS
+                dotted_name(func) in prescan.COMPILING_HELPERS
                 and found.args
                 and dotted_name(found.args[0].value) == var
             ):

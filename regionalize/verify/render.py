@@ -132,7 +132,12 @@ def _compile(result: dict[str, Any]) -> list[str]:
 
 
 def _steady(result: dict[str, Any]) -> str:
-    cells = "   ".join(f"{name} {_micros(us)}" for name, us in result["steady_us"].items())
+    spread = result.get("steady_spread_us", {})
+    cells = "   ".join(
+        f"{name} {_micros(us)}"
+        + (f" ({_micros(spread[name]['min'])}-{_micros(spread[name]['max'])})" if name in spread else "")
+        for name, us in result["steady_us"].items()
+    )
     label = "Steady state per run" if result.get("workload") else "Steady state per call"
     return f"{label:<{_LABEL}}{cells}"
 

@@ -64,6 +64,7 @@ def verify(
     compiled = [v.name for v in VARIANTS if v.compiled and v.time_compile]
     result.update(
         steady_us=dict.fromkeys(v.name for v in VARIANTS),
+        steady_spread_us={},
         skipped={},
         accounting={},
         graphs={},
@@ -154,11 +155,17 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
     return all(d.ok for d in equivalence.forward + equivalence.gradients)
 
 
+STEADY_ROUNDS = 3
+
+
 def _performance(subject: Subject, result: dict[str, Any]) -> None:
-    """Per variant in this process: Dynamo's accounting of the first call, then steady-state latency."""
+    """Per variant in this process: Dynamo's accounting of the first call; then steady-state latency in
+    interleaved rounds (one round of each variant in turn), so that drift of the machine (clock, other
+    load) falls on every variant alike; the spread over the rounds is reported with the median."""
     accounts: dict[str, GraphAccount] = {}
     steady: dict[str, float | None] = {}
     skipped: dict[str, str] = {}
+    ready: dict[str, Built] = {}
     for variant in VARIANTS:
         steady[variant.name] = None
         if variant.name == "regional_bypass" and subject.generate is not None:
@@ -173,15 +180,34 @@ def _performance(subject: Subject, result: dict[str, Any]) -> None:
                 with recording() as account:
                     call(built)
                 accounts[variant.name] = account
-            if isinstance(built.workload, Generate):
-                steady[variant.name], per_token = decode_timing(built, subject.device)
-                result["decode_ms_per_token"][variant.name] = per_token
-            else:
-                steady[variant.name] = steady_us(built, subject.device)
+            ready[variant.name] = built
         except VariantUnavailable as exc:
             skipped[variant.name] = str(exc)
         except Exception as exc:  # one variant failing to run must not hide the others' figures
             skipped[variant.name] = f"{type(exc).__name__}: {exc}"
+    rounds: dict[str, list[float]] = {name: [] for name in ready}
+    per_token: dict[str, list[float]] = {name: [] for name in ready}
+    for _ in range(STEADY_ROUNDS):
+        for name, built in list(ready.items()):
+            try:
+                if isinstance(built.workload, Generate):
+                    whole, token_ms = decode_timing(built, subject.device, min_rounds=2, budget_s=0.7)
+                    rounds[name].append(whole)
+                    per_token[name] += [] if token_ms is None else [token_ms]
+                else:
+                    rounds[name].append(steady_us(built, subject.device, budget_s=0.2))
+            except Exception as exc:
+                skipped[name] = f"{type(exc).__name__}: {exc}"
+                del ready[name]
+    for name in ready:
+        steady[name] = statistics.median(rounds[name])
+        result["steady_spread_us"][name] = {
+            "min": min(rounds[name]),
+            "median": steady[name],
+            "max": max(rounds[name]),
+        }
+        if per_token[name]:
+            result["decode_ms_per_token"][name] = statistics.median(per_token[name])
     result["steady_us"] = steady
     result["skipped"] = skipped
     result["accounting"] = {name: account.to_json() for name, account in accounts.items()}
