@@ -20,7 +20,8 @@ HELP = """Rewrite PyTorch models so that each repeated block (a layer of a Modul
 ModuleDict) is compiled once and reused, instead of torch.compile inlining every layer into one graph.
 
 By default prints a unified diff and one line per site, and changes nothing. --apply writes the
-files; --check prints only the site lines (for CI and pre-commit).
+files and prints the site lines (add --diff to see the diffs too); --check prints only the site lines
+(for CI and pre-commit).
 
 \b
 Exit status: 0 nothing left to rewrite, 1 rewrites pending (without --apply), 2 an error.
@@ -48,6 +49,12 @@ def main() -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str), required=True)
 @click.option("--apply", is_flag=True, help="Write the rewritten files.")
 @click.option("--check", is_flag=True, help="Print only the site lines; exit 1 if rewrites are pending.")
+@click.option(
+    "--diff/--no-diff",
+    "show_diff",
+    default=None,
+    help="Print the unified diff of each changed file (default: on for the dry run, off with --apply).",
+)
 @flags.codemod_options
 @click.option("--include", multiple=True, help="Glob of files to take when walking directories (repeatable).")
 @click.option("--exclude", multiple=True, help="Glob of files to leave out when walking directories.")
@@ -75,10 +82,13 @@ def rewrite(
     report_file: str | None,
     config_file: str | None,
     quiet: bool,
+    show_diff: bool | None,
     **extra: Any,
 ) -> None:
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
+    if check and show_diff:
+        raise click.UsageError("--check prints only the site lines: drop --diff")
     settings = flags.settings(list(paths), config_file, extra)
     options = flags.options(settings)
     if options.style == "wrap" and fmt == "text":
@@ -96,7 +106,9 @@ def rewrite(
         else:
             reports.append(FileReport(path, error=error))
     jobs = settings.get("jobs") or os.cpu_count() or 1
-    job = Job(options, apply, diff=fmt == "text" and not check)
+    # As Black and Ruff: a bulk --apply writes quietly; diffs are for the dry run, or asked for.
+    wanted = (not apply) if show_diff is None else show_diff
+    job = Job(options, apply, diff=fmt == "text" and not check and wanted)
     reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
     _emit(reports, fmt, check, report_file, quiet)
     sys.exit(_exit_code(reports, apply))

@@ -46,13 +46,14 @@ class TransformResult:
         return self.status == "success"
 
 
-def might_have_sites(source: str) -> bool:
-    return any(word in source for word in TRIGGERS)
+def might_have_sites(source: str, options: Options = DEFAULT_OPTIONS) -> bool:
+    extra = (name.rsplit(".", 1)[-1] for name in options.containers)
+    return any(word in source for word in (*TRIGGERS, *extra))
 
 
 def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> TransformResult:
     """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason."""
-    if not might_have_sites(source):
+    if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
     try:
         tree = ast.parse(source)
@@ -106,10 +107,38 @@ class _Pass:
 
 
 def _compile_containers(tree: ast.Module, lines: list[str], options: Options) -> _Pass | TransformResult:
-    facts = prescan.scan(tree)
+    """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
+    class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
+    skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
+    facts = prescan.scan(tree, options.containers)
+    classes = [
+        (c.name, c.lineno, c.end_lineno or c.lineno) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+    ]
+    for _ in range(_MAX_LEVELS):
+        found = _container_pass(tree, lines, options, facts)
+        if isinstance(found, TransformResult):
+            return found
+        # A class holds compiled blocks when it compiles some (now or already), or holds a class that does.
+        compiled = [s.line for s in found.sites if s.code in _HOLDING]
+        holders = frozenset(
+            name for name, start, end in classes if any(start <= line <= end for line in compiled)
+        )
+        if holders == facts.holders:
+            break
+        facts.holders = holders
+    return found
+
+
+_MAX_LEVELS = 6
+_HOLDING = ("RGZ001", "RGZ002", "RGZ108")
+
+
+def _container_pass(
+    tree: ast.Module, lines: list[str], options: Options, facts: prescan.FileFacts
+) -> _Pass | TransformResult:
     result = _Pass(list(lines), facts, [], [], 0)
     replaced: list[tuple[prescan.Region, str]] = []
-    for region in prescan.regions(tree, lines):
+    for region in prescan.regions(tree, lines, facts.container_names()):
         try:
             module = cst.parse_module(region.extract(lines))
         except cst.ParserSyntaxError as exc:

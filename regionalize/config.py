@@ -70,6 +70,7 @@ KEYS = {
     "exclude": _strings,
     "always": _strings,
     "never": _strings,
+    "containers": _strings,
     "jobs": _jobs,
 }
 

@@ -44,6 +44,13 @@ _CODEMOD_OPTIONS = [
     ),
     click.option("--never", multiple=True, help="Class name never treated as a repeated block (repeatable)."),
     click.option(
+        "--container",
+        "containers",
+        multiple=True,
+        help="Class (or dotted name) that is a container like ModuleList; a name with Dict or Sequential "
+        "in it is read as a ModuleDict or Sequential (repeatable).",
+    ),
+    click.option(
         "--config",
         "config_file",
         type=click.Path(exists=True, dir_okay=False),

@@ -24,6 +24,8 @@ class Options:
     # Class names the user says are (or are not) repeated blocks, overriding the built-in heuristics.
     always: frozenset[str] = field(default_factory=frozenset)
     never: frozenset[str] = field(default_factory=frozenset)
+    # Container classes beyond torch.nn's and OpenMMLab's, by class or dotted name (a package's own).
+    containers: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.guard_bypass == "depyf" and self.style != "inplace":
@@ -42,7 +44,7 @@ class Options:
     def from_settings(cls, settings: dict[str, Any]) -> Options:
         """Options from checked settings (pyproject and flags merged), ignoring the runner's own keys."""
         known = {k: v for k, v in settings.items() if k in cls.__dataclass_fields__}
-        for key in ("always", "never"):
+        for key in ("always", "never", "containers"):
             if key in known:
                 known[key] = frozenset(known[key])
         return cls(**known)

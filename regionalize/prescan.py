@@ -17,8 +17,9 @@ from regionalize.cuda_graphs import HELPER_NAME as CUDA_GRAPHS_HELPER
 from regionalize.guard_bypass import HELPER_NAMES
 
 CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
+# Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
+CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
 # Names that make a top-level statement worth a LibCST parse.
-CANDIDATE_CALLS = CONTAINERS | {"add_module"}
 # A guard-bypass helper that compiles its first argument in place.
 COMPILING_HELPERS = {HELPER_NAMES["depyf"], CUDA_GRAPHS_HELPER}  # helpers that compile their first argument
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
@@ -31,6 +32,24 @@ class FileFacts:
     container_attrs: set[str] = field(default_factory=set)  # attributes assigned a container
     torch_bound: bool = False  # `torch` is a module-level name
     top_level_defs: set[str] = field(default_factory=set)
+    # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
+    holders: frozenset[str] = frozenset()
+    # Other container classes, by resolved name: subclasses defined in the file, the `containers` setting.
+    containers: dict[str, str] = field(default_factory=dict)
+
+    def container_kind(self, name: str) -> str | None:
+        """ "ModuleList", "Sequential" or "ModuleDict" for a (dotted, local) name of a container class."""
+        full = self.resolve(name)
+        last = full.rsplit(".", 1)[-1]
+        if full in self.containers:
+            return self.containers[full]
+        if last in CONTAINERS and full.startswith(CONTAINER_MODULES):
+            return last
+        return None
+
+    def container_names(self) -> set[str]:
+        """Local spellings a container call can have, for scanning before names are resolved."""
+        return CONTAINERS | {name.rsplit(".", 1)[-1] for name in self.containers}
 
     def resolve(self, dotted: str) -> str:
         head, _, rest = dotted.partition(".")
@@ -83,8 +102,9 @@ def strip_values(node: ast.expr) -> ast.expr:
     return node
 
 
-def scan(tree: ast.Module) -> FileFacts:
+def scan(tree: ast.Module, containers: frozenset[str] = frozenset()) -> FileFacts:
     facts = FileFacts()
+    facts.containers = {name: kind_by_name(name) for name in containers}
     loops: list[ast.For] = []
     assigns: list[ast.Assign | ast.AnnAssign] = []
     for node in ast.walk(tree):
@@ -109,6 +129,15 @@ def scan(tree: ast.Module) -> FileFacts:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             assigns.append(node)
     facts.imports = {k: TORCH_MODULES.sub("torch.nn", v) for k, v in facts.imports.items()}
+    # A setting may name a class by its bare name; a file imports it under its dotted one.
+    for full in facts.imports.values():
+        if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
+            facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
+    for node in ast.walk(tree):  # subclasses of containers, in the order they are defined
+        if isinstance(node, ast.ClassDef):
+            kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
+            if kind := next((k for k in kinds if k), None):
+                facts.containers[node.name] = kind
     for statement in tree.body:
         if isinstance(statement, ast.Import):
             facts.torch_bound |= any(
@@ -132,10 +161,13 @@ def scan(tree: ast.Module) -> FileFacts:
 
 def is_container(func: ast.expr, facts: FileFacts) -> bool:
     name = dotted_name(func)
-    if name is None:
-        return False
-    full = facts.resolve(name)
-    return full.startswith("torch.nn.") and full.rsplit(".", 1)[1] in CONTAINERS
+    return name is not None and facts.container_kind(name) is not None
+
+
+def kind_by_name(name: str) -> str:
+    """The kind of a container class named in the `containers` setting, read from its name."""
+    last = name.rsplit(".", 1)[-1]
+    return "ModuleDict" if "Dict" in last else "Sequential" if "Sequential" in last else "ModuleList"
 
 
 def _compiles(loop: ast.For, facts: FileFacts) -> bool:
@@ -159,7 +191,7 @@ def _compiles(loop: ast.For, facts: FileFacts) -> bool:
     return False
 
 
-def regions(tree: ast.Module, lines: list[str]) -> list[Region]:
+def regions(tree: ast.Module, lines: list[str], containers: set[str]) -> list[Region]:
     """Top-level functions and methods that can hold a site; larger pieces when that is not clear-cut.
 
     Module-level code can hold a site whose parts sit in several statements (`xs = [..]`, then
@@ -170,24 +202,24 @@ def regions(tree: ast.Module, lines: list[str]) -> list[Region]:
     for statement, start, end in _spans(tree.body):
         if start is None:
             return [Region(1, len(lines))]
-        if not _has_candidate(statement):
+        if not _has_candidate(statement, containers):
             continue
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found.append(Region(start, end))
         elif isinstance(statement, ast.ClassDef):
-            found += _methods(statement, lines) or [Region(start, end)]
+            found += _methods(statement, lines, containers) or [Region(start, end)]
         else:
             return [Region(1, len(lines))]
     return found
 
 
-def _methods(cls: ast.ClassDef, lines: list[str]) -> list[Region]:
+def _methods(cls: ast.ClassDef, lines: list[str], containers: set[str]) -> list[Region]:
     """One region per method holding a candidate; empty when the class has to stay whole."""
     found = []
     for statement, start, end in _spans(cls.body):
         if start is None:
             return []
-        if not _has_candidate(statement):
+        if not _has_candidate(statement, containers):
             continue
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return []
@@ -210,12 +242,12 @@ def _spans(body: list[ast.stmt]) -> Iterator[tuple[ast.stmt, int | None, int]]:
         previous_end = end
 
 
-def _has_candidate(statement: ast.stmt) -> bool:
+def _has_candidate(statement: ast.stmt, containers: set[str]) -> bool:
     for node in ast.walk(statement):
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if name in CANDIDATE_CALLS:
+            if name in containers or name == "add_module":
                 return True
     return False
 

@@ -21,6 +21,7 @@ CODES = {
     "RGZ105": "element class is excluded by configuration",
     "RGZ106": "the statement cannot take a new line after it",
     "RGZ107": "container is a class attribute, shared by every instance",
+    "RGZ108": "element class holds repeated blocks compiled on their own; compiling it too would inline them",
     "RGZ201": "a per-iteration integer reaches the block's constructor",
 }
 

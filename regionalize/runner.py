@@ -172,7 +172,7 @@ def process_file(path: str, job: Job) -> FileReport:
     except (OSError, ValueError) as exc:
         report.error = _os_error(exc) if isinstance(exc, OSError) else str(exc)
         return report
-    if not might_have_sites(source.text):
+    if not might_have_sites(source.text, job.options):
         return report
     try:
         result = transform_source(source.text, job.options)

@@ -52,8 +52,11 @@ def test_default_shows_diff_and_changes_nothing(model: Path) -> None:
 
 
 def test_apply_writes_then_nothing_is_pending(model: Path) -> None:
-    assert invoke("--apply", str(model))[0] == 0
+    code, out, err = invoke("--apply", str(model))
+    assert code == 0
     assert "block.compile()" in model.read_text(encoding="utf-8")
+    # Quiet as Black and Ruff: the site lines and the summary, no diff.
+    assert "RGZ001" in out and "+++" not in out and "1 changed" in err
     code, out, _ = invoke("--check", str(model))
     assert code == 0
     assert "RGZ002" in out
@@ -73,6 +76,14 @@ def test_clean_file_exits_zero(tmp_path: Path) -> None:
 
 def test_apply_and_check_are_exclusive(model: Path) -> None:
     assert invoke("--apply", "--check", str(model))[0] == 2
+    assert invoke("--check", "--diff", str(model))[0] == 2
+
+
+def test_diff_on_request_with_apply_and_off_for_the_dry_run(model: Path, tmp_path: Path) -> None:
+    code, out, _ = invoke("--no-diff", str(model))
+    assert code == 1 and "+++" not in out and "RGZ001" in out
+    code, out, _ = invoke("--apply", "--diff", str(model))
+    assert code == 0 and f"+++ b/{model}" in out
 
 
 def test_json_report(model: Path, tmp_path: Path) -> None:

@@ -50,14 +50,14 @@ class Context(cst.CSTVisitor):
 
     # -- traversal bookkeeping -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(Scope(node, node))
+        self.scopes.append(Scope(node, node, self.facts.container_names()))
         self.blocks.append(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_bodies.add(node.body)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(Scope(node, self.module))
+        self.scopes.append(Scope(node, self.module, self.facts.container_names()))
         self.loop_stack_saved.append(self.loops)
         self.loops = []
 
@@ -109,11 +109,8 @@ class Context(cst.CSTVisitor):
         return None if name is None else self.facts.resolve(name)
 
     def container_kind(self, call: cst.Call) -> str | None:
-        dotted = self.dotted(call.func)
-        if dotted is None or not dotted.startswith("torch.nn."):
-            return None
-        last = dotted.rsplit(".", 1)[-1]
-        return last if last in prescan.CONTAINERS else None
+        name = dotted_name(call.func)
+        return None if name is None else self.facts.container_kind(name)
 
     def is_torch_compile(self, call: cst.Call) -> bool:
         return self.dotted(call.func) in ("torch.compile", "torch.compiler.compile")

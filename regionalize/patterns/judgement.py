@@ -70,6 +70,8 @@ class Judge:
             return Element("excluded", label, expr)
         if last in ctx.options.always:
             return Element("block", label, expr)
+        if last in ctx.facts.holders:
+            return Element("holder", label, expr)
         if dotted.startswith("torch.nn."):
             return Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
         if dotted.startswith("torch."):

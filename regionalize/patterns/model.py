@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from regionalize import prescan
 from regionalize.options import Options
 
 
@@ -27,7 +26,7 @@ class Edits:
 
 @dataclass
 class Element:
-    kind: str  # "block", "compiled", "leaf", "other", "excluded" or "nested"
+    kind: str  # "block", "compiled", "leaf", "other", "excluded", "holder" or "nested"
     label: str
     call: cst.Call | None = None
     inner: Container | None = None  # the inner container of a "nested" element
@@ -46,7 +45,7 @@ class Container:
 class Scope:
     """What the finder knows about one function body (or the module body)."""
 
-    def __init__(self, node: cst.CSTNode, module: cst.Module) -> None:
+    def __init__(self, node: cst.CSTNode, module: cst.Module, containers: set[str]) -> None:
         self.bindings: dict[str, list[cst.BaseExpression]] = {}
         self.names: set[str] = set()
         self.container_calls: list[cst.Call] = []  # calls spelled like a container, resolved later
@@ -55,7 +54,7 @@ class Scope:
             parameters = node.params
             every = [*parameters.posonly_params, *parameters.params, *parameters.kwonly_params]
             self.params = {p.name.value for p in every}
-        node.visit(_ScopeCollector(self, module))
+        node.visit(_ScopeCollector(self, module, containers))
 
     def fresh(self, base: str, avoid: str = "") -> str:
         """A name the function does not use (nor `avoid`), so the inserted loop shadows nothing."""
@@ -67,9 +66,10 @@ class Scope:
 
 
 class _ScopeCollector(cst.CSTVisitor):
-    def __init__(self, scope: Scope, module: cst.Module) -> None:
+    def __init__(self, scope: Scope, module: cst.Module, containers: set[str]) -> None:
         self.scope = scope
         self.module = module
+        self.containers = containers  # names a container class may be spelled with
 
     def visit_Name(self, node: cst.Name) -> None:
         self.scope.names.add(node.value)
@@ -77,7 +77,7 @@ class _ScopeCollector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if name in prescan.CONTAINERS:
+        if name in self.containers:
             self.scope.container_calls.append(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:

@@ -62,6 +62,8 @@ def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: boo
 
 def _why_not(elements: list[Element]) -> tuple[str, str, str]:
     kinds = {e.kind for e in elements}
+    if "holder" in kinds:
+        return ("RGZ108", "skip", "")
     if "excluded" in kinds:
         return ("RGZ105", "skip", "")
     if "leaf" in kinds:
