@@ -86,6 +86,12 @@ imported, built or run (the report says which step, with the traceback).
     type=click.Path(dir_okay=False, writable=True),
     help="Also write the results as one JSON object to this file.",
 )
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Everyday preset: one fresh process per compile timing, warm start only (no cold process).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr; the report alone.")
 @flags.codemod_options
 def verify(
     model: str | None,
@@ -99,9 +105,12 @@ def verify(
     prompt_len: int,
     json_out: str | None,
     config_file: str | None,
+    quick: bool,
+    quiet: bool,
     **extra: Any,
 ) -> None:
     from regionalize.verify import run_verify
+    from regionalize.verify.progress import Progress
 
     # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
     options = flags.options(flags.settings([model] if model else [], config_file, extra))
@@ -117,5 +126,7 @@ def verify(
         workload=workload,
         tokens=tokens,
         prompt_len=prompt_len,
+        progress=Progress(quiet),
+        quick=quick,
     )
     sys.exit(code)

@@ -140,6 +140,21 @@ def test_fresh_process_compile_timing(tmp_path: Path) -> None:
     assert result["compile_speedup"] == pytest.approx(seconds["full"] / seconds["regional"])
 
 
+def test_quick_preset_shows_progress_on_stderr_and_times_warm_processes_once(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(REWRITTEN)]
+    run = CliRunner().invoke(verify_command, [*args, "--backend", "eager", "--quick", "--json", str(out)])
+    assert run.exit_code == 0, run.output
+    steps = [line for line in run.stderr.splitlines() if line.startswith("verify [")]
+    assert steps[0].endswith(f"importing {MODELS / 'stack.py'}") and steps[-1].endswith("done")
+    assert any("fresh warm process (1 of 1)" in line for line in steps)
+    assert not any("cold process" in line for line in steps)
+    assert "verify [" not in run.stdout and "PASS: equivalent" in run.stdout
+    result = json.loads(out.read_text())
+    assert all(len(result["compile_runs"][v]["warm"]) == 1 for v in ("full", "regional"))
+    assert result["compile_cold_s"] == {"full": None, "regional": None} and result["compile_s"]["full"] > 0
+
+
 def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     pytest.importorskip("regionalize.codemod", exc_type=ImportError)
     code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None)
@@ -445,9 +460,10 @@ def test_click_command(tmp_path: Path) -> None:
         "--json",
         str(out),
     ]
-    result = CliRunner().invoke(verify_command, args)
+    result = CliRunner().invoke(verify_command, [*args, "-q"])
     assert result.exit_code == 1, result.output
     assert "FAIL: outputs or gradients differ" in result.output
+    assert result.stderr == ""  # -q: the report alone
     assert json.loads(out.read_text())["options"]["backend"] == "eager"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from regionalize.options import Options
+from regionalize.verify.progress import QUIET, Progress
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 DEFAULT_OPTIONS = Options()
@@ -53,13 +54,16 @@ def run_verify(
     workload: str | None = None,
     tokens: int = 16,
     prompt_len: int = 8,
+    progress: Progress = QUIET,
+    quick: bool = False,
 ) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
     Prints a table to `out` (standard output by default) and, with `json_out`, writes the result as one
     JSON object. `cold_start=False` skips the fresh-process compile timings, the slowest part.
     `workload="generate"` verifies greedy generation of `tokens` new tokens instead of one forward
-    (`prompt_len` sizes the prompt when the factory gives none).
+    (`prompt_len` sizes the prompt when the factory gives none). `progress` reports each step as it
+    starts; `quick` times one warm fresh process per variant and no cold ones.
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
     from regionalize.verify import render
@@ -76,13 +80,25 @@ def run_verify(
             raise VerifyError("workload", f"unknown workload {workload!r}: the one built in is generate")
         if tokens < 1 or prompt_len < 1:
             raise VerifyError("workload", "--tokens and --prompt-len must be at least 1")
+        progress(f"importing {model_path or factory}")
         target = resolve_target(model_path, factory)
         result["model"] = str(target.model_path)
         from regionalize.verify.verifier import verify
         from regionalize.verify.workloads import GenerateSpec
 
         generate = GenerateSpec(tokens, prompt_len) if workload else None
-        result = verify(target, factory, rewritten, device, repeats, options, cold_start, generate)
+        result = verify(
+            target,
+            factory,
+            rewritten,
+            device,
+            1 if quick else repeats,
+            options,
+            cold_start,
+            generate,
+            progress=progress,
+            kinds=("warm",) if quick else ("cold", "warm"),
+        )
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:
         result["error"] = {"stage": exc.stage, "message": exc.message, "traceback": exc.details}

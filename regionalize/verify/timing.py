@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,16 +180,22 @@ def run_worker(job: WorkerJob, timeout_s: float) -> dict[str, Any]:
 
 
 def cold_starts(
-    job: WorkerJob, variants: list[str], repeats: int, timeout_s: float
+    job: WorkerJob,
+    variants: list[str],
+    repeats: int,
+    timeout_s: float,
+    kinds: tuple[str, ...] = ("cold", "warm"),
+    progress: Callable[[str], None] = lambda step: None,
 ) -> dict[str, dict[str, list[float]]]:
     """First-call seconds per variant, in a cold process and after a warm-up compile, `repeats` each.
 
     Runs alternate between variants so that drift in the machine's load does not favour one of them.
     """
     runs: dict[str, dict[str, list[float]]] = {v: {"cold": [], "warm": []} for v in variants}
-    for _ in range(repeats):
+    for number in range(repeats):
         for variant in variants:
-            for kind in ("cold", "warm"):
+            for kind in kinds:
+                progress(f"first call of {variant} in a fresh {kind} process ({number + 1} of {repeats})")
                 result = run_worker(dataclasses.replace(job, variant=variant, warm=kind == "warm"), timeout_s)
                 runs[variant][kind].append(result["first_call_s"])
     return runs

@@ -23,6 +23,7 @@ from regionalize.verify.checks import (
 )
 from regionalize.verify.compare import Difference
 from regionalize.verify.loading import Target, import_paths, user_traceback
+from regionalize.verify.progress import QUIET, Progress
 from regionalize.verify.session import BY_NAME, VARIANTS, Built, Subject, VariantUnavailable, resolve_device
 from regionalize.verify.timing import (
     WorkerJob,
@@ -46,6 +47,8 @@ def verify(
     options: Options,
     cold_start: bool = True,
     generate: GenerateSpec | None = None,
+    progress: Progress = QUIET,
+    kinds: tuple[str, ...] = ("cold", "warm"),
 ) -> dict[str, Any]:
     """All checks; raises VerifyError when the user's code cannot be imported, built or run.
 
@@ -93,21 +96,24 @@ def verify(
         subject = Subject(
             target, options, device, Path(workdir), sources, transform=rewritten is None, generate=generate
         )
-        _correctness(subject, result)
+        _correctness(subject, result, progress)
         if result["rewrite_error"]:
             # A rewrite that raises has nothing to time; the traceback is the finding.
             return result
-        _performance(subject, result)
+        _performance(subject, result, progress)
         if cold_start:
             runnable = [name for name in compiled if name not in result["skipped"]]
-            _compile_times(subject, factory, runnable, repeats, result)
+            _compile_times(subject, factory, runnable, repeats, result, progress, kinds)
+    progress("done")
     return result
 
 
-def _correctness(subject: Subject, result: dict[str, Any]) -> None:
+def _correctness(subject: Subject, result: dict[str, Any], progress: Progress) -> None:
+    progress("building the original model")
     original = subject.build(BY_NAME["eager"])
     if original.workload is not None:
         result["workload"] = original.workload.to_json()
+    progress("rewriting and building the regional model")
     rewritten = subject.build(BY_NAME["regional"]).model
     state = check_state_dict(original.model, rewritten)
     result["state_dict_compatible"] = state.compatible
@@ -122,6 +128,7 @@ def _correctness(subject: Subject, result: dict[str, Any]) -> None:
         note = "not compared: the weights could not be copied"
     else:
         try:
+            progress("comparing outputs and gradients with the original")
             equivalence = check_equivalence(original, rewritten)
             forward, gradients, note = equivalence.forward, equivalence.gradients, equivalence.backward_note
         except RewriteRaised as exc:
@@ -139,6 +146,8 @@ def _correctness(subject: Subject, result: dict[str, Any]) -> None:
     if isinstance(original.workload, Generate):
         tokens = [d for d in forward if d.path == "output.tokens"]
         result["tokens_identical"] = bool(tokens) and all(d.ok for d in tokens)
+    if not mismatch:
+        progress("comparing the guard-bypass variant")
     result["bypass_equivalent"] = None if mismatch else _bypass_equivalent(subject, original)
 
 
@@ -158,7 +167,7 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
 STEADY_ROUNDS = 3
 
 
-def _performance(subject: Subject, result: dict[str, Any]) -> None:
+def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -> None:
     """Per variant in this process: Dynamo's accounting of the first call; then steady-state latency in
     interleaved rounds (one round of each variant in turn), so that drift of the machine (clock, other
     load) falls on every variant alike; the spread over the rounds is reported with the median."""
@@ -174,6 +183,7 @@ def _performance(subject: Subject, result: dict[str, Any]) -> None:
             skipped[variant.name] = "not run with --workload generate: the KV cache is never bypassed"
             continue
         try:
+            progress(f"first call of {variant.name} (graphs, recompiles, fallbacks)")
             built = subject.build(variant)
             if variant.compiled:
                 # The whole run, workloads included: a second call with a filled cache can recompile.
@@ -187,7 +197,8 @@ def _performance(subject: Subject, result: dict[str, Any]) -> None:
             skipped[variant.name] = f"{type(exc).__name__}: {exc}"
     rounds: dict[str, list[float]] = {name: [] for name in ready}
     per_token: dict[str, list[float]] = {name: [] for name in ready}
-    for _ in range(STEADY_ROUNDS):
+    for number in range(STEADY_ROUNDS):
+        progress(f"steady state, round {number + 1} of {STEADY_ROUNDS}: {', '.join(ready)}")
         for name, built in list(ready.items()):
             try:
                 if isinstance(built.workload, Generate):
@@ -223,7 +234,13 @@ def _performance(subject: Subject, result: dict[str, Any]) -> None:
 
 
 def _compile_times(
-    subject: Subject, factory: str, variants: list[str], repeats: int, result: dict[str, Any]
+    subject: Subject,
+    factory: str,
+    variants: list[str],
+    repeats: int,
+    result: dict[str, Any],
+    progress: Progress,
+    kinds: tuple[str, ...],
 ) -> None:
     """First-call time of each compiled variant, each run in a fresh process with an empty cache."""
     job = WorkerJob(
@@ -237,15 +254,19 @@ def _compile_times(
         sys_path=[p for p in sys.path if p],
         generate=dataclasses.asdict(subject.generate) if subject.generate else None,
     )
-    runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S)
+    runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S, kinds, progress)
     result["compile_runs"] = runs
-    result["compile_s"].update({name: statistics.median(r["warm"]) for name, r in runs.items()})
-    result["compile_cold_s"].update({name: statistics.median(r["cold"]) for name, r in runs.items()})
+    result["compile_s"].update({name: _median(r["warm"]) for name, r in runs.items()})
+    result["compile_cold_s"].update({name: _median(r["cold"]) for name, r in runs.items()})
     result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
     result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
     if subject.generate is not None:  # the worker's first call was the first token
         result["ttft_s"] = dict(result["compile_s"])
         result["ttft_cold_s"] = dict(result["compile_cold_s"])
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _ratio(times: dict[str, float | None], over: str, under: str) -> float | None:
