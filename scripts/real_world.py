@@ -50,6 +50,8 @@ LIBRARIES = {
     "vit-pytorch": "vit-pytorch==1.26.11",
     "fairseq": "fairseq==0.12.2",
     "mmdet": "mmdet==3.3.0",
+    "mmpretrain": "mmpretrain==1.2.0",
+    "mmsegmentation": "mmsegmentation==1.2.2",
 }
 PROBLEMS = ("crash", "bad_output", "not_idempotent")
 # Per-block integer fixes in forward (RGZ003 call moved out of the graph, RGZ004 forward made symbolic):

@@ -23,7 +23,11 @@ def triage(
     compiled: bool,
 ) -> bool:
     """The decisions every pattern shares; True when the site is settled (reported, or wrapped)."""
-    if compiled or any(e.kind == "compiled" for e in leaves):
+    if not blocks and any(e.kind == "holder" for e in leaves):
+        # Before "already compiled", which can be a guess from the attribute's name (`.layers` compiled
+        # elsewhere in the file): the holder decides, the same on every pass.
+        site(*_why_not(leaves))
+    elif compiled or any(e.kind == "compiled" for e in leaves):
         site("RGZ002", "skip")
         record_int_args(ctx, leaves, pattern, warn=False)
     elif ctx.skip_comment(call):
