@@ -22,6 +22,7 @@ CODES = {
     "RGZ106": "the statement cannot take a new line after it",
     "RGZ107": "container is a class attribute, shared by every instance",
     "RGZ108": "element class holds repeated blocks compiled on their own; compiling it too would inline them",
+    "RGZ109": "repeated too few times to be worth a compiled region; the enclosing block is compiled instead",
     "RGZ201": "a per-iteration integer reaches the block's constructor",
 }
 

@@ -60,6 +60,7 @@ class ContainerSites:
             comp_vars = int_vars | comprehension_int_vars(expr.for_in)
             elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
             found.repeated += classify(elt, comp_vars)
+            found.count = _literal_count(expr.for_in)
             found.pattern = {cst.ListComp: "comprehension", cst.GeneratorExp: "generator"}.get(
                 type(expr), "dict-comprehension"
             )
@@ -100,6 +101,9 @@ class ContainerSites:
         labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind == "block"))
         site = ctx.site_maker(call, found.pattern, labels or first_label(found))
         compiled = target is not None and ctx.already_compiled_iterable(target)
+        if found.count is not None and found.count <= FEW and blocks and not compiled:
+            # The enclosing block (a decoder layer holding two attentions) is the one worth compiling.
+            return site("RGZ109", "skip", f"{found.count} repeat{'s' * (found.count > 1)}")
         if triage(ctx, site, call, leaves_of(found), blocks, found.pattern, compiled):
             return
         if ctx.blocks[-1] in ctx.class_bodies:
@@ -124,6 +128,24 @@ class ContainerSites:
         else:
             ctx.edits.after.setdefault(statement, []).append(loop)
         site("RGZ001", "rewrite")
+
+
+FEW = 2  # a comprehension repeated this often or less is not compiled: see RGZ109
+
+
+def _literal_count(for_in: cst.CompFor) -> int | None:
+    """`for _ in range(2)`, `range(1, 3)`, `for i in [0, 1]`: the count; None when not written out."""
+    if for_in.inner_for_in is not None or for_in.ifs:
+        return None
+    it = for_in.iter
+    if isinstance(it, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in it.elements):
+        return len(it.elements)
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
+        bounds = [a.value for a in it.args]
+        if 1 <= len(bounds) <= 2 and all(isinstance(b, cst.Integer) for b in bounds):
+            values = [int(b.value, 0) for b in bounds]  # type: ignore[union-attr]
+            return max(0, values[-1] - (values[0] if len(values) == 2 else 0))
+    return None
 
 
 def _bound_target(statement: cst.BaseStatement, call: cst.Call) -> cst.BaseExpression | None:

@@ -40,6 +40,7 @@ class Container:
     repeated: list[Element]  # elements built once per iteration
     single: list[Element]  # elements that stand once, beside the repeated ones
     literal: bool = False  # `nn.ModuleList([Attention(..), FeedForward(..)])` built once per iteration
+    count: int | None = None  # how many times the comprehension repeats, when the source says so
 
 
 class Scope:
