@@ -129,7 +129,7 @@ def test_codemod_and_bypass_templates_import_without_torch() -> None:
         "import regionalize.cli, regionalize.codemod, regionalize.guard_bypass\n"
         "from regionalize.codemod import transform_source\n"
         "from regionalize.options import Options\n"
-        "src = 'import torch.nn as nn\\nlayers = nn.ModuleList([B() for _ in range(2)])\\n'\n"
+        "src = 'import torch.nn as nn\\nlayers = nn.ModuleList([B() for _ in range(4)])\\n'\n"
         "print(transform_source(src, Options(guard_bypass='depyf')).status)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -101,7 +101,10 @@ class ContainerSites:
         labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind == "block"))
         site = ctx.site_maker(call, found.pattern, labels or first_label(found))
         compiled = target is not None and ctx.already_compiled_iterable(target)
-        if found.count is not None and found.count <= FEW and blocks and not compiled:
+        few = (
+            found.count is not None and found.count <= FEW and all(e.kind != "nested" for e in found.repeated)
+        )
+        if few and blocks and not compiled:
             # The enclosing block (a decoder layer holding two attentions) is the one worth compiling.
             return site("RGZ109", "skip", f"{found.count} repeat{'s' * (found.count > 1)}")
         if triage(ctx, site, call, leaves_of(found), blocks, found.pattern, compiled):
@@ -138,7 +141,9 @@ def _literal_count(for_in: cst.CompFor) -> int | None:
     if for_in.inner_for_in is not None or for_in.ifs:
         return None
     it = for_in.iter
-    if isinstance(it, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in it.elements):
+    if isinstance(it, (cst.List, cst.Tuple)) and not any(
+        isinstance(e, cst.StarredElement) for e in it.elements
+    ):
         return len(it.elements)
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range":
         bounds = [a.value for a in it.args]
