@@ -21,6 +21,7 @@ from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
 from regionalize.patterns.context import SKIP_COMMENT, Context
+from regionalize.patterns.extend import ExtendSites
 from regionalize.patterns.loops import LoopSites
 from regionalize.patterns.model import Edits
 from regionalize.report import Site
@@ -28,7 +29,7 @@ from regionalize.report import Site
 __all__ = ["SKIP_COMMENT", "TRIGGERS", "TransformResult", "might_have_sites", "transform_source"]
 
 # Cheap pre-filter: a file without any of these words has no site, so it is never parsed.
-TRIGGERS = ("ModuleList", "Sequential", "ModuleDict", "add_module")
+TRIGGERS = ("ModuleList", "Sequential", "ModuleDict", "add_module", "clones")
 DEFAULT_OPTIONS = Options()
 
 
@@ -199,7 +200,16 @@ class _Finder(Context):
         super().__init__(module, options, facts, region, edits)
         self.container_sites = ContainerSites(self)
         self.loop_sites = LoopSites(self, self.container_sites.judge)
+        self.extend_sites = ExtendSites(
+            self,
+            lambda expr: self.container_sites.elements(expr, bool(self.loops)),
+            self.loop_sites.holds_modules,
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.container_sites.visit(node):
             self.loop_sites.visit(node)
+            self.extend_sites.visit_call(node)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.extend_sites.visit_aug_assign(node)

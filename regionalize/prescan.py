@@ -34,6 +34,8 @@ class FileFacts:
     top_level_defs: set[str] = field(default_factory=set)
     # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
     holders: frozenset[str] = frozenset()
+    # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?
+    holds_submodules: dict[str, bool | None] = field(default_factory=dict)  # None: cannot tell
     # Other container classes, by resolved name: subclasses defined in the file, the `containers` setting.
     containers: dict[str, str] = field(default_factory=dict)
 
@@ -133,6 +135,9 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset()) -> FileFact
     for full in facts.imports.values():
         if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
+    for statement in tree.body:
+        if isinstance(statement, ast.ClassDef):
+            facts.holds_submodules[statement.name] = _builds_submodules(statement)
     for node in ast.walk(tree):  # subclasses of containers, in the order they are defined
         if isinstance(node, ast.ClassDef):
             kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
@@ -162,6 +167,28 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset()) -> FileFact
 def is_container(func: ast.expr, facts: FileFacts) -> bool:
     name = dotted_name(func)
     return name is not None and facts.container_kind(name) is not None
+
+
+_NOT_MODULES = {"Parameter", "Buffer", "Tensor", "ParameterList", "ParameterDict"}
+
+
+def _builds_submodules(cls: ast.ClassDef) -> bool | None:
+    """True when a method assigns `self.x = Something(..)` (a class, by its capital, not a tensor) or
+    calls add_module; False when no attribute of self is assigned a call at all (a norm with only
+    parameters); None when only calls of functions are (`self.conv = conv3x3(..)`): cannot tell."""
+    calls = False
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not any(isinstance(t, ast.Attribute) and dotted_name(t.value) == "self" for t in targets):
+                continue
+            last = (dotted_name(node.value.func) or "").rsplit(".", 1)[-1]
+            if last[:1].isupper() and last not in _NOT_MODULES:
+                return True
+            calls |= last not in _NOT_MODULES
+        if isinstance(node, ast.Call) and (dotted_name(node.func) or "").endswith("add_module"):
+            return True
+    return None if calls else False
 
 
 def kind_by_name(name: str) -> str:
@@ -247,7 +274,7 @@ def _has_candidate(statement: ast.stmt, containers: set[str]) -> bool:
         if isinstance(node, ast.Call):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if name in containers or name == "add_module":
+            if name in containers or name == "add_module" or (name or "").endswith("clones"):
                 return True
     return False
 

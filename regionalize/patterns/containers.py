@@ -6,13 +6,15 @@ It also reads the containers met inside an element (nested ones, written-out Mod
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from regionalize.patterns import emit
 from regionalize.patterns.context import Context
 from regionalize.patterns.ints import comprehension_int_vars
 from regionalize.patterns.judgement import Judge
-from regionalize.patterns.model import Container, blocks_of, first_label, leaves_of
+from regionalize.patterns.model import Container, Element, blocks_of, dotted_name, first_label, leaves_of
 from regionalize.patterns.triage import triage
 
 
@@ -28,11 +30,32 @@ class ContainerSites:
             return True
         kind = self.ctx.container_kind(call)
         if kind is None:
-            return False
+            return self._clones(call)
         found = self.container(call, kind, set())
         if found is not None:
             self.consume_inner(found)
             self.site(call, found)
+        return True
+
+    def _clones(self, call: cst.Call) -> bool:
+        """`self.layers = _get_clones(layer, n)` with the helper imported (one in this file is rewritten
+        inside): a ModuleList of deep copies of its first argument, by the name torch.nn.Transformer
+        gave it."""
+        name = dotted_name(call.func)
+        if name is None or name in self.ctx.facts.top_level_defs or not call.args:
+            return False
+        if not CLONES.match(self.ctx.facts.resolve(name).rsplit(".", 1)[-1]) or "." not in self.ctx.dotted(
+            call.func
+        ):
+            return False
+        element = Element("block", self.ctx.code(call.args[0].value))
+        found = Container("clone-helper", False, [element], [])
+        if self.ctx.options.style == "wrap":
+            # Nothing to wrap but the helper's result, a ModuleList: compiling it would compile nothing.
+            site = self.ctx.site_maker(call, found.pattern, element.label)
+            site("RGZ104", "skip", "the copies are made inside the helper: use --style inplace")
+            return True
+        self.site(call, found)
         return True
 
     # -- reading a container's elements -----------------------------------------------------------
@@ -54,6 +77,15 @@ class ContainerSites:
             self.collect(arg.value, found, int_vars, starred=arg.star == "*")
         return found if found.repeated else None
 
+    def elements(self, expr: cst.BaseExpression, per_iteration: bool) -> Container | None:
+        """The blocks one expression adds (`xs.extend(..)`, `xs += ..`), None when nothing repeats; a
+        list written out repeats when it is added once per iteration of a loop."""
+        found = Container("comprehension", False, [], [])
+        if per_iteration and isinstance(expr, (cst.List, cst.Tuple)):
+            return self.literal(cst.Call(cst.Name("list"), [cst.Arg(expr)]), self.ctx.loop_int_vars())
+        self.collect(expr, found, self.ctx.loop_int_vars(), starred=False)
+        return found if found.repeated else None
+
     def collect(self, expr: cst.BaseExpression, found: Container, int_vars: set[str], starred: bool) -> None:
         classify = self.judge.classify
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
@@ -66,6 +98,14 @@ class ContainerSites:
             )
             if starred:
                 found.pattern = "sequential-star"
+        elif (pairs := self._named_pairs(expr)) is not None:
+            # `nn.Sequential(OrderedDict([(f"layer{i}", Block(..)) for i in ..]))`: the values repeat.
+            pairs_vars = int_vars | comprehension_int_vars(pairs.for_in)
+            assert isinstance(pairs.elt, cst.Tuple)
+            found.repeated += classify(pairs.elt.elements[1].value, pairs_vars)
+            found.pattern = "ordered-dict"
+        elif isinstance(expr, cst.Call) and self._is_dict(expr) and len(expr.args) == 1:
+            self.collect(expr.args[0].value, found, int_vars, starred)  # `OrderedDict({k: Block(..) ..})`
         elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
             self.collect(expr.left, found, int_vars, starred)
             self.collect(expr.right, found, int_vars, starred)
@@ -85,6 +125,18 @@ class ContainerSites:
                     found.pattern = "listcomp-variable"
         elif not starred:
             found.single += classify(expr, int_vars)
+
+    def _is_dict(self, call: cst.Call) -> bool:
+        return self.ctx.dotted(call.func) in ("collections.OrderedDict", "dict")
+
+    def _named_pairs(self, expr: cst.BaseExpression) -> cst.ListComp | cst.GeneratorExp | None:
+        """The comprehension of (name, module) pairs handed to `OrderedDict(..)` or `dict(..)`."""
+        if not (isinstance(expr, cst.Call) and self._is_dict(expr) and len(expr.args) == 1):
+            return None
+        inner = expr.args[0].value
+        if isinstance(inner, (cst.ListComp, cst.GeneratorExp)) and isinstance(inner.elt, cst.Tuple):
+            return inner if len(inner.elt.elements) == 2 else None
+        return None
 
     def consume_inner(self, found: Container) -> None:
         for element in found.repeated + found.single:
@@ -133,6 +185,7 @@ class ContainerSites:
         site("RGZ001", "rewrite")
 
 
+CLONES = re.compile(r"^_?(get_)?clones$")
 FEW = 2  # a comprehension repeated this often or less is not compiled: see RGZ109
 
 

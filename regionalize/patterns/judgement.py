@@ -72,6 +72,10 @@ class Judge:
             return Element("block", label, expr)
         if last in ctx.facts.holders:
             return Element("holder", label, expr)
+        if (holds := ctx.facts.holds_submodules.get(dotted)) is not None:
+            # Defined in this file: what it builds decides, not its name (`MBConv` is a block, a norm
+            # with only parameters is a leaf, whatever it is called).
+            return Element("block" if holds else "leaf", label, expr)
         if dotted.startswith("torch.nn."):
             return Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
         if dotted.startswith("torch."):
