@@ -137,7 +137,7 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset()) -> FileFact
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
-            facts.holds_submodules[statement.name] = _builds_submodules(statement)
+            facts.holds_submodules[statement.name] = _holds_submodules(statement, facts)
     for node in ast.walk(tree):  # subclasses of containers, in the order they are defined
         if isinstance(node, ast.ClassDef):
             kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
@@ -172,22 +172,41 @@ def is_container(func: ast.expr, facts: FileFacts) -> bool:
 _NOT_MODULES = {"Parameter", "Buffer", "Tensor", "ParameterList", "ParameterDict"}
 
 
+def _holds_submodules(cls: ast.ClassDef, facts: FileFacts) -> bool | None:
+    """What the class builds, with what its bases defined earlier in the file build; a leaf only when
+    it derives from torch.nn.Module directly (another base may build the parts)."""
+    own = _builds_submodules(cls)
+    bases = [facts.resolve(n) for b in cls.bases if (n := dotted_name(b))]
+    if own or any(facts.holds_submodules.get(b) for b in bases):
+        return True
+    if own is False and bases and all(b == "torch.nn.Module" for b in bases):
+        return False
+    return None
+
+
 def _builds_submodules(cls: ast.ClassDef) -> bool | None:
     """True when a method assigns `self.x = Something(..)` (a class, by its capital, not a tensor) or
-    calls add_module; False when no attribute of self is assigned a call at all (a norm with only
-    parameters); None when only calls of functions are (`self.conv = conv3x3(..)`): cannot tell."""
+    calls add_module; False when no attribute of self is assigned a call or a name at all (a norm with
+    only parameters); None when functions build the parts (`self.conv = conv3x3(..)`) or a name is
+    stored (`self.module = module`, maybe a block handed in): cannot tell."""
     calls = False
     for node in ast.walk(cls):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if not any(isinstance(t, ast.Attribute) and dotted_name(t.value) == "self" for t in targets):
-                continue
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(t, ast.Attribute) and dotted_name(t.value) == "self" for t in targets):
+            continue
+        if isinstance(node.value, ast.Name):
+            calls = True  # `self.module = module`: a block may be handed in
+        if isinstance(node.value, ast.Call):
             last = (dotted_name(node.value.func) or "").rsplit(".", 1)[-1]
             if last[:1].isupper() and last not in _NOT_MODULES:
                 return True
             calls |= last not in _NOT_MODULES
-        if isinstance(node, ast.Call) and (dotted_name(node.func) or "").endswith("add_module"):
-            return True
+    if any(
+        isinstance(n, ast.Call) and (dotted_name(n.func) or "").endswith("add_module") for n in ast.walk(cls)
+    ):
+        return True
     return None if calls else False
 
 

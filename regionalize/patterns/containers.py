@@ -81,6 +81,9 @@ class ContainerSites:
         """The blocks one expression adds (`xs.extend(..)`, `xs += ..`), None when nothing repeats; a
         list written out repeats when it is added once per iteration of a loop."""
         found = Container("comprehension", False, [], [])
+        values = self.ctx.scopes[-1].bindings.get(expr.value, []) if isinstance(expr, cst.Name) else []
+        if per_iteration and len(values) == 1 and isinstance(values[0], (cst.List, cst.Tuple)):
+            expr = values[0]  # `blocks = [Block(..)]` bound before `xs += blocks` (a second pass)
         if per_iteration and isinstance(expr, (cst.List, cst.Tuple)):
             return self.literal(cst.Call(cst.Name("list"), [cst.Arg(expr)]), self.ctx.loop_int_vars())
         self.collect(expr, found, self.ctx.loop_int_vars(), starred=False)

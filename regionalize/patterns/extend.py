@@ -81,6 +81,8 @@ class ExtendSites:
             new_statements = [statement]
         else:
             name = ctx.scopes[-1].fresh("blocks")
+            # Its own name per site: a second pass must find the one list each name is bound to.
+            ctx.scopes[-1].names.add(name)
             loop = emit.compile_loop(ctx, found, name)
             value = added
             if isinstance(added, cst.GeneratorExp):  # the loop would exhaust a generator
