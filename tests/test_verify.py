@@ -132,10 +132,13 @@ def test_blocks_past_the_recompile_limit_fall_back_to_eager(tmp_path: Path) -> N
 def test_fresh_process_compile_timing(tmp_path: Path) -> None:
     code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, cold_start=True)
     assert code == 0
-    for key in ("compile_s", "compile_cold_s"):
+    # warm, cold, hot (the caches the cold process left) and from the artifacts it saved
+    for key in ("compile_s", "compile_cold_s", "compile_hot_s", "compile_artifact_s"):
         assert set(result[key]) == {"full", "regional"}
         assert all(result[key][name] > 0 for name in ("full", "regional"))
+    assert all(isinstance(result["artifact_bytes"][name], int) for name in ("full", "regional"))
     assert result["compile_runs"]["regional"]["cold"] and len(result["compile_runs"]["full"]["warm"]) == 1
+    assert len(result["compile_runs"]["full"]["hot"]) == len(result["compile_runs"]["full"]["artifact"]) == 1
     seconds = result["compile_s"]
     assert result["compile_speedup"] == pytest.approx(seconds["full"] / seconds["regional"])
 

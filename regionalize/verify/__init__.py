@@ -28,6 +28,9 @@ _LEADING = (
     "compile_cold_s",
     "compile_speedup",
     "compile_cold_speedup",
+    "compile_hot_s",
+    "compile_artifact_s",
+    "artifact_bytes",
     "graphs",
     "recompiles",
     "fell_back_to_eager",
@@ -97,7 +100,7 @@ def run_verify(
             cold_start,
             generate,
             progress=progress,
-            kinds=("warm",) if quick else ("cold", "warm"),
+            kinds=("warm",) if quick else ("cold", "warm", "hot", "artifact"),
         )
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:

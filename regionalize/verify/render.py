@@ -100,14 +100,21 @@ def _compile(result: dict[str, Any]) -> list[str]:
     runs = max((len(r["warm"]) for r in result["compile_runs"].values()), default=0)
     heading = "Time to first token" if result.get("ttft_s") is not None else "Compile (first call)"
     lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
-    for label, key, ratio in (
-        ("warm process", "compile_s", "compile_speedup"),
-        ("cold process", "compile_cold_s", "compile_cold_speedup"),
+    for label, key in (
+        ("warm process", "compile_s"),
+        ("cold process", "compile_cold_s"),
+        ("hot (caches on disk)", "compile_hot_s"),
+        ("portable artifacts", "compile_artifact_s"),
     ):
-        values = result[key]
-        cells = "".join(f"{_seconds(values[n]):>{width}}" for n in names)
-        speedup = result[ratio]
-        lines.append(f"  {label:<{_LABEL - 2}}{cells}{(f'{speedup:.2f}x' if speedup else '-'):>16}")
+        values = result.get(key) or {}
+        cells = "".join(f"{_seconds(values.get(n)):>{width}}" for n in names)
+        top, bottom = values.get("full"), values.get("regional")
+        speedup = f"{top / bottom:.2f}x" if top and bottom else "-"
+        lines.append(f"  {label:<{_LABEL - 2}}{cells}{speedup:>16}")
+    sizes = result.get("artifact_bytes") or {}
+    if any(sizes.values()):
+        cells = "".join(f"{_kib(sizes.get(n)):>{width}}" for n in names)
+        lines.append(f"  {'artifact size':<{_LABEL - 2}}{cells}")
     lines.append(f"  (median of {runs} fresh processes each)" if runs else "  (fresh-process timing skipped)")
     accounting = result["accounting"]
     for label, render in (
@@ -165,6 +172,10 @@ def _number(value: float | None) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
+
+
+def _kib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1024:.0f} KiB"
 
 
 def _micros(value: float | None) -> str:

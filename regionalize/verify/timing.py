@@ -147,11 +147,15 @@ class WorkerJob:
     warm: bool  # run the unrelated warm-up compile first
     sys_path: list[str]
     generate: dict[str, Any] | None = None  # GenerateSpec's fields for --workload generate
+    save_artifacts: str | None = None  # write torch.compiler.save_cache_artifacts() here after the call
+    load_artifacts: str | None = None  # load_cache_artifacts() from here before building
 
 
-def run_worker(job: WorkerJob, timeout_s: float) -> dict[str, Any]:
-    """Run one job in a new interpreter with an empty inductor (and triton) cache; its result dict."""
-    cache = tempfile.mkdtemp(prefix="regionalize-inductor-")
+def run_worker(job: WorkerJob, timeout_s: float, cache: str | None = None) -> dict[str, Any]:
+    """Run one job in a new interpreter with an empty inductor (and triton) cache, or with `cache` as
+    an earlier process left it (kept); its result dict."""
+    keep = cache is not None
+    cache = cache or tempfile.mkdtemp(prefix="regionalize-inductor-")
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"))
     env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
     command = [sys.executable, "-m", "regionalize.verify.worker"]
@@ -168,7 +172,8 @@ def run_worker(job: WorkerJob, timeout_s: float) -> dict[str, Any]:
     except subprocess.TimeoutExpired as exc:
         raise VerifyError("compile timing", f"the {job.variant} worker ran past {timeout_s:.0f} s") from exc
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(cache, ignore_errors=True)
     results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARKER)]
     if done.returncode != 0 or not results:
         raise VerifyError(
@@ -184,18 +189,40 @@ def cold_starts(
     variants: list[str],
     repeats: int,
     timeout_s: float,
-    kinds: tuple[str, ...] = ("cold", "warm"),
+    kinds: tuple[str, ...] = ("cold", "warm", "hot", "artifact"),
     progress: Callable[[str], None] = lambda step: None,
 ) -> dict[str, dict[str, list[float]]]:
-    """First-call seconds per variant, in a cold process and after a warm-up compile, `repeats` each.
+    """First-call seconds per variant, `repeats` each, in fresh processes of each kind:
 
-    Runs alternate between variants so that drift in the machine's load does not favour one of them.
+    - cold: empty compile caches, nothing compiled before in the process;
+    - warm: empty caches, after one unrelated compile (torch's own start-up paid);
+    - hot: the caches the cold process left on disk, as a restarted service finds them;
+    - artifact: empty caches, with the portable artifacts the cold process saved
+      (`torch.compiler.save_cache_artifacts`) loaded first, as a service shipping them in its image.
+    `artifact_bytes` holds their sizes. Runs alternate between variants so that drift in the machine's
+    load does not favour one of them.
     """
-    runs: dict[str, dict[str, list[float]]] = {v: {"cold": [], "warm": []} for v in variants}
+    runs: dict[str, dict[str, list[float]]] = {
+        v: {k: [] for k in (*kinds, "artifact_bytes")} for v in variants
+    }
     for number in range(repeats):
         for variant in variants:
-            for kind in kinds:
-                progress(f"first call of {variant} in a fresh {kind} process ({number + 1} of {repeats})")
-                result = run_worker(dataclasses.replace(job, variant=variant, warm=kind == "warm"), timeout_s)
-                runs[variant][kind].append(result["first_call_s"])
+            with tempfile.TemporaryDirectory(prefix="regionalize-hot-") as kept:
+                artifacts = os.path.join(kept, "artifacts.bin")
+                for kind in kinds:
+                    progress(f"first call of {variant} in a fresh {kind} process ({number + 1} of {repeats})")
+                    run = dataclasses.replace(
+                        job,
+                        variant=variant,
+                        warm=kind == "warm",
+                        save_artifacts=artifacts if kind == "cold" and "artifact" in kinds else None,
+                        load_artifacts=artifacts if kind == "artifact" else None,
+                    )
+                    cache = os.path.join(kept, "cache") if kind in ("cold", "hot") else None
+                    if cache:
+                        os.makedirs(cache, exist_ok=True)
+                    result = run_worker(run, timeout_s, cache)
+                    runs[variant][kind].append(result["first_call_s"])
+                    if result.get("artifact_bytes") is not None:
+                        runs[variant]["artifact_bytes"].append(result["artifact_bytes"])
     return runs

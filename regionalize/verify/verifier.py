@@ -48,7 +48,7 @@ def verify(
     cold_start: bool = True,
     generate: GenerateSpec | None = None,
     progress: Progress = QUIET,
-    kinds: tuple[str, ...] = ("cold", "warm"),
+    kinds: tuple[str, ...] = ("cold", "warm", "hot", "artifact"),
 ) -> dict[str, Any]:
     """All checks; raises VerifyError when the user's code cannot be imported, built or run.
 
@@ -77,6 +77,11 @@ def verify(
         fell_back_to_eager=False,
         compile_s=dict.fromkeys(compiled),
         compile_cold_s=dict.fromkeys(compiled),
+        # A restarted process: the caches a first process left on disk (hot), or only the portable
+        # artifacts it saved (artifact), with their size in bytes.
+        compile_hot_s=dict.fromkeys(compiled),
+        compile_artifact_s=dict.fromkeys(compiled),
+        artifact_bytes=dict.fromkeys(compiled),
         compile_speedup=None,
         compile_cold_speedup=None,
         compile_runs={},
@@ -256,8 +261,14 @@ def _compile_times(
     )
     runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S, kinds, progress)
     result["compile_runs"] = runs
-    result["compile_s"].update({name: _median(r["warm"]) for name, r in runs.items()})
-    result["compile_cold_s"].update({name: _median(r["cold"]) for name, r in runs.items()})
+    result["compile_s"].update({name: _median(r.get("warm", [])) for name, r in runs.items()})
+    result["compile_cold_s"].update({name: _median(r.get("cold", [])) for name, r in runs.items()})
+    for key, kind in (
+        ("compile_hot_s", "hot"),
+        ("compile_artifact_s", "artifact"),
+        ("artifact_bytes", "artifact_bytes"),
+    ):
+        result[key].update({name: _median(r.get(kind, [])) for name, r in runs.items()})
     result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
     result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
     if subject.generate is not None:  # the worker's first call was the first token

@@ -25,6 +25,8 @@ def main() -> None:
     sys.path[:0] = [p for p in job.sys_path if p not in sys.path]
     options = options_from_json(job.options)
     target = resolve_target(job.model_path, job.factory)
+    if job.load_artifacts:
+        torch.compiler.load_cache_artifacts(Path(job.load_artifacts).read_bytes())
     with import_paths(target):
         workdir = Path(tempfile.gettempdir())
         generate = GenerateSpec(job.generate["tokens"], job.generate["prompt_len"]) if job.generate else None
@@ -39,7 +41,14 @@ def main() -> None:
             warmup_s = time.perf_counter() - start
         torch.compiler.reset()
         seconds = first_call_s(built, job.device)
-    print(RESULT_MARKER + json.dumps({"first_call_s": seconds, "warmup_s": warmup_s}), flush=True)
+    size = None
+    if job.save_artifacts:
+        saved = torch.compiler.save_cache_artifacts()
+        payload = saved[0] if saved else b""
+        Path(job.save_artifacts).write_bytes(payload)
+        size = len(payload)
+    result = {"first_call_s": seconds, "warmup_s": warmup_s, "artifact_bytes": size}
+    print(RESULT_MARKER + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
