@@ -1,8 +1,8 @@
 """Factories for `regionalize verify` on transformers' hierarchical vision backbones (small configs,
 random weights, nothing downloaded). Each takes the model module, original or rewritten:
 
-    regionalize verify $(python -c "import transformers.models.convnext.modeling_convnext as m; print(m.__file__)") \
-        --factory scripts/backbones.py:convnext --quick
+    file=$(python -c "import transformers.models.convnext.modeling_convnext as m; print(m.__file__)")
+    regionalize verify "$file" --factory scripts/backbones.py:convnext --quick
 
 Used for the rule on hierarchical stacks in the README (issue 11).
 """
