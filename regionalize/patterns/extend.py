@@ -12,8 +12,8 @@ from regionalize.patterns.context import Context
 from regionalize.patterns.model import Container, blocks_of, first_label, leaves_of
 from regionalize.patterns.triage import triage
 
-# (expression, int_vars) -> the repeated elements it builds, None when nothing repeats: the container
-# patterns' reader, passed in from above.
+# expression -> the repeated elements it adds, None when nothing repeats: the container patterns'
+# reader, passed in from above (patterns do not import each other).
 ReadElements = Callable[[cst.BaseExpression], Container | None]
 HoldsModules = Callable[[cst.BaseExpression], bool]
 
