@@ -124,7 +124,10 @@ def _compile_containers(tree: ast.Module, lines: list[str], options: Options) ->
         holders = frozenset(
             name for name, start, end in classes if any(start <= line <= end for line in compiled)
         )
-        if holders == facts.holders:
+        # Holders change only the judgement of elements of their class: without such an element among
+        # the sites, another pass would decide the same (most files: a model whose layers hold leaves).
+        elements = {label.rsplit(".", 1)[-1] for s in found.sites for label in s.block.split(" | ")}
+        if not (holders ^ facts.holders) & elements:
             break
         facts.holders = holders
     return found

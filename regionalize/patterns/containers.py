@@ -61,10 +61,14 @@ class ContainerSites:
     # -- reading a container's elements -----------------------------------------------------------
     def literal(self, call: cst.Call, int_vars: set[str]) -> Container:
         """A ModuleList of blocks written out, met where it is built per iteration: each element repeats."""
+        return self._each_repeats(
+            [(a.value, a.star == "*") for a in call.args if a.keyword is None], int_vars
+        )
+
+    def _each_repeats(self, parts: list[tuple[cst.BaseExpression, bool]], int_vars: set[str]) -> Container:
         found = Container("literal", False, [], [], literal=True)
-        for arg in call.args:
-            if arg.keyword is None:
-                self.collect(arg.value, found, int_vars, starred=arg.star == "*")
+        for expr, starred in parts:
+            self.collect(expr, found, int_vars, starred)
         found.repeated, found.single = found.repeated + found.single, []
         return found
 
@@ -80,12 +84,12 @@ class ContainerSites:
     def elements(self, expr: cst.BaseExpression, per_iteration: bool) -> Container | None:
         """The blocks one expression adds (`xs.extend(..)`, `xs += ..`), None when nothing repeats; a
         list written out repeats when it is added once per iteration of a loop."""
-        found = Container("comprehension", False, [], [])
         values = self.ctx.scopes[-1].bindings.get(expr.value, []) if isinstance(expr, cst.Name) else []
         if per_iteration and len(values) == 1 and isinstance(values[0], (cst.List, cst.Tuple)):
             expr = values[0]  # `blocks = [Block(..)]` bound before `xs += blocks` (a second pass)
         if per_iteration and isinstance(expr, (cst.List, cst.Tuple)):
-            return self.literal(cst.Call(cst.Name("list"), [cst.Arg(expr)]), self.ctx.loop_int_vars())
+            return self._each_repeats([(expr, False)], self.ctx.loop_int_vars())
+        found = Container("comprehension", False, [], [])
         self.collect(expr, found, self.ctx.loop_int_vars(), starred=False)
         return found if found.repeated else None
 

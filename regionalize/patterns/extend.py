@@ -88,7 +88,7 @@ class ExtendSites:
             if isinstance(added, cst.GeneratorExp):  # the loop would exhaust a generator
                 value = cst.ListComp(elt=added.elt, for_in=added.for_in)
             bind = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
-            new_statements = [bind, _replace(statement, added, cst.Name(name))]
+            new_statements = [bind, statement.deep_replace(added, cst.Name(name))]
         if loop is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
         # The loop goes right before the statement that adds the blocks.
@@ -96,17 +96,3 @@ class ExtendSites:
         first, *rest = [s.with_changes(leading_lines=[]) for s in new_statements]
         ctx.edits.split[statement] = [first.with_changes(leading_lines=statement.leading_lines), *rest]
         site("RGZ001", "rewrite")
-
-
-def _replace(
-    statement: cst.SimpleStatementLine, old: cst.BaseExpression, new: cst.BaseExpression
-) -> cst.SimpleStatementLine:
-    """The statement with the expression `old` (a node of it) replaced by `new`."""
-
-    class Swap(cst.CSTTransformer):
-        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
-            return new if original is old else updated
-
-    result = statement.visit(Swap())
-    assert isinstance(result, cst.SimpleStatementLine)
-    return result
