@@ -184,6 +184,7 @@ def test_pyproject_settings_and_flags_win(tmp_path: Path, model: Path) -> None:
         ('colour = "red"', "unknown key tool.regionalize.colour"),
         ('style = "sideways"', "tool.regionalize.style must be one of inplace, wrap"),
         ("jobs = 0", "tool.regionalize.jobs must be a positive integer"),
+        ('containers = "Stack"', "tool.regionalize.containers must be a list of strings"),
     ],
 )
 def test_bad_pyproject_is_a_clear_error(tmp_path: Path, model: Path, table: str, message: str) -> None:
