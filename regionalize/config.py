@@ -19,7 +19,7 @@ class ConfigError(Exception):
     """A bad pyproject.toml: the message names the file and the key."""
 
 
-def _choice(choices: tuple[str, ...]) -> Any:
+def choice(choices: tuple[str, ...]) -> Any:
     def check(value: Any) -> str:
         if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
@@ -28,22 +28,22 @@ def _choice(choices: tuple[str, ...]) -> Any:
     return check
 
 
-def _string(value: Any) -> str:
+def string(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("must be a non-empty string")
     return value
 
 
-def _bool(value: Any) -> bool:
+def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("must be true or false")
     return value
 
 
-def _optional_bool(value: Any) -> bool | None:
+def optional_bool(value: Any) -> bool | None:
     if value == "auto":
         return None
-    return _bool(value)
+    return boolean(value)
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -52,7 +52,7 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _jobs(value: Any) -> int:
+def positive_int(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError("must be a positive integer")
     return value
@@ -60,18 +60,18 @@ def _jobs(value: Any) -> int:
 
 # Keys are spelled as on the command line; values are checked and converted by these functions.
 KEYS = {
-    "style": _choice(STYLES),
-    "mode": _choice(MODES),
-    "fullgraph": _bool,
-    "dynamic": _optional_bool,
-    "backend": _string,
-    "guard-bypass": _choice(GUARD_BYPASS),
+    "style": choice(STYLES),
+    "mode": choice(MODES),
+    "fullgraph": boolean,
+    "dynamic": optional_bool,
+    "backend": string,
+    "guard-bypass": choice(GUARD_BYPASS),
     "include": _strings,
     "exclude": _strings,
     "always": _strings,
     "never": _strings,
     "containers": _strings,
-    "jobs": _jobs,
+    "jobs": positive_int,
 }
 
 

@@ -6,6 +6,7 @@ Imports no torch: `regionalize.verify` loads it only when the command runs.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -36,8 +37,8 @@ imported, built or run (the report says which step, with the traceback).
 
 
 @click.command("verify", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--factory", required=True, help="NAME, package.module:NAME or path/file.py:NAME.")
+@click.argument("model", required=False)
+@click.option("--factory", help="NAME, package.module:NAME or path/file.py:NAME.")
 @click.option(
     "--rewritten",
     type=click.Path(exists=True, dir_okay=False),
@@ -91,11 +92,29 @@ imported, built or run (the report says which step, with the traceback).
     is_flag=True,
     help="Everyday preset: one fresh process per compile timing, warm start only (no cold process).",
 )
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Verify every model of a zoo manifest (TOML, see README), each in its own process, instead of "
+    "MODEL; writes STEM.md, STEM.json and STEM.png. With it, only --out, --timeout, --quick, --device "
+    "and -q apply: everything else is set per model in the manifest.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Folder for the --manifest results (default: the manifest's folder).",
+)
+@click.option(
+    "--timeout",
+    type=click.IntRange(min=1),
+    help="Seconds per manifest entry before it is killed and reported (overrides the manifest).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr; the report alone.")
 @flags.codemod_options
 def verify(
     model: str | None,
-    factory: str,
+    factory: str | None,
     rewritten: str | None,
     device: str,
     repeats: int,
@@ -107,13 +126,27 @@ def verify(
     config_file: str | None,
     quick: bool,
     quiet: bool,
+    manifest: str | None,
+    out_dir: str | None,
+    timeout: int | None,
     **extra: Any,
 ) -> None:
-    from regionalize.verify import run_verify
+    from regionalize.verify import run_manifest, run_verify
     from regionalize.verify.progress import Progress
 
+    if manifest:
+        _manifest_only(click.get_current_context())
+        overrides = {"quick": True} if quick else {}
+        overrides |= {"timeout": timeout} if timeout else {}
+        overrides |= {"device": device} if device != "auto" else {}
+        sys.exit(run_manifest(manifest, out_dir, overrides, Progress(quiet, "zoo")))
+    if factory is None:
+        raise click.UsageError("give --factory (or --manifest)")
+    if out_dir or timeout:
+        raise click.UsageError("--out and --timeout go with --manifest")
     # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
-    options = flags.options(flags.settings([model] if model else [], config_file, extra))
+    local = [model] if model and Path(model).exists() else []
+    options = flags.options(flags.settings(local, config_file, extra))
     code = run_verify(
         model,
         factory,
@@ -130,3 +163,14 @@ def verify(
         quick=quick,
     )
     sys.exit(code)
+
+
+_WITH_MANIFEST = {"manifest", "out_dir", "timeout", "quick", "device", "quiet"}
+
+
+def _manifest_only(context: click.Context) -> None:
+    """With --manifest, per-model flags would silently not apply: refuse them."""
+    for name, value in context.params.items():
+        given = context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        if given and name not in _WITH_MANIFEST and value not in (None, ()):
+            raise click.UsageError(f"{name} is set per model in the manifest, not with --manifest")

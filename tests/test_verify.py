@@ -576,3 +576,15 @@ def test_fill_groups_recompiles_and_finds_the_limit_hit() -> None:
     assert account.fallback == (
         "b.py:3 in forward hit recompile_limit (8); last guard that failed: self.k == 4"
     )
+
+
+def test_model_named_by_module_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = make_package(tmp_path / "lib", "rgz_dotpkg")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    target = resolve_target("rgz_dotpkg.sub.model", "make")
+    assert target.model_path == model.resolve()
+    assert target.module_name == "rgz_dotpkg.sub.model" and target.factory_home is None
+    with pytest.raises(VerifyError, match=re.escape("cannot find the Python module 'rgz_dotpkg.nothing'")):
+        resolve_target("rgz_dotpkg.nothing", "make")
+    with pytest.raises(VerifyError, match=re.escape("no such file: missing.py")):
+        resolve_target("missing.py", "make")

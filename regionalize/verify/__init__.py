@@ -113,3 +113,40 @@ def run_verify(
         ordered = {key: result[key] for key in _LEADING if key in result} | result
         Path(json_out).write_text(json.dumps(ordered, indent=2, default=str) + "\n", encoding="utf-8")
     return code
+
+
+def run_manifest(
+    manifest: str,
+    out_dir: str | None,
+    overrides: dict[str, Any],
+    progress: Progress = QUIET,
+    out: TextIO | None = None,
+) -> int:
+    """Verify every model of a zoo manifest, each in its own process; write STEM.md/.json/.png.
+
+    `overrides` (e.g. {"quick": True, "timeout": 600}) win over the manifest's settings. Prints one line
+    per model. Returns the worst row's status: 0 all pass, 1 a check failed, 2 an entry could not run
+    (error, timeout, crash) or the manifest is bad.
+    """
+    from regionalize.verify import zoo, zoo_report
+    from regionalize.verify.manifest import ManifestError, load
+
+    stream = out or sys.stdout
+    path = Path(manifest)
+    try:
+        entries = load(path)
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    entries = [entry.with_settings(overrides) for entry in entries]
+    folder = Path(out_dir) if out_dir else path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = zoo.run_zoo(entries, path.parent.resolve(), folder / f"{path.stem}-reports", progress)
+    width = max(len(row.name) for row in rows)
+    for row in rows:
+        speedup = (row.result or {}).get("compile_speedup")
+        figure = row.reason or (f"equivalent, first call {speedup:.2f}x faster" if speedup else "equivalent")
+        print(f"{row.name:<{width}}  {row.status:<7}  {figure}", file=stream)
+    written = zoo_report.write(rows, path, folder, path.stem)
+    print("wrote " + ", ".join(str(p) for p in written), file=stream)
+    return max(zoo.EXIT[row.status] for row in rows)

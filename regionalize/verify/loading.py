@@ -22,6 +22,7 @@ REWRITTEN_SUFFIX = "__regionalized"
 # A stand-alone script is imported under a prefixed name: its bare stem ("model", "types") could be taken.
 SCRIPT_PREFIX = "_regionalize_script_"
 _OWN_DIR = str(Path(__file__).resolve().parent.parent)
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
 class VerifyError(Exception):
@@ -74,17 +75,22 @@ class Target:
 
 
 def resolve_target(model_path: str | None, factory: str) -> Target:
-    """Parse `--factory NAME`, `--factory pkg.module:NAME` or `--factory path/file.py:NAME`."""
+    """Parse `--factory NAME`, `--factory pkg.module:NAME` or `--factory path/file.py:NAME`.
+
+    `model_path` is a file, or a module's dotted name (`transformers.models.llama.modeling_llama`).
+    """
     home, sep, name = factory.rpartition(":")
     if not sep:
         home, name = "", factory
     if not name.isidentifier():
         raise VerifyError("factory", f"{factory!r} is not NAME, module.path:NAME or file.py:NAME")
-    home_file = _factory_file(home) if home else None
+    home_file = _module_file(home, "factory") if home else None
     if model_path is None:
         if home_file is None:
             raise VerifyError("factory", "give MODEL.py, or name the factory as module.path:NAME")
         model = home_file
+    elif _DOTTED.fullmatch(model_path) and not model_path.endswith(".py") and not Path(model_path).exists():
+        model = _module_file(model_path, "import original")
     else:
         model = Path(model_path).resolve()
         if not model.is_file():
@@ -96,18 +102,19 @@ def resolve_target(model_path: str | None, factory: str) -> Target:
     return Target(model, module_name, root, name, external)
 
 
-def _factory_file(home: str) -> Path:
+def _module_file(home: str, stage: str) -> Path:
+    """The file of `path/file.py` or of the module `package.module` (its packages get imported)."""
     if home.endswith(".py"):
         path = Path(home).resolve()
         if not path.is_file():
-            raise VerifyError("factory", f"no such file: {home}")
+            raise VerifyError(stage, f"no such file: {home}")
         return path
     try:
         spec = importlib.util.find_spec(home)
     except (ImportError, ValueError) as exc:
-        raise VerifyError.from_exception("factory", exc) from exc
+        raise VerifyError.from_exception(stage, exc) from exc
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise VerifyError("factory", f"cannot find the Python module {home!r}")
+        raise VerifyError(stage, f"cannot find the Python module {home!r}")
     return Path(spec.origin).resolve()
 
 

@@ -7,14 +7,15 @@ import time
 
 
 class Progress:
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, name: str = "verify") -> None:
         self.quiet = quiet
+        self.name = name
         self.start = time.perf_counter()
 
     def __call__(self, step: str) -> None:
         if not self.quiet:
             elapsed = time.perf_counter() - self.start
-            print(f"verify [{elapsed:7.1f}s] {step}", file=sys.stderr, flush=True)
+            print(f"{self.name} [{elapsed:7.1f}s] {step}", file=sys.stderr, flush=True)
 
 
 QUIET = Progress(quiet=True)

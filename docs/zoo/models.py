@@ -1,0 +1,92 @@
+"""Factories for the example zoo (`docs/zoo/zoo.toml`): transformers models at small configs, random
+weights, nothing downloaded. Each takes the model's module (original or rewritten) and builds from it.
+
+Depths are those of real checkpoints' smaller members, widths cut so the zoo runs on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import torch
+import transformers
+
+LAYERS = 8
+_TEXT = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4}
+
+
+def _ids(length: int = 16) -> torch.Tensor:
+    return torch.randint(0, 256, (2, length), generator=torch.Generator().manual_seed(0))
+
+
+def _pixels(size: int = 64) -> torch.Tensor:
+    return torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+
+
+# Causal language models, verified on greedy generation with a KV cache (workload = "generate").
+
+
+def llama(m: ModuleType) -> Any:
+    return m.LlamaForCausalLM(
+        transformers.LlamaConfig(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)
+    ).eval()
+
+
+def mistral(m: ModuleType) -> Any:
+    return m.MistralForCausalLM(
+        transformers.MistralConfig(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)
+    ).eval()
+
+
+def qwen2(m: ModuleType) -> Any:
+    return m.Qwen2ForCausalLM(
+        transformers.Qwen2Config(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)
+    ).eval()
+
+
+def gpt2(m: ModuleType) -> Any:
+    return m.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=LAYERS, n_head=4)
+    ).eval()
+
+
+# Encoders and vision models, verified on one forward.
+
+
+def bert(m: ModuleType) -> Any:
+    return m.BertModel(transformers.BertConfig(**_TEXT, num_hidden_layers=LAYERS)).eval(), (_ids(),)
+
+
+def roberta(m: ModuleType) -> Any:
+    return m.RobertaModel(transformers.RobertaConfig(**_TEXT, num_hidden_layers=LAYERS)).eval(), (_ids(),)
+
+
+def t5(m: ModuleType) -> Any:
+    config = transformers.T5Config(
+        vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=LAYERS // 2, num_heads=4
+    )
+    return m.T5Model(config).eval(), (_ids(),), {"decoder_input_ids": _ids(8)}
+
+
+def vit(m: ModuleType) -> Any:
+    config = transformers.ViTConfig(
+        image_size=64, patch_size=8, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_hidden_layers=LAYERS,
+    )  # fmt: skip
+    return m.ViTModel(config).eval(), (_pixels(),)
+
+
+def dinov2(m: ModuleType) -> Any:
+    config = transformers.Dinov2Config(
+        image_size=64, patch_size=8, hidden_size=64, num_attention_heads=4, num_hidden_layers=LAYERS
+    )
+    return m.Dinov2Model(config).eval(), (_pixels(),)
+
+
+def clip_vision(m: ModuleType) -> Any:
+    config = transformers.CLIPVisionConfig(
+        image_size=64, patch_size=8, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_hidden_layers=LAYERS,
+    )  # fmt: skip
+    return m.CLIPVisionModel(config).eval(), (_pixels(),)

@@ -1,0 +1,129 @@
+"""The zoo's results: a Markdown table, one JSON object and a PNG chart of compile speedup per model."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from regionalize.verify.zoo import Row
+
+_COLORS = {"pass": "#2e7d32", "fail": "#c62828"}
+
+
+def write(rows: list[Row], manifest: Path, out: Path, stem: str) -> list[Path]:
+    """Write STEM.md, STEM.json and (with matplotlib installed) STEM.png into `out`; return their paths."""
+    meta = _meta(rows, manifest)
+    written = [out / f"{stem}.json"]
+    written[0].write_text(
+        json.dumps(meta | {"models": [row.to_json() for row in rows]}, indent=2, default=str) + "\n",
+        encoding="utf-8",
+    )
+    chart = out / f"{stem}.png"
+    has_chart = _chart(rows, meta, chart)
+    markdown = out / f"{stem}.md"
+    markdown.write_text(_markdown(rows, meta, chart.name if has_chart else None), encoding="utf-8")
+    return [markdown, *written, *([chart] if has_chart else [])]
+
+
+def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
+    first = next((row.result for row in rows if row.result and row.result.get("device")), {})
+    counts = collections.Counter(row.status for row in rows)
+    return {
+        "manifest": manifest.name,
+        "device": first.get("device"),
+        "torch_version": first.get("torch_version"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}",
+        "counts": dict(counts),
+    }
+
+
+def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in meta["counts"].items())
+    lines = [
+        f"# regionalize verify --manifest {meta['manifest']}",
+        "",
+        f"{len(rows)} models: {counts}. Device {meta['device'] or '-'}, torch "
+        f"{meta['torch_version'] or '-'}; {meta['machine']}.",
+        "",
+        "*First call*: compile and run once (with a generation workload: the first token), in a fresh "
+        "process after an unrelated warm-up compile, median over the fresh processes. *Per call*: steady "
+        "state, median. *Recompiles* and *eager* are the regional rewrite's. Each model's whole report is "
+        "linked from its name.",
+        "",
+        "| model | verdict | first call full | first call regional | speedup | graphs full / regional "
+        "| recompiles | eager | per call full / regional | took |",
+        "|---|---|--:|--:|--:|--:|--:|---|--:|--:|",
+    ]
+    for row in rows:
+        lines.append(_table_row(row))
+    notes = [f"- **{row.name}**: {row.status}: {row.reason}" for row in rows if row.reason]
+    if notes:
+        lines += ["", *notes]
+    if chart:
+        lines += ["", f"![compile speedup per model]({chart})"]
+    return "\n".join(lines) + "\n"
+
+
+def _table_row(row: Row) -> str:
+    name = f"[{row.name}]({row.report})"
+    r = row.result or {}
+    if row.status not in ("pass", "fail"):
+        return f"| {name} | {row.status} | | | | | | | | {row.seconds:.0f} s |"
+    compile_s, graphs, steady = r.get("compile_s", {}), r.get("graphs", {}), r.get("steady_us", {})
+    speedup = r.get("compile_speedup")
+    cells = [
+        name,
+        "equivalent" if row.status == "pass" else "**FAIL**",
+        _seconds(compile_s.get("full")),
+        _seconds(compile_s.get("regional")),
+        f"{speedup:.2f}x" if speedup else "-",
+        f"{graphs.get('full', '-')} / {graphs.get('regional', '-')}",
+        str(r.get("recompiles", {}).get("regional", "-")),
+        "**yes**" if r.get("fell_back_to_eager") else "no",
+        f"{_micros(steady.get('full'))} / {_micros(steady.get('regional'))}",
+        f"{row.seconds:.0f} s",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:.1f} s" if value is not None else "-"
+
+
+def _micros(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.1f} ms" if value >= 1000 else f"{value:.0f} µs"
+
+
+def _chart(rows: list[Row], meta: dict[str, Any], path: Path) -> bool:
+    """Horizontal bars of compile speedup (full / regional first call); False without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [row.name for row in rows][::-1]
+    ordered = rows[::-1]
+    speedups = [(row.result or {}).get("compile_speedup") or 0.0 for row in ordered]
+    figure, axes = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.6))
+    bars = axes.barh(names, speedups, color=[_COLORS.get(row.status, "#9e9e9e") for row in ordered])
+    for bar, row, speedup in zip(bars, ordered, speedups, strict=True):
+        label = f"{speedup:.2f}x" if speedup else row.status
+        if row.status == "fail":
+            label += " (not equivalent)"
+        axes.text(bar.get_width() + 0.05, bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=8)
+    axes.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
+    axes.set_xlabel("first-call speedup of the regional rewrite (full compile time / regional)")
+    axes.set_xlim(0, max([*speedups, 1.0]) * 1.25)
+    axes.set_title(f"regionalize verify: {meta['device']}, torch {meta['torch_version']}", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
