@@ -99,9 +99,11 @@ def make():
 
 
 def test_a_zoo_runs_every_entry_isolated_and_writes_its_table(tmp_path: Path) -> None:
-    (tmp_path / "hang.py").write_text(HANG)
-    manifest = write(
-        tmp_path,
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    (folder / "hang.py").write_text(HANG)
+    write(
+        folder,
         f"""
         [defaults]
         cold-start = false
@@ -131,11 +133,12 @@ def test_a_zoo_runs_every_entry_isolated_and_writes_its_table(tmp_path: Path) ->
         """,
     )
     out = tmp_path / "results"
-    done = subprocess.run(
-        [sys.executable, "-m", "regionalize", "verify", "--manifest", str(manifest), "--out", str(out)],
+    done = subprocess.run(  # relative paths, as a user types them: the entries run elsewhere
+        [sys.executable, "-m", "regionalize", "verify", "--manifest", "zoo/zoo.toml", "--out", "results"],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     assert done.returncode == 2, done.stderr  # the worst row: an entry that could not run
     lines = done.stdout.splitlines()
@@ -161,7 +164,7 @@ def test_a_zoo_runs_every_entry_isolated_and_writes_its_table(tmp_path: Path) ->
     assert (out / "zoo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The hanging factory's process was killed with its group, not left behind.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(tmp_path / "hang.py") not in ps
+    assert str(folder / "hang.py") not in ps
 
 
 def test_manifest_refuses_per_model_flags(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ class Row:
 
 def run_zoo(entries: list[Entry], cwd: Path, reports: Path, progress: Callable[[str], None]) -> list[Row]:
     """Verify each entry in a fresh process, in order; reports[/NAME.txt] gets each one's report and log."""
+    reports = reports.resolve()  # the entries run in the manifest's folder
     reports.mkdir(parents=True, exist_ok=True)
     rows = []
     for number, entry in enumerate(entries, 1):
