@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize import per_block_ints, prescan
+from regionalize import package, per_block_ints, prescan
 from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
@@ -52,8 +52,13 @@ def might_have_sites(source: str, options: Options = DEFAULT_OPTIONS) -> bool:
     return any(word in source for word in (*TRIGGERS, *extra))
 
 
-def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> TransformResult:
-    """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason."""
+def transform_source(
+    source: str, options: Options = DEFAULT_OPTIONS, path: str | None = None
+) -> TransformResult:
+    """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason.
+
+    With the file's `path`, the names it imports from its own package are judged by their definitions.
+    """
     if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
     try:
@@ -63,7 +68,8 @@ def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> Transfo
     except (ValueError, MemoryError, RecursionError) as exc:
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
     lines = source.splitlines(keepends=True)
-    found = _compile_containers(tree, lines, options)
+    outside = _packages(options).lookup(path) if path else prescan.nothing
+    found = _compile_containers(tree, lines, options, outside)
     if isinstance(found, TransformResult):
         return found
     fixes = per_block_ints.plan(tree, source, found.facts.imports, found.int_args)
@@ -77,7 +83,7 @@ def transform_source(source: str, options: Options = DEFAULT_OPTIONS) -> Transfo
             tree = ast.parse("".join(lines))
         except SyntaxError as exc:  # a bug of ours, as below
             return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
-        found = _compile_containers(tree, lines, options)
+        found = _compile_containers(tree, lines, options, outside)
         assert not isinstance(found, TransformResult)
         helpers += fixes.helpers()
     if not found.changed and not fixes:
@@ -107,11 +113,13 @@ class _Pass:
         return self.first_region > 0
 
 
-def _compile_containers(tree: ast.Module, lines: list[str], options: Options) -> _Pass | TransformResult:
+def _compile_containers(
+    tree: ast.Module, lines: list[str], options: Options, outside: prescan.Lookup
+) -> _Pass | TransformResult:
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
     class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
-    facts = prescan.scan(tree, options.containers)
+    facts = prescan.scan(tree, options.containers, outside)
     classes = [
         (c.name, c.lineno, c.end_lineno or c.lineno) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
     ]
@@ -142,7 +150,7 @@ def _container_pass(
 ) -> _Pass | TransformResult:
     result = _Pass(list(lines), facts, [], [], 0)
     replaced: list[tuple[prescan.Region, str]] = []
-    for region in prescan.regions(tree, lines, facts.container_names()):
+    for region in prescan.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers):
         try:
             module = cst.parse_module(region.extract(lines))
         except cst.ParserSyntaxError as exc:
@@ -162,6 +170,14 @@ def _container_pass(
         result.lines[region.start - 1 : region.end] = [text]
     result.first_region = replaced[0][0].start if replaced else 0
     return result
+
+
+_PACKAGES: dict[frozenset[str], package.Packages] = {}
+
+
+def _packages(options: Options) -> package.Packages:
+    """One reading of each package per process and `containers` setting, shared by the files of a run."""
+    return _PACKAGES.setdefault(options.containers, package.Packages(options.containers))
 
 
 def _add_helpers(lines: list[str], tree: ast.Module, found: _Pass, helpers: list[str], torch: bool) -> str:

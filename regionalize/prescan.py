@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from regionalize.cuda_graphs import HELPER_NAME as CUDA_GRAPHS_HELPER
 from regionalize.guard_bypass import HELPER_NAMES
+
+if TYPE_CHECKING:
+    from regionalize.package import Definition
 
 CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
@@ -23,6 +27,13 @@ CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn."
 # A guard-bypass helper that compiles its first argument in place.
 COMPILING_HELPERS = {HELPER_NAMES["depyf"], CUDA_GRAPHS_HELPER}  # helpers that compile their first argument
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
+# What the file's package defines under an imported name (`regionalize.package`), or None.
+Lookup = Callable[[str], "Definition | None"]
+
+
+def nothing(name: str) -> None:
+    """The lookup of a file read on its own: nothing is known of what it imports."""
+    return None
 
 
 @dataclass
@@ -36,8 +47,14 @@ class FileFacts:
     holders: frozenset[str] = frozenset()
     # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?
     holds_submodules: dict[str, bool | None] = field(default_factory=dict)  # None: cannot tell
-    # Other container classes, by resolved name: subclasses defined in the file, the `containers` setting.
+    # Other container classes, by resolved name: subclasses defined in the file or imported from its
+    # package, the `containers` setting.
     containers: dict[str, str] = field(default_factory=dict)
+    # Functions returning a container of deep copies of their first argument, defined in the file.
+    clone_helpers: set[str] = field(default_factory=set)
+    # Local names of the ones imported from the package, found while scanning.
+    imported_clone_helpers: set[str] = field(default_factory=set)
+    outside: Lookup = nothing
 
     def container_kind(self, name: str) -> str | None:
         """ "ModuleList", "Sequential" or "ModuleDict" for a (dotted, local) name of a container class."""
@@ -48,6 +65,17 @@ class FileFacts:
         if last in CONTAINERS and full.startswith(CONTAINER_MODULES):
             return last
         return None
+
+    def holds(self, full: str) -> bool | None:
+        """Does the class of this resolved name build submodules? None: not defined in the package."""
+        if full in self.holds_submodules:
+            return self.holds_submodules[full]
+        defined = self.outside(full)
+        return defined.holds_submodules if defined else None
+
+    def is_clone_helper(self, full: str) -> bool:
+        defined = self.outside(full)
+        return defined is not None and defined.clones
 
     def container_names(self) -> set[str]:
         """Local spellings a container call can have, for scanning before names are resolved."""
@@ -104,8 +132,9 @@ def strip_values(node: ast.expr) -> ast.expr:
     return node
 
 
-def scan(tree: ast.Module, containers: frozenset[str] = frozenset()) -> FileFacts:
-    facts = FileFacts()
+def scan(tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lookup = nothing) -> FileFacts:
+    """The file-wide facts; `outside` says what the file's package defines under the names it imports."""
+    facts = FileFacts(outside=outside)
     facts.containers = {name: kind_by_name(name) for name in containers}
     loops: list[ast.For] = []
     assigns: list[ast.Assign | ast.AnnAssign] = []
@@ -135,9 +164,17 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset()) -> FileFact
     for full in facts.imports.values():
         if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
+    for local, full in facts.imports.items():  # before the classes: they may derive from these
+        defined = outside(full)
+        if defined and defined.container:
+            facts.containers[full] = defined.container
+        elif defined and defined.clones:
+            facts.imported_clone_helpers.add(local)
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
             facts.holds_submodules[statement.name] = _holds_submodules(statement, facts)
+        elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts):
+            facts.clone_helpers.add(statement.name)
     for node in ast.walk(tree):  # subclasses of containers, in the order they are defined
         if isinstance(node, ast.ClassDef):
             kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
@@ -177,7 +214,7 @@ def _holds_submodules(cls: ast.ClassDef, facts: FileFacts) -> bool | None:
     it derives from torch.nn.Module directly (another base may build the parts)."""
     own = _builds_submodules(cls)
     bases = [facts.resolve(n) for b in cls.bases if (n := dotted_name(b))]
-    if own or any(facts.holds_submodules.get(b) for b in bases):
+    if own or any(facts.holds(b) for b in bases):
         return True
     if own is False and bases and all(b == "torch.nn.Module" for b in bases):
         return False
@@ -208,6 +245,26 @@ def _builds_submodules(cls: ast.ClassDef) -> bool | None:
     ):
         return True
     return None if calls else False
+
+
+def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
+    """`def _get_clones(module, n): return nn.ModuleList([copy.deepcopy(module) for _ in range(n)])`."""
+    params = function.args.posonlyargs + function.args.args
+    if not params:
+        return False
+    returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None]
+    return any(
+        isinstance(value, ast.Call)
+        and is_container(value.func, facts)
+        and any(
+            isinstance(n, ast.Call)
+            and facts.resolve(dotted_name(n.func) or "") == "copy.deepcopy"
+            and n.args
+            and dotted_name(n.args[0]) == params[0].arg
+            for n in ast.walk(value)
+        )
+        for value in returned
+    )
 
 
 def kind_by_name(name: str) -> str:

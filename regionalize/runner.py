@@ -175,7 +175,7 @@ def process_file(path: str, job: Job) -> FileReport:
     if not might_have_sites(source.text, job.options):
         return report
     try:
-        result = transform_source(source.text, job.options)
+        result = transform_source(source.text, job.options, path)
     except RecursionError:
         report.error = "nested too deeply to parse"
         return report

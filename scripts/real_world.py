@@ -102,7 +102,7 @@ def check(path: str, options: Options) -> Result:
         return {"path": shown, "unparsable": f"unreadable: {exc}", "sites": []}
     started = time.perf_counter()
     try:
-        first = transform_source(text, options)
+        first = transform_source(text, options, path)
     except Exception:  # exactly what this script exists to catch
         return {"path": shown, "crash": traceback.format_exc(limit=-3), "sites": []}
     lines = text.splitlines()
@@ -123,7 +123,7 @@ def check(path: str, options: Options) -> Result:
         result["bad_output"] = f"line {exc.lineno}: {exc.msg}"
         return result
     try:
-        second = transform_source(first.code, options)
+        second = transform_source(first.code, options, path)
     except Exception:
         result["crash"] = "second pass: " + traceback.format_exc(limit=-3)
         return result

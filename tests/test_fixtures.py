@@ -20,7 +20,8 @@ from regionalize.options import Options
 from regionalize.report import site_line
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-CASES = sorted(p.name.removesuffix(".in.py") for p in FIXTURES.glob("*.in.py"))
+# A case in a package folder (`package_imports/model.in.py`) is judged with its package's modules read.
+CASES = sorted(str(p.relative_to(FIXTURES)).removesuffix(".in.py") for p in FIXTURES.glob("**/*.in.py"))
 UPDATE = os.environ.get("REGIONALIZE_UPDATE_FIXTURES") == "1"
 HEADER = "# regionalize-test:"
 
@@ -48,13 +49,14 @@ def test_there_are_cases() -> None:
 def test_fixture(case: str) -> None:
     source = (FIXTURES / f"{case}.in.py").read_text(encoding="utf-8")
     options = options_for(source)
-    result = transform_source(source, options)
+    path = str(FIXTURES / f"{case}.py")  # where the file would live: its module's name, its package
+    result = transform_source(source, options, path)
     assert result.status in ("success", "skip"), result.reason
     cst.parse_module(result.code)
     check_or_update(FIXTURES / f"{case}.out.py", result.code)
     lines = "".join(site_line(f"{case}.in.py", s) + "\n" for s in result.sites)
     check_or_update(FIXTURES / f"{case}.sites", lines)
 
-    second = transform_source(result.code, options)
+    second = transform_source(result.code, options, path)
     assert second.code == result.code, "a second run must change nothing"
     assert not any(s.action == "rewrite" for s in second.sites)

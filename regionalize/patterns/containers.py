@@ -39,14 +39,15 @@ class ContainerSites:
 
     def _clones(self, call: cst.Call) -> bool:
         """`self.layers = _get_clones(layer, n)` with the helper imported (one in this file is rewritten
-        inside): a ModuleList of deep copies of its first argument, by the name torch.nn.Transformer
-        gave it."""
+        inside): a ModuleList of deep copies of its first argument, known by the name
+        torch.nn.Transformer gave it or read where the package defines it."""
         name = dotted_name(call.func)
-        if name is None or name in self.ctx.facts.top_level_defs or not call.args:
+        facts = self.ctx.facts
+        if name is None or name in facts.top_level_defs or not call.args:
             return False
-        if not CLONES.match(self.ctx.facts.resolve(name).rsplit(".", 1)[-1]) or "." not in self.ctx.dotted(
-            call.func
-        ):
+        full = facts.resolve(name)
+        named = CLONES.match(full.rsplit(".", 1)[-1]) and "." in full
+        if not (named or facts.is_clone_helper(full)):
             return False
         element = Element("block", self.ctx.code(call.args[0].value))
         found = Container("clone-helper", False, [element], [])

@@ -45,6 +45,11 @@ class Judge:
     def classify(self, expr: cst.BaseExpression, int_vars: set[str]) -> list[Element]:
         if isinstance(expr, cst.IfExp):
             return self.classify(expr.body, int_vars) + self.classify(expr.orelse, int_vars)
+        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Call):
+            # `build_norm_layer(cfg, c)[1]`: a part of what a leaf factory returns is a leaf too.
+            parts = self.classify(expr.value, int_vars)
+            kind = "leaf" if all(e.kind == "leaf" for e in parts) else "other"
+            return [Element(kind, self.ctx.code(expr))]
         if not isinstance(expr, cst.Call):
             return [Element("other", self.ctx.code(expr))]
         label = self.ctx.code(expr.func)
@@ -72,18 +77,20 @@ class Judge:
             return Element("block", label, expr)
         if last in ctx.facts.holders:
             return Element("holder", label, expr)
-        if (holds := ctx.facts.holds_submodules.get(dotted)) is not None:
-            # Defined in this file: what it builds decides, not its name (`MBConv` is a block, a norm
-            # with only parameters is a leaf, whatever it is called).
+        if (holds := ctx.facts.holds(dotted)) is not None:
+            # Defined in this file or its package: what it builds decides, not its name (`MBConv` is a
+            # block, a norm with only parameters is a leaf, whatever it is called).
             return Element("block" if holds else "leaf", label, expr)
         if dotted.startswith("torch.nn."):
             return Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
         if dotted.startswith("torch."):
             return Element("other", label, expr)
         if not last.lstrip("_")[:1].isupper():
-            # A factory named for what it builds (`get_down_block`, `make_layer`) builds a block.
-            factory = BLOCK_FACTORY.search(last) and not LEAF_PARAMETER.search(last)
-            return Element("block" if factory else "other", label, expr)
+            # A factory named for what it builds: a block (`get_down_block`, `make_layer`), a leaf
+            # (`build_norm_layer`, `conv3x3`, `get_activation`); other functions cannot be judged.
+            if LEAF_PARAMETER.search(last):
+                return Element("leaf", label, expr)
+            return Element("block" if BLOCK_FACTORY.search(last) else "other", label, expr)
         return Element("leaf" if LEAF_NAME.search(last.lstrip("_")) else "block", label, expr)
 
     def _container_call(self, expr: cst.Call, kind: str, label: str, int_vars: set[str]) -> Element:

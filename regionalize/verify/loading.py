@@ -18,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from regionalize.package import module_name_for
+
 REWRITTEN_SUFFIX = "__regionalized"
 # A stand-alone script is imported under a prefixed name: its bare stem ("model", "types") could be taken.
 SCRIPT_PREFIX = "_regionalize_script_"
@@ -116,21 +118,6 @@ def _module_file(home: str, stage: str) -> Path:
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         raise VerifyError(stage, f"cannot find the Python module {home!r}")
     return Path(spec.origin).resolve()
-
-
-def module_name_for(path: Path) -> tuple[Path, str]:
-    """(import root, dotted name): climb while folders are packages, as Python's import system would.
-
-    A file inside an installed library gets its real name (`transformers.models.llama.modeling_llama`),
-    which is what makes `from ...modeling_utils import X` work; a stand-alone script gets its stem.
-    """
-    folder = path.parent
-    # A script's stem need not be an identifier (`model.in.py`): it is executed, not imported, by name.
-    parts = [path.stem if (folder / "__init__.py").is_file() else re.sub(r"\W", "_", path.stem)]
-    while (folder / "__init__.py").is_file():
-        parts.append(folder.name)
-        folder = folder.parent
-    return folder, ".".join(reversed(parts))
 
 
 @contextlib.contextmanager

@@ -115,7 +115,7 @@ class Subject:
         from regionalize.codemod import transform_source
 
         source = self.target.model_path.read_text(encoding="utf-8")
-        result = transform_source(source, options)
+        result = transform_source(source, options, str(self.target.model_path))
         if result.status == "failure":
             raise VerifyError("rewrite", result.reason)
         if not result.changed:

@@ -1,0 +1,133 @@
+"""What the rest of a file's package defines, for the names the file imports from it: container subclasses,
+classes that build submodules (blocks) or only tensors (leaves), and clone helpers.
+
+So an imported class is judged by its definition, as one defined in the file is, not by its name. Each
+module is read with `ast` once per process (again if the file changes), only when a name leads to it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from regionalize import prescan
+
+_MAX_BYTES = 10 * 1024 * 1024
+_MAX_HOPS = 8  # re-exports followed, as an `__init__.py` importing from a submodule
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What an imported name is, read from where the package defines it."""
+
+    container: str | None = None  # "ModuleList", "Sequential" or "ModuleDict" for a container subclass
+    holds_submodules: bool | None = None  # a class: a block (True), a leaf (False), cannot tell (None)
+    clones: bool = False  # a function returning a container of deep copies of its first argument
+
+
+def module_name_for(path: Path) -> tuple[Path, str]:
+    """(import root, dotted name): climb while folders are packages, as Python's import system would.
+
+    A file inside an installed library gets its real name (`transformers.models.llama.modeling_llama`),
+    which is what makes `from ...modeling_utils import X` work; a stand-alone script gets its stem.
+    """
+    folder = path.parent
+    # A script's stem need not be an identifier (`model.in.py`): it is executed, not imported, by name.
+    parts = [path.stem if (folder / "__init__.py").is_file() else re.sub(r"\W", "_", path.stem)]
+    while (folder / "__init__.py").is_file():
+        parts.append(folder.name)
+        folder = folder.parent
+    return folder, ".".join(reversed(parts))
+
+
+class Packages:
+    """The packages met in a run, their modules read on demand and kept while their files stay the same."""
+
+    def __init__(self, containers: frozenset[str] = frozenset()) -> None:
+        self.containers = containers  # the `containers` setting, for the modules read too
+        self._read: dict[Path, tuple[tuple[int, int], prescan.FileFacts | None]] = {}
+        self._reading: list[Path] = []
+        self._partial: set[Path] = set()
+
+    def lookup(self, path: str | Path) -> prescan.Lookup:
+        """Resolve the names a file imports (as `prescan.FileFacts.resolve` spells them) in its package."""
+        root, module = module_name_for(Path(os.path.abspath(path)))
+        if "." not in module:
+            return prescan.nothing  # a stand-alone script: no package to read
+        here = module.split(".")[:-1]
+        found: dict[str, Definition | None] = {}
+
+        def find(name: str) -> Definition | None:
+            if name not in found:
+                found[name] = self._define(root, here, name, _MAX_HOPS)
+            return found[name]
+
+        return find
+
+    def _define(self, root: Path, here: list[str], name: str, hops: int) -> Definition | None:
+        absolute = _absolute(here, name)
+        if absolute is None or len(absolute) < 2 or absolute[0] != here[0]:
+            return None  # outside the package: torch, another library
+        module, attr = absolute[:-1], absolute[-1]
+        file = _module_file(root, module)
+        facts = self._facts(file) if file is not None else None
+        if facts is None:
+            return None
+        if attr in facts.holds_submodules:
+            return Definition(facts.containers.get(attr), facts.holds_submodules[attr])
+        if attr in facts.clone_helpers:
+            return Definition(clones=True)
+        if attr in facts.imports and hops > 0:  # re-exported: follow it where it comes from
+            package = module if file.name == "__init__.py" else module[:-1]
+            return self._define(root, package, facts.imports[attr], hops - 1)
+        return None
+
+    def _facts(self, file: Path) -> prescan.FileFacts | None:
+        try:
+            stat = file.stat()
+        except OSError:
+            return None
+        if file in self._reading:
+            # An import cycle: this module is known once it is read. The ones read meanwhile saw it
+            # unknown, so they are not kept, and are read again when next asked for.
+            self._partial.update(self._reading[self._reading.index(file) + 1 :])
+            return None
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if file in self._read and self._read[file][0] == stamp:
+            return self._read[file][1]
+        facts = None
+        self._reading.append(file)
+        try:
+            if stat.st_size <= _MAX_BYTES:
+                facts = prescan.scan(ast.parse(file.read_bytes()), self.containers, self.lookup(file))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            facts = None
+        finally:
+            self._reading.pop()
+        if file in self._partial:
+            self._partial.discard(file)
+        else:
+            self._read[file] = (stamp, facts)
+        return facts
+
+
+def _absolute(here: list[str], name: str) -> list[str] | None:
+    """`..layers.Block` imported in package a.b.c -> [a, b, layers, Block]; None above the top package."""
+    level = len(name) - len(name.lstrip("."))
+    rest = [part for part in name[level:].split(".") if part]
+    if level == 0:
+        return rest
+    if level - 1 >= len(here):
+        return None
+    return here[: len(here) - (level - 1)] + rest
+
+
+def _module_file(root: Path, module: list[str]) -> Path | None:
+    base = root.joinpath(*module)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
