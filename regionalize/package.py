@@ -26,6 +26,9 @@ class Definition:
     container: str | None = None  # "ModuleList", "Sequential" or "ModuleDict" for a container subclass
     holds_submodules: bool | None = None  # a class: a block (True), a leaf (False), cannot tell (None)
     clones: bool = False  # a function returning a container of deep copies of its first argument
+    # A container subclass with an __init__ of its own (`ResLayer(block, n)`, a Sequential that builds
+    # its blocks itself): a call builds one block, it does not hand the container its elements.
+    builds_itself: bool = False
 
 
 def module_name_for(path: Path) -> tuple[Path, str]:
@@ -51,6 +54,7 @@ class Packages:
         self._read: dict[Path, tuple[tuple[int, int], prescan.FileFacts | None]] = {}
         self._reading: list[Path] = []
         self._partial: set[Path] = set()
+        self._read_again: set[Path] = set()
 
     def lookup(self, path: str | Path) -> prescan.Lookup:
         """Resolve the names a file imports (as `prescan.FileFacts.resolve` spells them) in its package."""
@@ -77,7 +81,11 @@ class Packages:
         if facts is None:
             return None
         if attr in facts.holds_submodules:
-            return Definition(facts.containers.get(attr), facts.holds_submodules[attr])
+            return Definition(
+                facts.containers.get(attr),
+                facts.holds_submodules[attr],
+                builds_itself=attr in facts.own_init,
+            )
         if attr in facts.clone_helpers:
             return Definition(clones=True)
         if attr in facts.imports and hops > 0:  # re-exported: follow it where it comes from
@@ -92,7 +100,7 @@ class Packages:
             return None
         if file in self._reading:
             # An import cycle: this module is known once it is read. The ones read meanwhile saw it
-            # unknown, so they are not kept, and are read again when next asked for.
+            # unknown, so they are not kept, and are read again (once) when next asked for.
             self._partial.update(self._reading[self._reading.index(file) + 1 :])
             return None
         stamp = (stat.st_mtime_ns, stat.st_size)
@@ -102,13 +110,15 @@ class Packages:
         self._reading.append(file)
         try:
             if stat.st_size <= _MAX_BYTES:
-                facts = prescan.scan(ast.parse(file.read_bytes()), self.containers, self.lookup(file))
+                tree = ast.parse(file.read_bytes())
+                facts = prescan.scan(tree, self.containers, self.lookup(file), calls=False)
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             facts = None
         finally:
             self._reading.pop()
-        if file in self._partial:
+        if file in self._partial and file not in self._read_again:
             self._partial.discard(file)
+            self._read_again.add(file)  # once more at most: cycles are common, each read is a parse
         else:
             self._read[file] = (stamp, facts)
         return facts

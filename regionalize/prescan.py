@@ -52,7 +52,9 @@ class FileFacts:
     containers: dict[str, str] = field(default_factory=dict)
     # Functions returning a container of deep copies of their first argument, defined in the file.
     clone_helpers: set[str] = field(default_factory=set)
-    # Local names of the ones imported from the package, found while scanning.
+    # Classes that define an __init__ of their own.
+    own_init: set[str] = field(default_factory=set)
+    # Local names of the clone helpers imported from the package, found while scanning.
     imported_clone_helpers: set[str] = field(default_factory=set)
     outside: Lookup = nothing
 
@@ -76,6 +78,11 @@ class FileFacts:
     def is_clone_helper(self, full: str) -> bool:
         defined = self.outside(full)
         return defined is not None and defined.clones
+
+    def builds_itself(self, full: str) -> bool:
+        """Is this a container subclass of the package whose own __init__ builds what it holds?"""
+        defined = self.outside(full)
+        return defined is not None and defined.container is not None and defined.builds_itself
 
     def container_names(self) -> set[str]:
         """Local spellings a container call can have, for scanning before names are resolved."""
@@ -132,8 +139,15 @@ def strip_values(node: ast.expr) -> ast.expr:
     return node
 
 
-def scan(tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lookup = nothing) -> FileFacts:
-    """The file-wide facts; `outside` says what the file's package defines under the names it imports."""
+def scan(
+    tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lookup = nothing, calls: bool = True
+) -> FileFacts:
+    """The file-wide facts; `outside` says what the file's package defines under the names it imports.
+
+    Imported names the file derives classes from are looked up at once, and with `calls` the names it
+    calls too (containers and clone helpers of the package, for the file being rewritten); the rest
+    only when the patterns ask.
+    """
     facts = FileFacts(outside=outside)
     facts.containers = {name: kind_by_name(name) for name in containers}
     loops: list[ast.For] = []
@@ -164,7 +178,11 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lo
     for full in facts.imports.values():
         if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
-    for local, full in facts.imports.items():  # before the classes: they may derive from these
+    # Before the classes, which may derive from these. Each name can mean reading another module.
+    used = {n for node in ast.walk(tree) for n in _called_or_derived(node, calls)}
+    for local, full in facts.imports.items():
+        if local not in used:
+            continue
         defined = outside(full)
         if defined and defined.container:
             facts.containers[full] = defined.container
@@ -173,6 +191,8 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lo
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
             facts.holds_submodules[statement.name] = _holds_submodules(statement, facts)
+            if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in statement.body):
+                facts.own_init.add(statement.name)
         elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts):
             facts.clone_helpers.add(statement.name)
     for node in ast.walk(tree):  # subclasses of containers, in the order they are defined
@@ -199,6 +219,20 @@ def scan(tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lo
             targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
             facts.container_attrs |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
     return facts
+
+
+def _called_or_derived(node: ast.AST, calls: bool) -> Iterator[str]:
+    """The first part of a base class's name, or with `calls` of a called one (`layers.Block(..)`)."""
+    if isinstance(node, ast.Call) and calls:
+        exprs = [node.func]
+    elif isinstance(node, ast.ClassDef):
+        exprs = node.bases
+    else:
+        return
+    for expr in exprs:
+        name = dotted_name(expr)
+        if name:
+            yield name.split(".")[0]
 
 
 def is_container(func: ast.expr, facts: FileFacts) -> bool:

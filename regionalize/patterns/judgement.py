@@ -62,6 +62,9 @@ class Judge:
         if ctx.is_torch_compile(expr):
             inner = expr.args[0].value if expr.args else None
             return Element("compiled", ctx.code(inner.func) if isinstance(inner, cst.Call) else label, expr)
+        if ctx.facts.builds_itself(ctx.dotted(expr.func) or label):
+            # `ResLayer(block, n)`, a Sequential of the package that builds its blocks: one block.
+            return Element("block", label, expr)
         if (kind := ctx.container_kind(expr)) is not None:
             return self._container_call(expr, kind, label, int_vars)
         dotted = ctx.dotted(expr.func) or label
