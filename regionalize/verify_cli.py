@@ -30,9 +30,15 @@ inference (eval mode, no autograd); each compile time is the first call (a workl
 --workload generate, the first token) in a fresh process with an empty inductor cache, both cold and
 after one unrelated warm-up compile.
 
+MODEL may also be a module's dotted name (transformers.models.bert.modeling_bert).
+
+With --manifest zoo.toml, every model the manifest lists is verified in its own process, one after
+another, each with a timeout; the results go to STEM.md, STEM.json and STEM.png (see README).
+
 \b
 Exit status: 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the model could not be
-imported, built or run (the report says which step, with the traceback).
+imported, built or run (the report says which step, with the traceback). With --manifest: the worst
+model's status, a timeout or a crash counting as 2.
 """
 
 
