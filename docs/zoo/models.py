@@ -27,22 +27,20 @@ def _pixels(size: int = 64) -> torch.Tensor:
 # Causal language models, verified on greedy generation with a KV cache (workload = "generate").
 
 
+def _causal_lm(model_class: Any, config_class: Any) -> Any:
+    return model_class(config_class(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)).eval()
+
+
 def llama(m: ModuleType) -> Any:
-    return m.LlamaForCausalLM(
-        transformers.LlamaConfig(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)
-    ).eval()
+    return _causal_lm(m.LlamaForCausalLM, transformers.LlamaConfig)
 
 
 def mistral(m: ModuleType) -> Any:
-    return m.MistralForCausalLM(
-        transformers.MistralConfig(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)
-    ).eval()
+    return _causal_lm(m.MistralForCausalLM, transformers.MistralConfig)
 
 
 def qwen2(m: ModuleType) -> Any:
-    return m.Qwen2ForCausalLM(
-        transformers.Qwen2Config(**_TEXT, num_hidden_layers=LAYERS, num_key_value_heads=2)
-    ).eval()
+    return _causal_lm(m.Qwen2ForCausalLM, transformers.Qwen2Config)
 
 
 def gpt2(m: ModuleType) -> Any:
