@@ -145,8 +145,14 @@ def run_manifest(
     width = max(len(row.name) for row in rows)
     for row in rows:
         speedup = (row.result or {}).get("compile_speedup")
-        figure = row.reason or (f"equivalent, first call {speedup:.2f}x faster" if speedup else "equivalent")
+        figure = row.reason or "equivalent" + (_first_call(speedup) if speedup else "")
         print(f"{row.name:<{width}}  {row.status:<7}  {figure}", file=stream)
     written = zoo_report.write(rows, path, folder, path.stem)
     print("wrote " + ", ".join(str(p) for p in written), file=stream)
     return max(zoo.EXIT[row.status] for row in rows)
+
+
+def _first_call(speedup: float) -> str:
+    if speedup >= 1:
+        return f", first call {speedup:.2f}x faster"
+    return f", first call {1 / speedup:.2f}x SLOWER"
