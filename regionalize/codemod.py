@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize import package, per_block_ints, prescan
+from regionalize import package, per_block_ints, prescan, regions
 from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
@@ -149,8 +149,8 @@ def _container_pass(
     tree: ast.Module, lines: list[str], options: Options, facts: prescan.FileFacts
 ) -> _Pass | TransformResult:
     result = _Pass(list(lines), facts, [], [], 0)
-    replaced: list[tuple[prescan.Region, str]] = []
-    for region in prescan.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers):
+    replaced: list[tuple[regions.Region, str]] = []
+    for region in regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers):
         try:
             module = cst.parse_module(region.extract(lines))
         except cst.ParserSyntaxError as exc:
@@ -185,13 +185,13 @@ def _add_helpers(lines: list[str], tree: ast.Module, found: _Pass, helpers: list
     facts = found.facts
     lines = list(lines)
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    torch_at, helper_at = prescan.insert_lines(tree)
+    torch_at, helper_at = regions.insert_lines(tree)
     if found.changed and helper_at > found.first_region - 1:
         # The rewritten region covers the imports (module-level sites make the whole file one region):
         # find them again in the new text, which parses (each region was re-parsed).
         text = "".join(lines)
         lines = text.splitlines(keepends=True)
-        torch_at, helper_at = prescan.insert_lines(ast.parse(text))
+        torch_at, helper_at = regions.insert_lines(ast.parse(text))
     for helper in reversed(helpers):
         if _helper_name(helper) not in facts.top_level_defs:
             lines[helper_at:helper_at] = [newline, newline, helper.replace("\n", newline)]
@@ -213,7 +213,7 @@ class _Finder(Context):
     """One walk of a region: the context keeps the traversal state, each call goes to the pattern families."""
 
     def __init__(
-        self, module: cst.Module, options: Options, facts: prescan.FileFacts, region: prescan.Region
+        self, module: cst.Module, options: Options, facts: prescan.FileFacts, region: regions.Region
     ) -> None:
         edits = Edits(kwargs=emit.kwargs_source(options), options=options)
         super().__init__(module, options, facts, region, edits)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import CodePosition, PositionProvider
 
-from regionalize import per_block_ints, prescan
+from regionalize import per_block_ints, prescan, regions
 from regionalize.options import Options
 from regionalize.patterns.ints import int_targets
 from regionalize.patterns.model import Edits, Scope, dotted_name
@@ -30,7 +30,7 @@ class Context(cst.CSTVisitor):
         module: cst.Module,
         options: Options,
         facts: prescan.FileFacts,
-        region: prescan.Region,
+        region: regions.Region,
         edits: Edits,
     ):
         self.module = module
