@@ -10,8 +10,12 @@ them over a file: its regions, the second pass after `per_block_ints`, the helpe
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
@@ -107,6 +111,7 @@ class _Pass:
     first_region: int  # first line of the first rewritten region; 0 when none was
     needs_torch: bool = False
     helper: str | None = None
+    holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
 
     @property
     def changed(self) -> bool:
@@ -138,6 +143,7 @@ def _compile_containers(
         if not (holders ^ facts.holders) & elements:
             break
         facts.holders = holders
+    found.holders = holders
     return found
 
 
@@ -172,12 +178,30 @@ def _container_pass(
     return result
 
 
-_PACKAGES: dict[frozenset[str], package.Packages] = {}
+_PACKAGES: dict[Options, package.Packages] = {}
 
 
 def _packages(options: Options) -> package.Packages:
-    """One reading of each package per process and `containers` setting, shared by the files of a run."""
-    return _PACKAGES.setdefault(options.containers, package.Packages(options.containers))
+    """One reading of each package per process and options, shared by the files of a run."""
+    if options not in _PACKAGES:
+        _PACKAGES[options] = package.Packages(options.containers, partial(_holders_of, options))
+    return _PACKAGES[options]
+
+
+def _holders_of(options: Options, file: Path) -> frozenset[str]:
+    """The classes of another module of the package that hold blocks compiled on their own, as the codemod
+    decides them there: a class of this file holding one of them is an outer level, not compiled."""
+    try:
+        data = file.read_bytes()
+        source = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError, LookupError, RecursionError, MemoryError):
+        return frozenset()
+    if not might_have_sites(source, options):
+        return frozenset()
+    outside = _packages(options).lookup(file)
+    found = _compile_containers(tree, source.splitlines(keepends=True), options, outside)
+    return frozenset() if isinstance(found, TransformResult) else found.holders
 
 
 def _add_helpers(lines: list[str], tree: ast.Module, found: _Pass, helpers: list[str], torch: bool) -> str:

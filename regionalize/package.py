@@ -10,13 +10,22 @@ from __future__ import annotations
 import ast
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from regionalize import prescan
 
 _MAX_BYTES = 10 * 1024 * 1024
 _MAX_HOPS = 8  # re-exports followed, as an `__init__.py` importing from a submodule
+# The classes of a module whose own repeated blocks the codemod compiles (the codemod's own passes over
+# that module): handed in from above, since the codemod itself reads packages through this module.
+FindHolders = Callable[[Path], frozenset[str]]
+
+
+def _no_holders(file: Path) -> frozenset[str]:
+    return frozenset()
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,9 @@ class Definition:
     # A container subclass with an __init__ of its own (`ResLayer(block, n)`, a Sequential that builds
     # its blocks itself): a call builds one block, it does not hand the container its elements.
     builds_itself: bool = False
+    # Does the class hold repeated blocks compiled in its own module? Asked only of blocks, since
+    # answering it runs the codemod over that module.
+    holds_compiled: Callable[[], bool] = field(default=lambda: False, compare=False)
 
 
 def module_name_for(path: Path) -> tuple[Path, str]:
@@ -49,8 +61,11 @@ def module_name_for(path: Path) -> tuple[Path, str]:
 class Packages:
     """The packages met in a run, their modules read on demand and kept while their files stay the same."""
 
-    def __init__(self, containers: frozenset[str] = frozenset()) -> None:
+    def __init__(self, containers: frozenset[str] = frozenset(), holders: FindHolders = _no_holders) -> None:
         self.containers = containers  # the `containers` setting, for the modules read too
+        self._find_holders = holders
+        self._holders: dict[Path, tuple[tuple[int, int], frozenset[str]]] = {}
+        self._finding: set[Path] = set()
         self._read: dict[Path, tuple[tuple[int, int], prescan.FileFacts | None]] = {}
         self._reading: list[Path] = []
         self._partial: set[Path] = set()
@@ -58,10 +73,12 @@ class Packages:
 
     def lookup(self, path: str | Path) -> prescan.Lookup:
         """Resolve the names a file imports (as `prescan.FileFacts.resolve` spells them) in its package."""
-        root, module = module_name_for(Path(os.path.abspath(path)))
-        if "." not in module:
+        file = Path(os.path.abspath(path))
+        if not (file.parent / "__init__.py").is_file():
             return prescan.nothing  # a stand-alone script: no package to read
-        here = module.split(".")[:-1]
+        root, module = module_name_for(file)
+        # The package from the folders: a stem need not be a name (`model.in.py`, a fixture's input).
+        here = module.removesuffix("." + file.stem).split(".")
         found: dict[str, Definition | None] = {}
 
         def find(name: str) -> Definition | None:
@@ -85,6 +102,7 @@ class Packages:
                 facts.containers.get(attr),
                 facts.holds_submodules[attr],
                 builds_itself=attr in facts.own_init,
+                holds_compiled=partial(self._holds_compiled, file, attr),
             )
         if attr in facts.clone_helpers:
             return Definition(clones=True)
@@ -92,6 +110,24 @@ class Packages:
             package = module if file.name == "__init__.py" else module[:-1]
             return self._define(root, package, facts.imports[attr], hops - 1)
         return None
+
+    def _holds_compiled(self, file: Path, name: str) -> bool:
+        """Once per module and version of its file. A module met again while its own holders are being
+        found (an import cycle) holds none as far as that search knows."""
+        try:
+            stat = file.stat()
+        except OSError:
+            return False
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if file not in self._holders or self._holders[file][0] != stamp:
+            if file in self._finding:
+                return False
+            self._finding.add(file)
+            try:
+                self._holders[file] = (stamp, self._find_holders(file))
+            finally:
+                self._finding.discard(file)
+        return name in self._holders[file][1]
 
     def _facts(self, file: Path) -> prescan.FileFacts | None:
         try:

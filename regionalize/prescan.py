@@ -75,6 +75,11 @@ class FileFacts:
         defined = self.outside(full)
         return defined.holds_submodules if defined else None
 
+    def holds_compiled(self, full: str) -> bool:
+        """Is this a class of the package whose own repeated blocks are compiled in its module?"""
+        defined = self.outside(full)
+        return defined is not None and defined.holds_compiled()
+
     def is_clone_helper(self, full: str) -> bool:
         defined = self.outside(full)
         return defined is not None and defined.clones

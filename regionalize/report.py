@@ -23,6 +23,7 @@ CODES = {
     "RGZ107": "container is a class attribute, shared by every instance",
     "RGZ108": "element class holds repeated blocks compiled on their own; compiling it too would inline them",
     "RGZ109": "repeated too few times to be worth a compiled region; the enclosing block is compiled instead",
+    "RGZ110": "element is a container filled elsewhere; what it holds is judged where that is built",
     "RGZ201": "a per-iteration integer reaches the block's constructor",
 }
 

@@ -100,3 +100,40 @@ def test_the_command_line_reads_the_package_of_each_file(tmp_path: Path) -> None
     result = CliRunner().invoke(main, [str(pkg / "model.py"), "--apply"])
     assert result.exit_code == 0, result.output
     assert "block.compile()" in (pkg / "model.py").read_text()  # named like a leaf, built like a block
+
+
+STAGE = """
+
+class Stage(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = nn.ModuleList([Mixer() for _ in range(n)])
+"""
+HOLDING_MIXER = BLOCK_MIXER + STAGE
+
+
+def test_a_class_compiling_its_blocks_in_its_own_module_is_an_outer_level(tmp_path: Path) -> None:
+    model = MODEL.replace("Mixer", "Stage")
+    pkg = package(tmp_path / "lib", {"model.py": model, "parts.py": HOLDING_MIXER})
+    assert codes(pkg / "model.py") == ["RGZ108"]  # Stage's Mixers are compiled in parts.py
+    # The stage's blocks become leaves: nothing is compiled inside it, so the stages are the blocks.
+    (pkg / "parts.py").write_text(HOLDING_MIXER.replace("nn.Linear(4, 4)", "nn.Parameter(torch.ones(4))"))
+    os.utime(pkg / "parts.py", ns=(1, 1))
+    assert codes(pkg / "model.py") == ["RGZ001"]
+
+
+def test_holders_found_through_an_import_cycle_end(tmp_path: Path) -> None:
+    # parts.py repeats model.py's Net, model.py repeats parts.py's Stage: each search meets the other.
+    model = MODEL.replace("Mixer", "Stage")
+    parts = HOLDING_MIXER + "\n\nfrom .model import Net\n\n\nclass Nets(nn.Module):\n"
+    parts += "    def __init__(self):\n        super().__init__()\n"
+    parts += "        self.nets = nn.ModuleList([Net(2) for _ in range(2)])\n"
+    pkg = package(tmp_path / "lib", {"model.py": model, "parts.py": parts})
+    assert codes(pkg / "model.py") == ["RGZ108"]
+    assert codes(pkg / "parts.py") == ["RGZ001", "RGZ108"]  # Mixers compiled; Net holds compiled Stages
+
+
+def test_a_fixture_named_file_is_read_in_its_folders_package(tmp_path: Path) -> None:
+    # `model.in.py` is no module name, but its relative imports still mean its folder's package.
+    pkg = package(tmp_path / "lib", {"model.in.py": MODEL, "parts.py": LEAF_MIXER})
+    assert codes(pkg / "model.in.py") == ["RGZ102"]

@@ -83,6 +83,8 @@ class Judge:
         if (holds := ctx.facts.holds(dotted)) is not None:
             # Defined in this file or its package: what it builds decides, not its name (`MBConv` is a
             # block, a norm with only parameters is a leaf, whatever it is called).
+            if holds and ctx.facts.holds_compiled(dotted):
+                return Element("holder", label, expr)  # a stage of another module, its blocks compiled
             return Element("block" if holds else "leaf", label, expr)
         if dotted.startswith("torch.nn."):
             return Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
@@ -108,9 +110,9 @@ class Judge:
             if blocks_of(literal):
                 return Element("nested", label, expr, literal)
             leaves = literal.repeated
-            return Element(
-                "leaf" if leaves and all(e.kind == "leaf" for e in leaves) else "other", label, expr
-            )
+            if leaves and all(e.kind == "leaf" for e in leaves):
+                return Element("leaf", label, expr)
+            return Element("other" if leaves else "parts", label, expr)
         if kind == "Sequential" and len(layers) == 1:
             return (
                 self._classify_call(layers[0], label, int_vars)
@@ -120,4 +122,6 @@ class Judge:
         if kind == "Sequential" and layers:
             parts = [e for layer in layers for e in self.classify(layer, int_vars)]
             return Element("leaf" if all(e.kind == "leaf" for e in parts) else "block", label, expr)
-        return Element("other", label, expr)
+        # Empty, or handed a list or dict made elsewhere (`nn.Sequential(*stage)`, `nn.ModuleList()`
+        # filled later): what it holds is judged where that is built, a site of its own.
+        return Element("parts", label, expr)

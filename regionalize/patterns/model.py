@@ -26,7 +26,9 @@ class Edits:
 
 @dataclass
 class Element:
-    kind: str  # "block", "compiled", "leaf", "other", "excluded", "holder" or "nested"
+    # "block", "compiled", "leaf", "other", "excluded", "holder", "nested", or "parts" (a container whose
+    # elements are built elsewhere)
+    kind: str
     label: str
     call: cst.Call | None = None
     inner: Container | None = None  # the inner container of a "nested" element

@@ -72,4 +72,6 @@ def _why_not(elements: list[Element]) -> tuple[str, str, str]:
         return ("RGZ105", "skip", "")
     if "leaf" in kinds:
         return ("RGZ102", "skip", "")
+    if "parts" in kinds:
+        return ("RGZ110", "skip", "")
     return ("RGZ103", "skip", "")
