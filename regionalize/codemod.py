@@ -10,7 +10,6 @@ them over a file: its regions, the second pass after `per_block_ints`, the helpe
 from __future__ import annotations
 
 import ast
-import io
 import re
 import tokenize
 from dataclasses import dataclass, field
@@ -192,8 +191,8 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     """The classes of another module of the package that hold blocks compiled on their own, as the codemod
     decides them there: a class of this file holding one of them is an outer level, not compiled."""
     try:
-        data = file.read_bytes()
-        source = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
+        with tokenize.open(file) as text:  # its coding cookie or BOM, as Python would read it
+            source = text.read()
         tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError, LookupError, RecursionError, MemoryError):
         return frozenset()
