@@ -10,7 +10,6 @@ them over a file: its regions, the second pass after `per_block_ints`, the helpe
 from __future__ import annotations
 
 import ast
-import re
 import tokenize
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,7 +18,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize import package, per_block_ints, prescan, regions
+from regionalize import helpers, package, per_block_ints, prescan, regions
 from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
@@ -44,6 +43,7 @@ class TransformResult:
     code: str
     sites: list[Site] = field(default_factory=list)
     reason: str = ""
+    runtime: Path | None = None  # the package's runtime copy the code imports its helpers from
 
     @property
     def changed(self) -> bool:
@@ -77,7 +77,6 @@ def transform_source(
         return found
     fixes = per_block_ints.plan(tree, source, found.facts.imports, found.int_args)
     sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
-    helpers = [found.helper] if found.helper else []
     if fixes:
         # The forwards get their insertions first; the containers are then compiled in that text (the
         # same decisions: a forward holds no container site), and the sites keep the original lines.
@@ -88,15 +87,14 @@ def transform_source(
             return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
         found = _compile_containers(tree, lines, options, outside)
         assert not isinstance(found, TransformResult)
-        helpers += fixes.helpers()
-    if not found.changed and not fixes:
-        return TransformResult("skip", source, sites, reason="nothing to rewrite")
-    code = _add_helpers(found.lines, tree, found, helpers, found.needs_torch or bool(fixes))
+    code, runtime = _add_helpers("".join(found.lines), path, found.needs_torch, found.facts.torch_bound)
+    if code == source:
+        return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
     try:
         ast.parse(code)
     except SyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
         return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
-    return TransformResult("success", code, sites)
+    return TransformResult("success", code, sites, runtime=runtime)
 
 
 @dataclass
@@ -107,14 +105,8 @@ class _Pass:
     facts: prescan.FileFacts
     sites: list[Site]
     int_args: list[per_block_ints.IntArgs]
-    first_region: int  # first line of the first rewritten region; 0 when none was
     needs_torch: bool = False
-    helper: str | None = None
     holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
-
-    @property
-    def changed(self) -> bool:
-        return self.first_region > 0
 
 
 def _compile_containers(
@@ -153,7 +145,7 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ108")
 def _container_pass(
     tree: ast.Module, lines: list[str], options: Options, facts: prescan.FileFacts
 ) -> _Pass | TransformResult:
-    result = _Pass(list(lines), facts, [], [], 0)
+    result = _Pass(list(lines), facts, [], [])
     replaced: list[tuple[regions.Region, str]] = []
     for region in regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers):
         try:
@@ -170,10 +162,8 @@ def _container_pass(
         if finder.edits:
             replaced.append((region, region.restore(module.visit(emit.Editor(finder.edits)).code)))
             result.needs_torch |= finder.edits.needs_torch
-            result.helper = result.helper or finder.edits.helper
     for region, text in reversed(replaced):
         result.lines[region.start - 1 : region.end] = [text]
-    result.first_region = replaced[0][0].start if replaced else 0
     return result
 
 
@@ -203,29 +193,19 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     return frozenset() if isinstance(found, TransformResult) else found.holders
 
 
-def _add_helpers(lines: list[str], tree: ast.Module, found: _Pass, helpers: list[str], torch: bool) -> str:
-    """Module-level helpers after the imports, and `import torch` where isort would put it."""
-    facts = found.facts
-    lines = list(lines)
-    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    torch_at, helper_at = regions.insert_lines(tree)
-    if found.changed and helper_at > found.first_region - 1:
-        # The rewritten region covers the imports (module-level sites make the whole file one region):
-        # find them again in the new text, which parses (each region was re-parsed).
-        text = "".join(lines)
-        lines = text.splitlines(keepends=True)
-        torch_at, helper_at = regions.insert_lines(ast.parse(text))
-    for helper in reversed(helpers):
-        if _helper_name(helper) not in facts.top_level_defs:
-            lines[helper_at:helper_at] = [newline, newline, helper.replace("\n", newline)]
-    if torch and not facts.torch_bound:
-        lines[torch_at:torch_at] = [f"import torch{newline}"]
-    return "".join(lines)
-
-
-def _helper_name(helper: str) -> str:
-    match = re.search(r"^def (\w+)", helper, re.M)
-    return match.group(1) if match else ""
+def _add_helpers(code: str, path: str | None, torch: bool, torch_bound: bool) -> tuple[str, Path | None]:
+    """The runtime helpers the code calls (imported, or inline), and `import torch` where isort puts it."""
+    runtime = None
+    if "_regionalize_" in code:
+        placed = helpers.place(code, path)
+        code, runtime = placed.code, placed.module
+    if torch and not torch_bound:
+        newline = "\r\n" if "\r\n" in code else "\n"
+        lines = code.splitlines(keepends=True)
+        at, _ = regions.insert_lines(ast.parse(code))
+        lines[at:at] = [f"import torch{newline}"]
+        code = "".join(lines)
+    return code, runtime
 
 
 def _one_line(exc: Exception) -> str:

@@ -12,7 +12,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from regionalize.options import GUARD_BYPASS, MODES, STYLES
+from regionalize.options import FORMS, GUARD_BYPASS, MODES, STYLES
 
 
 class ConfigError(Exception):
@@ -61,6 +61,7 @@ def positive_int(value: Any) -> int:
 # Keys are spelled as on the command line; values are checked and converted by these functions.
 KEYS = {
     "style": choice(STYLES),
+    "form": choice(FORMS),
     "mode": choice(MODES),
     "fullgraph": boolean,
     "dynamic": optional_bool,

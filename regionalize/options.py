@@ -8,6 +8,9 @@ from typing import Any
 STYLES = ("inplace", "wrap")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 GUARD_BYPASS = ("none", "filter", "depyf")
+# hierarchical: the blocks' owner compiled whole, each block a nested region (one frame per call);
+# per-block: each block compiled on its own (the fastest start, a frame per block call).
+FORMS = ("hierarchical", "per-block")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the modes whose compiled code uses CUDA graphs
 
 
@@ -16,6 +19,7 @@ class Options:
     """How blocks are compiled; every field maps onto a command-line flag and a pyproject key."""
 
     style: str = "inplace"
+    form: str | None = None  # None: hierarchical, unless --style wrap or a guard bypass asks for per-block
     mode: str = "default"
     fullgraph: bool = False
     dynamic: bool | None = None
@@ -34,10 +38,15 @@ class Options:
             raise ValueError(
                 f"--mode {self.mode} puts a CUDA graph around the blocks' owner: it needs --style inplace"
             )
-        if self.mode in CUDA_GRAPH_MODES and self.guard_bypass != "none":
+        if self.mode in CUDA_GRAPH_MODES and (self.guard_bypass != "none" or self.form == "per-block"):
             raise ValueError(
-                f"--mode {self.mode} replays one CUDA graph per call, with no per-block guards to bypass: "
-                "drop --guard-bypass"
+                f"--mode {self.mode} replays one CUDA graph per call around the blocks' owner: it needs the "
+                "hierarchical form, without --guard-bypass"
+            )
+        if self.form == "hierarchical" and (self.style == "wrap" or self.guard_bypass != "none"):
+            raise ValueError(
+                "--style wrap and --guard-bypass work on each block's own frame: they need --form per-block "
+                "(the hierarchical form has one frame per call)"
             )
 
     @classmethod
@@ -48,6 +57,12 @@ class Options:
             if key in known:
                 known[key] = frozenset(known[key])
         return cls(**known)
+
+    @property
+    def hierarchical(self) -> bool:
+        return self.form == "hierarchical" or (
+            self.form is None and self.style == "inplace" and self.guard_bypass == "none"
+        )
 
     def compile_kwargs(self) -> dict[str, object]:
         """Keyword arguments for torch.compile / Module.compile, defaults omitted."""

@@ -32,37 +32,9 @@ from dataclasses import dataclass, field
 from regionalize import class_graph, prescan
 from regionalize.report import Site
 
+# The runtime's helpers (regionalize/runtime.py) the fixes call.
 EAGER = "_regionalize_eager"
-EAGER_HELPER = f'''\
-@torch.compiler.disable
-def {EAGER}(call):
-    """regionalize: run `call` outside the compiled region. It takes a per-block integer (a KV cache
-    indexed by layer): traced, it would make every block compile a graph of its own."""
-    return call()
-'''
 SYMBOLIC = "_regionalize_symbolic_ints"
-# Not `@torch._dynamo.patch_dynamo_config(..)` itself: its wrapper has one code object for every
-# function it decorates, and Dynamo counts recompile_limit per code object, so two decorated classes
-# share eight compiled variants and run eager past them (measured: 12 layers of two classes fall back).
-SYMBOLIC_HELPER = f'''\
-def {SYMBOLIC}(forward):
-    """regionalize: trace `forward` with the integer attributes of modules symbolic, so that blocks that
-    differ only in such an integer (a layer index) share graphs: one per outcome of a branch on it, not
-    one per block. Eager calls compute the same; the setting holds only while this function is traced."""
-    if not hasattr(torch._dynamo, "patch_dynamo_config"):  # torch < 2.8: compiled per block, still right
-        return forward
-    patch = torch._dynamo.patch_dynamo_config(allow_unspec_int_on_nn_module=True)
-
-    def traced(*args, **kwargs):
-        with patch:
-            return forward(*args, **kwargs)
-
-    # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object.
-    traced.__code__ = traced.__code__.replace(co_name=forward.__name__)
-    traced.__name__, traced.__doc__ = forward.__name__, forward.__doc__
-    traced.__qualname__ = forward.__qualname__
-    return traced
-'''
 PATTERN = "per-block-int"
 
 
@@ -96,9 +68,6 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.edits or self.decorate)
-
-    def helpers(self) -> list[str]:
-        return [EAGER_HELPER] * bool(self.edits) + [SYMBOLIC_HELPER] * bool(self.decorate)
 
     def apply(self, lines: list[str]) -> str:
         starts = [0]

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from regionalize.cuda_graphs import HELPER_NAME as CUDA_GRAPHS_HELPER
 from regionalize.guard_bypass import HELPER_NAMES
 
 if TYPE_CHECKING:
@@ -25,7 +24,11 @@ CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
 # Names that make a top-level statement worth a LibCST parse.
 # A guard-bypass helper that compiles its first argument in place.
-COMPILING_HELPERS = {HELPER_NAMES["depyf"], CUDA_GRAPHS_HELPER}  # helpers that compile their first argument
+COMPILING_HELPERS = {
+    HELPER_NAMES["depyf"],
+    "_regionalize_blocks",
+    "_regionalize_cuda_graphs",
+}  # helpers that compile their first argument
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 # What the file's package defines under an imported name (`regionalize.package`), or None.
 Lookup = Callable[[str], "Definition | None"]
@@ -43,6 +46,9 @@ class FileFacts:
     container_attrs: set[str] = field(default_factory=set)  # attributes assigned a container
     torch_bound: bool = False  # `torch` is a module-level name
     top_level_defs: set[str] = field(default_factory=set)
+    # Lines (first, last) of the top-level classes with a `forward` of their own: the owners that can be
+    # compiled whole around the blocks their methods build.
+    owners: list[tuple[int, int]] = field(default_factory=list)
     # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
     holders: frozenset[str] = frozenset()
     # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?
@@ -173,6 +179,8 @@ def scan(
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
             facts.holds_submodules[statement.name] = _holds_submodules(statement, facts)
+            if any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in statement.body):
+                facts.owners.append((statement.lineno, statement.end_lineno or statement.lineno))
             if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in statement.body):
                 facts.own_init.add(statement.name)
         elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts):

@@ -50,6 +50,7 @@ class FileReport:
     error: str | None = None
     changed: bool = False
     diff: str = ""
+    runtime: str | None = None  # the package's runtime copy (`_regionalize.py`) the file imports from
 
     @property
     def rewrites(self) -> int:

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from regionalize import helpers
 from regionalize.codemod import might_have_sites, transform_source
 from regionalize.options import Options
 from regionalize.report import FileReport
@@ -139,7 +140,12 @@ def read_source(path: str) -> SourceFile:
 def write_atomically(path: str, source: SourceFile, text: str) -> None:
     """Temp file in the same directory, then rename: a crash leaves the old file or the new one."""
     data = (codecs.BOM_UTF8 if source.bom else b"") + text.encode(source.encoding)
-    mode = os.stat(path).st_mode
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:  # a new file: the mode a plain `open` would give it
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     directory = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".regionalize-", suffix=".tmp")
     try:
@@ -183,6 +189,7 @@ def process_file(path: str, job: Job) -> FileReport:
         report.error = f"internal error, please report it: {type(exc).__name__}: {exc}"
         return report
     report.sites = result.sites
+    report.runtime = str(result.runtime) if result.runtime else None
     if result.status == "failure":
         report.error = result.reason
         return report
@@ -220,15 +227,44 @@ def run(
 ) -> list[FileReport]:
     """Process files in parallel; reports come back in the order of `files`, whatever finishes first."""
     work = [(f, job) for f in files]
+    reports: list[FileReport] = []
     if jobs <= 1 or len(files) < 2:
-        reports = []
         for item in work:
             reports.append(_process(item))
             on_done(reports[-1])
-        return reports
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        reports = []
-        for report in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
-            reports.append(report)
-            on_done(report)
-        return reports
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for report in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
+                reports.append(report)
+                on_done(report)
+    for report in runtime_reports(reports, job):
+        reports.append(report)
+        on_done(report)
+    return reports
+
+
+def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
+    """The packages' runtime copies the rewritten files import, each written (or brought up to date)
+    once per run, after the files: a report of its own, so the diff and the exit status show it."""
+    out = []
+    for path in sorted({r.runtime for r in reports if r.runtime and not r.error}):
+        text = helpers.pending_module(Path(path))
+        if text is None:
+            continue
+        shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+        report = FileReport(shown, changed=True)
+        try:
+            before = read_source(path).text if os.path.exists(path) else ""
+        except (OSError, ValueError) as exc:
+            report.error = f"cannot read the runtime copy: {exc}"
+            out.append(report)
+            continue
+        if job.diff:
+            report.diff = unified_diff(shown, before, text)
+        if job.apply:
+            try:
+                write_atomically(path, SourceFile(before, "utf-8", False), text)
+            except OSError as exc:
+                report.error = f"cannot write: {_os_error(exc)}"
+        out.append(report)
+    return out

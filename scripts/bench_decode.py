@@ -1,14 +1,16 @@
-"""Greedy generation with transformers decoders: full vs regional torch.compile, through `regionalize verify`.
+"""Greedy generation with transformers decoders, each way of compiling them, through `regionalize verify`.
 
 Each model is a transformers decoder family (Llama, Qwen2, Mistral, Phi3; Gemma2 on request) built from
 a small config with random weights, nothing downloaded, at several depths. Each one goes through
 `regionalize verify <transformers' modeling_<family>.py> --workload generate` in its own process: the
 rewrite of transformers' own file is checked (identical tokens, logits within tolerance), Dynamo's graphs,
 recompiles and eager fallbacks are counted over the whole generation, time to first token is the first
-call of fresh processes with an empty inductor cache, and decode time per token is steady state.
+call of fresh processes with an empty inductor cache, and decode time per token is steady state. The
+variants are verify's: eager, full `torch.compile`, full with Dynamo's graph deduplication, the rewrite
+(hierarchical: the decoder stack compiled whole, each layer a nested region) and its per-block form.
 
     python scripts/bench_decode.py [--families llama qwen2 mistral phi3] [--depths 12 32] [--tokens 16]
-                                   [--repeats 1] [--device auto|cpu|cuda]
+                                   [--repeats 1] [--device auto|cpu|cuda] [--cold]
 
 writes docs/bench_decode.md and docs/bench_decode.json. Works with torch >= 2.5 and transformers >= 4.56.
 """
@@ -116,6 +118,8 @@ def run(family: str, depth: int, args: argparse.Namespace, scratch: Path) -> dic
     ]
     if not args.cold_start:
         command.append("--no-cold-start")
+    elif not args.cold:
+        command.append("--quick")  # warm processes only: the first call after an unrelated compile
     env = dict(os.environ, BENCH_DECODE_PROMPT_LEN=str(args.prompt_len))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.perf_counter()
@@ -155,6 +159,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per time-to-first-token")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip TTFT")
+    parser.add_argument("--cold", action="store_true", help="also time cold, hot and artifact processes")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per model")
     parser.add_argument("--out", type=Path, default=DOCS, help="folder for bench_decode.md/.json")
     args = parser.parse_args()
@@ -188,10 +193,17 @@ def main() -> None:
     print(f"wrote {args.out / 'bench_decode.md'}, {args.out / 'bench_decode.json'}")
 
 
+VARIANTS = ("full", "full_dedup", "per_block", "regional")
+LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block", "regional": "hierarchical"}
+
+
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    from regionalize.verify.zoo_report import form
+
     device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
+    names = " / ".join(LABELS[v] for v in VARIANTS)
     lines = [
-        "# Generation: full vs regional torch.compile of transformers decoders",
+        "# Generation: each way of compiling transformers decoders",
         "",
         f"Measured by `{meta['command']}` on {meta['date']}: device {device}, torch {meta['torch']}, "
         f"transformers {meta['transformers']}, {meta['cpu_cores']} CPU cores ({meta['processor']}), "
@@ -200,36 +212,35 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
         f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "
         f"{meta['tokens']} tokens with a DynamicCache, verified by `regionalize verify "
-        "<modeling_<family>.py> --workload generate`. *Regional* is the codemod's rewrite of transformers' "
-        "own file; *full* is `torch.compile` of the whole model's forward. *TTFT* (time to first token: "
-        f"prefill and one token) is the first call of a fresh process with an empty inductor cache, after "
-        f"an unrelated warm-up compile (cold: the first compile of the process), median of "
-        f"{meta['repeats']}. *Decode* is steady state: (time of {meta['tokens']} tokens - time of 1 token) "
-        f"/ {meta['tokens'] - 1}, median of several rounds. Graphs and recompiles are Dynamo's, over one "
-        "whole generation.",
+        "<modeling_<family>.py> --workload generate`. *Hierarchical* is the codemod's default rewrite of "
+        "transformers' own file (the decoder stack compiled whole, each layer a nested region), *per-block* "
+        "its `--form per-block` (each layer compiled on its own), *full* `torch.compile` of the whole "
+        "model, *full + dedup* the same with `torch._dynamo.config.use_graph_deduplication`. *TTFT* (time "
+        "to first token: prefill and one token) is the first call of a fresh process with an empty inductor "
+        f"cache, after an unrelated warm-up compile, median of {meta['repeats']}. *Decode* is steady state: "
+        f"(time of {meta['tokens']} tokens - time of 1 token) / {meta['tokens'] - 1}, median of several "
+        "rounds. *Regions* are the hierarchical rewrite's nested regions over one generation: traced, and "
+        "reused (stamped out from one traced before).",
         "",
-        "| model | tokens identical | max logit diff | graphs full / regional | recompiles full / regional "
-        "| eager fallback | TTFT full | TTFT regional | speedup | TTFT cold full / regional "
-        "| decode ms/token eager / full / regional |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| model | tokens identical | form | regions traced / reused | TTFT {names} "
+        f"| TTFT full / hierarchical | decode ms/token eager / {names} | decode hierarchical / full |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("error"):
-            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * 9)
+            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * 6)
             continue
-        ttft, cold, decode = r["ttft_s"] or {}, r["ttft_cold_s"] or {}, r["decode_ms_per_token"] or {}
+        ttft, decode = r["ttft_s"] or {}, r["decode_ms_per_token"] or {}
+        account = r["accounting"].get("regional", {})
         cells = [
             r["label"],
             "yes" if r["tokens_identical"] else "**NO**",
-            _g(r["forward"]["max_abs_diff"]),
-            f"{r['graphs'].get('full', '-')} / {r['graphs'].get('regional', '-')}",
-            f"{r['recompiles'].get('full', '-')} / {r['recompiles'].get('regional', '-')}",
-            "**yes**" if r["fell_back_to_eager"] else "no",
-            _s(ttft.get("full")),
-            _s(ttft.get("regional")),
+            form(r),
+            f"{account.get('regions_traced', '-')} / {account.get('regions_stamped', '-')}",
+            " / ".join(_s(ttft.get(v)) for v in VARIANTS),
             _x(ttft.get("full"), ttft.get("regional")),
-            f"{_s(cold.get('full'))} / {_s(cold.get('regional'))}",
-            " / ".join(_ms(decode.get(v)) for v in ("eager", "full", "regional")),
+            " / ".join(_ms(decode.get(v)) for v in ("eager", *VARIANTS)),
+            _x(decode.get("regional"), decode.get("full")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -238,13 +249,14 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         if account and (account["fallback"] or account["recompile_reasons"]):
             reasons = "; ".join(f"`{k}` x{n}" for k, n in list(account["recompile_reasons"].items())[:4])
             fallback = f" Fell back to eager: {account['fallback']}." if account["fallback"] else ""
-            lines += [f"**{r['label']}**, regional recompiles: {reasons}.{fallback}", ""]
-    lines += ["Every fresh-process time to first token, in seconds (cold / warm):", ""]
+            lines += [f"**{r['label']}**, hierarchical recompiles: {reasons}.{fallback}", ""]
+    lines += ["Every fresh-process time to first token, in seconds:", ""]
     for r in results:
         for variant, runs in (r.get("compile_runs") or {}).items():
-            cold_runs = ", ".join(f"{s:.2f}" for s in runs["cold"])
-            warm_runs = ", ".join(f"{s:.2f}" for s in runs["warm"])
-            lines.append(f"- {r['label']} {variant}: cold {cold_runs}; warm {warm_runs}")
+            kinds = "; ".join(
+                f"{kind} {', '.join(f'{s:.2f}' for s in runs[kind])}" for kind in runs if runs[kind]
+            )
+            lines.append(f"- {r['label']} {LABELS.get(variant, variant)}: {kinds}")
     return "\n".join(lines) + "\n"
 
 

@@ -43,8 +43,8 @@ class Model(nn.Module):
 
 
 def build(mode: str, backend: str = "aot_eager") -> torch.nn.Module:
-    """The model rewritten with `mode` ("none": plain regional compile), loaded with fixed weights."""
-    code = transform_source(MODEL, Options(guard_bypass=mode, backend=backend)).code
+    """The model rewritten with `mode` ("none": plain per-block compile), loaded with fixed weights."""
+    code = transform_source(MODEL, Options(guard_bypass=mode, backend=backend, form="per-block")).code
     assert any(f"{name}(" in code for name in HELPER_NAMES.values()) == (mode != "none")
     module = ModuleType(f"bypass_{mode}")
     sys.modules[module.__name__] = module  # as an import would: Dynamo looks decorators' modules up

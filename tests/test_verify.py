@@ -64,18 +64,28 @@ def test_equivalent_rewrite_passes_and_reports_every_key(tmp_path: Path) -> None
     assert result["max_abs_diff"] == pytest.approx(0.0, abs=1e-5)
     assert result["forward"]["compared"] == 2  # the dict output's two tensors
     assert result["gradients"]["compared"] == 18  # every parameter
-    assert result["graphs"] == {"full": 1, "regional": 1}
-    assert result["recompiles"] == {"full": 0, "regional": 0}
+    assert result["graphs"] == {"full": 1, "full_dedup": 1, "regional": 1}
+    assert result["recompiles"] == {"full": 0, "full_dedup": 0, "regional": 0}
     assert result["fell_back_to_eager"] is False
-    assert set(result["steady_us"]) == {"eager", "full", "regional", "regional_bypass"}
-    # The bypass variant needs the codemod's output, which a --rewritten file does not give.
+    assert set(result["steady_us"]) == {
+        "eager",
+        "full",
+        "full_dedup",
+        "regional",
+        "per_block",
+        "regional_bypass",
+    }
+    # The per-block and bypass variants need the codemod's output, which a --rewritten file does not give.
     assert result["steady_us"]["regional_bypass"] is None and result["bypass_equivalent"] is None
-    assert all(us > 0 for name, us in result["steady_us"].items() if name != "regional_bypass")
+    assert result["steady_us"]["per_block"] is None and "codemod's output" in result["skipped"]["per_block"]
+    assert all(
+        us > 0 for name, us in result["steady_us"].items() if name not in ("regional_bypass", "per_block")
+    )
     # Interleaved rounds: the median is reported with the spread it comes from.
     spread = result["steady_spread_us"]
-    assert set(spread) == {"eager", "full", "regional"}
+    assert set(spread) == {"eager", "full", "full_dedup", "regional"}
     assert all(s["min"] <= s["median"] == result["steady_us"][n] <= s["max"] for n, s in spread.items())
-    assert result["compile_s"] == {"full": None, "regional": None}  # fresh-process timing was skipped
+    assert result["compile_s"] == dict.fromkeys(("full", "full_dedup", "regional", "per_block"))  # not timed
     assert result["compile_speedup"] is None
     # --device auto: CUDA where there is one, so the suite passes on GPU machines too.
     assert result["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -134,7 +144,7 @@ def test_fresh_process_compile_timing(tmp_path: Path) -> None:
     assert code == 0
     # warm, cold, hot (the caches the cold process left) and from the artifacts it saved
     for key in ("compile_s", "compile_cold_s", "compile_hot_s", "compile_artifact_s"):
-        assert set(result[key]) == {"full", "regional"}
+        assert set(result[key]) == {"full", "full_dedup", "regional", "per_block"}
         assert all(result[key][name] > 0 for name in ("full", "regional"))
     assert all(isinstance(result["artifact_bytes"][name], int) for name in ("full", "regional"))
     assert result["compile_runs"]["regional"]["cold"] and len(result["compile_runs"]["full"]["warm"]) == 1
@@ -155,7 +165,7 @@ def test_quick_preset_shows_progress_on_stderr_and_times_warm_processes_once(tmp
     assert "verify [" not in run.stdout and "PASS: equivalent" in run.stdout
     result = json.loads(out.read_text())
     assert all(len(result["compile_runs"][v]["warm"]) == 1 for v in ("full", "regional"))
-    assert result["compile_cold_s"] == {"full": None, "regional": None} and result["compile_s"]["full"] > 0
+    assert not any(result["compile_cold_s"].values()) and result["compile_s"]["full"] > 0
 
 
 def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
@@ -169,6 +179,25 @@ def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     assert re.search(r"guard bypass +PASS", table)
 
 
+def test_hierarchical_rewrite_reports_its_form_and_regions_beside_per_block(tmp_path: Path) -> None:
+    options = Options(backend="aot_eager")
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=options)
+    assert code == 0 and result["equivalent"]
+    regional, per_block = result["accounting"]["regional"], result["accounting"]["per_block"]
+    assert regional["forms"] == {"Stack": "whole"}
+    assert (regional["regions_traced"], regional["regions_stamped"]) == (1, 3)  # 4 layers, 1 traced
+    assert per_block["forms"] == {} and per_block["graphs"] == 1
+    assert result["steady_us"]["per_block"] > 0
+    assert "regional form: Stack compiled whole, blocks nested regions" in table
+
+
+def test_an_owner_that_cannot_be_compiled_whole_is_named_in_the_verdict(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None)  # the eager backend
+    assert code == 0
+    assert result["accounting"]["regional"]["forms"]["Stack"].startswith("per-block: the eager backend")
+    assert "an owner could not be compiled whole" in table
+
+
 # --- workloads: (model, run) factories and --workload generate -------------------------------------------
 
 
@@ -180,8 +209,8 @@ def test_run_workload_is_compared_accounted_and_timed_as_a_whole(tmp_path: Path)
     assert result["forward"]["compared"] == 2 and result["max_abs_diff_at"] in ("output[0]", "output[1]")
     assert result["gradients"]["compared"] == 0 and "without autograd" in result["gradients"]["note"]
     # The second call, with the cache filled, recompiles: one forward alone would show 1 graph, 0 recompiles.
-    assert result["graphs"] == {"full": 2, "regional": 2}
-    assert result["recompiles"] == {"full": 1, "regional": 1}
+    assert result["graphs"] == {"full": 2, "full_dedup": 2, "regional": 2}
+    assert result["recompiles"] == {"full": 1, "full_dedup": 1, "regional": 1}
     assert result["accounting"]["regional"]["recompile_reasons"] == {
         "past is None (cached_inplace.py:17 in forward)": 1
     }
@@ -233,10 +262,10 @@ def test_generate_workload_on_a_tiny_llama(tmp_path: Path) -> None:
     # The accounting covers the whole generation: the decode steps recompile after the prefill's graph.
     assert result["graphs"]["full"] >= 2 and result["recompiles"]["full"] >= 1
     assert result["graphs"]["regional"] >= 2
-    assert set(result["decode_ms_per_token"]) == {"eager", "full", "regional"}
+    assert set(result["decode_ms_per_token"]) == {"eager", "full", "full_dedup", "regional", "per_block"}
     assert all(ms > 0 for ms in result["decode_ms_per_token"].values())
     assert all(result["steady_us"][name] > 0 for name in ("eager", "full", "regional"))
-    assert result["ttft_s"] == {"full": None, "regional": None}  # --no-cold-start
+    assert not any(result["ttft_s"].values())  # --no-cold-start
     assert "KV cache" in result["skipped"]["regional_bypass"] and result["bypass_equivalent"] is None
     assert re.search(r"generated tokens +PASS +3 new", run.output) and "Decode per token" in run.output
 

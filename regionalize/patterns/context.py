@@ -136,9 +136,20 @@ class Context(cst.CSTVisitor):
 
         def add(code: str, action: str, hint: str = "") -> None:
             reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
+            if code == "RGZ001":
+                reason = "nested regions of their owner, compiled whole" if self.owned() else "per block"
             self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add
+
+    def owned(self) -> bool:
+        """Hierarchical: the blocks are built in a method of a class with a forward of its own, which calls
+        them and is compiled whole around them. Elsewhere (module level, a function returning the
+        container, a holder without forward) no owner is known, and each block is compiled on its own."""
+        if not self.options.hierarchical or "self" not in self.scopes[-1].params:
+            return False
+        start, end = self.region.start, self.region.end
+        return any(first <= start and end <= last for first, last in self.facts.owners)
 
     def where(self, position: CodePosition) -> tuple[int, int]:
         """Line and 1-based column in the file, from a position in the region."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from regionalize import cuda_graphs, guard_bypass
+from regionalize import guard_bypass
 from regionalize.options import CUDA_GRAPH_MODES, Options
 from regionalize.patterns.context import Context
 from regionalize.patterns.model import Container, Edits, Element, blocks_of
@@ -21,23 +21,20 @@ def kwargs_source(options: Options) -> str:
     return ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in items)
 
 
+HIERARCHICAL = "_regionalize_blocks"  # the runtime's helper: the block a nested region of its owner
+
+
 def compile_statement(ctx: Context, var: str) -> str:
-    if ctx.options.mode in CUDA_GRAPH_MODES:
-        return _graphed_statement(ctx, var)
+    if ctx.owned():
+        return f"{HIERARCHICAL}({', '.join(p for p in (var, 'self', ctx.edits.kwargs) if p)})"
     mode = ctx.options.guard_bypass
     if mode == "none":
-        return f"{var}.compile({ctx.edits.kwargs})"
-    use_bypass(ctx, mode)
+        # Per-block CUDA graphs overwrite each other's outputs: with no owner, blocks compile without them.
+        options = ctx.options
+        if options.mode in CUDA_GRAPH_MODES:
+            options = dataclasses.replace(options, mode="default")
+        return f"{var}.compile({kwargs_source(options)})"
     return guard_bypass.inplace_statement(mode, var, ctx.edits.kwargs)
-
-
-def _graphed_statement(ctx: Context, var: str) -> str:
-    """The CUDA graph goes around the module that owns the blocks: `self` in its methods. Blocks built
-    elsewhere (module level, a function returning them) have no known owner and compile without graphs."""
-    if "self" in ctx.scopes[-1].params:
-        ctx.edits.helper = cuda_graphs.HELPER
-        return cuda_graphs.statement(var, "self", ctx.edits.kwargs)
-    return f"{var}.compile({kwargs_source(dataclasses.replace(ctx.options, mode='default'))})"
 
 
 def guarded_compile(ctx: Context, var: str, blocks: list[Element], mixed: bool) -> str | None:
@@ -99,12 +96,6 @@ def wrap(ctx: Context, element: Element) -> None:
     elif element.call is not None:
         ctx.edits.wrap.add(element.call)
         ctx.edits.needs_torch = True
-        if ctx.options.guard_bypass != "none":
-            use_bypass(ctx, ctx.options.guard_bypass)
-
-
-def use_bypass(ctx: Context, mode: str) -> None:
-    ctx.edits.helper = guard_bypass.helper_source(mode)
 
 
 class Editor(cst.CSTTransformer):

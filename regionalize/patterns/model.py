@@ -16,7 +16,6 @@ class Edits:
     after: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=dict)
     split: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=dict)
     needs_torch: bool = False
-    helper: str | None = None  # module-level source the guard bypass needs
     kwargs: str = ""
     options: Options = field(default_factory=Options)
 

@@ -39,6 +39,11 @@ class GraphAccount:
     graph_break_reasons: dict[str, int] = field(default_factory=dict)
     fell_back_to_eager: bool = False
     fallback: str = ""  # which function hit which limit, and the last recompile reason
+    # Nested compile regions (the hierarchical form): traced, or stamped out from a region traced before.
+    regions_traced: int = 0
+    regions_stamped: int = 0
+    # Per owner class of the hierarchical form: "whole", or "per-block: <why it fell back>".
+    forms: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -50,6 +55,9 @@ class GraphAccount:
             "graph_break_reasons": self.graph_break_reasons,
             "fell_back_to_eager": self.fell_back_to_eager,
             "fallback": self.fallback,
+            "regions_traced": self.regions_traced,
+            "regions_stamped": self.regions_stamped,
+            "forms": self.forms,
         }
 
 
@@ -64,13 +72,30 @@ def recording() -> Iterator[GraphAccount]:
     dynamo_utils.counters.clear()
     dynamo_utils.clear_compilation_metrics()
     dynamo_utils.set_compilation_metrics_limit(_METRICS_KEPT)
+    dynamo_utils.compilation_time_metrics.clear()
     account = GraphAccount()
     yield account
     _fill(account, dynamo_utils.counters, dynamo_utils.get_compilation_metrics())
+    timed = dynamo_utils.compilation_time_metrics
+    account.regions_traced = len(timed.get("invoke_subgraph_trace", []))
+    account.regions_stamped = len(timed.get("invoke_subgraph_reuse_stamp_out", []))
+
+
+def served_forms(model: torch.nn.Module) -> dict[str, str]:
+    """Which form each owner of the hierarchical form runs in: compiled whole, or per block (and why)."""
+    forms = {}
+    for module in model.modules():
+        state = module.__dict__.get("_regionalize_owner")
+        if state is not None:
+            why = state.get("why")
+            forms[type(module).__name__] = "whole" if why is None else f"per-block: {why}"
+    return forms
 
 
 def _fill(account: GraphAccount, counters: dict, metrics: list) -> None:
-    account.frames = counters["frames"]["ok"]
+    # A frame compiled with fullgraph (the hierarchical form's owner) is not in the "frames" counter.
+    whole = sum(1 for record in metrics if getattr(record, "graph_op_count", None))
+    account.frames = max(counters["frames"]["ok"], whole)
     account.graphs = counters["stats"]["unique_graphs"]
     breaks = Counter({_first_line(msg): n for msg, n in counters["graph_break"].items()})
     account.graph_breaks = sum(breaks.values())

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from regionalize import helpers
 from regionalize.package import module_name_for
 
 REWRITTEN_SUFFIX = "__regionalized"
@@ -166,6 +167,7 @@ def import_rewritten(target: Target, source: str, filename: Path) -> ModuleType:
 
     `filename` must hold `source`: Dynamo, tracebacks and `inspect` read lines back from it.
     """
+    _runtime_copy(target, source)
     name = target.rewritten_name
     spec = importlib.util.spec_from_loader(name, loader=None, origin=str(filename))
     assert spec is not None
@@ -180,6 +182,21 @@ def import_rewritten(target: Target, source: str, filename: Path) -> ModuleType:
         del sys.modules[name]
         raise VerifyError.from_exception("import rewritten", exc) from exc
     return module
+
+
+def _runtime_copy(target: Target, source: str) -> None:
+    """The package's `_regionalize.py` the rewrite imports from, as `--apply` would leave it: this
+    runtime, unless the package already holds an up-to-date copy."""
+    root = helpers.package_root(target.model_path)
+    if root is None or f"{helpers.MODULE} import" not in source:
+        return
+    if helpers.pending_module(root / f"{helpers.MODULE}.py") is None:
+        return
+    name = f"{target.module_name.split('.')[0]}.{helpers.MODULE}"
+    module = ModuleType(name)
+    module.__file__ = str(helpers.RUNTIME)
+    exec(compile(helpers.runtime_text(), str(helpers.RUNTIME), "exec"), module.__dict__)
+    sys.modules[name] = module
 
 
 def load_factory(target: Target) -> Callable[[ModuleType], Any]:

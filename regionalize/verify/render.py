@@ -36,6 +36,9 @@ def verdict(result: dict[str, Any]) -> str:
     if not result["state_dict_compatible"]:
         problems.append("the original checkpoint does not load strictly")
     warning = " (warning: blocks fell back to eager, see above)" if result["fell_back_to_eager"] else ""
+    forms = result["accounting"].get("regional", {}).get("forms", {})
+    if any(form != "whole" for form in forms.values()):
+        warning += " (warning: an owner could not be compiled whole and runs per block, see above)"
     if problems:
         return "FAIL: " + "; ".join(problems) + warning
     return "PASS: equivalent and checkpoint-compatible" + warning
@@ -122,6 +125,7 @@ def _compile(result: dict[str, Any]) -> list[str]:
         ("recompiles", lambda a: str(a["recompiles"])),
         ("graph breaks", lambda a: str(a["graph_breaks"])),
         ("fell back to eager", lambda a: "YES" if a["fell_back_to_eager"] else "no"),
+        ("regions traced / reused", lambda a: f"{a['regions_traced']} / {a['regions_stamped']}"),
     ):
         cells = "".join(f"{render(accounting[n]) if n in accounting else '-':>{width}}" for n in names)
         lines.append(f"  {label:<{_LABEL - 2}}{cells}")
@@ -135,6 +139,9 @@ def _compile(result: dict[str, Any]) -> list[str]:
             lines.append(f"  {name} graph break: {reason} x{count}")
         if account["fallback"]:
             lines.append(f"  {name} fell back to eager: {account['fallback']}")
+        for owner, form in account.get("forms", {}).items():
+            served = "compiled whole, blocks nested regions" if form == "whole" else form
+            lines.append(f"  {name} form: {owner} {served}")
     return lines
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,6 +37,7 @@ class Variant:
     rewrite: dict[str, object] | None
     compile_whole: bool = False
     time_compile: bool = True  # the bypass changes calls, not compilation: one fresh-process timing is enough
+    dynamo: tuple[tuple[str, object], ...] = ()  # torch._dynamo.config settings for its compiles and calls
 
     @property
     def compiled(self) -> bool:
@@ -48,8 +49,16 @@ class Variant:
 VARIANTS = (
     Variant("eager", None),
     Variant("full", None, compile_whole=True),
+    # The one-line setting anyone can use: Dynamo finds the repeated layers of the full graph itself.
+    Variant("full_dedup", None, compile_whole=True, dynamo=(("use_graph_deduplication", True),)),
     Variant("regional", {}),
-    Variant("regional_bypass", {"guard_bypass": "depyf", "style": "inplace"}, time_compile=False),
+    # The hierarchical rewrite's alternative: the fastest start, a frame per block call.
+    Variant("per_block", {"form": "per-block"}),
+    Variant(
+        "regional_bypass",
+        {"guard_bypass": "depyf", "style": "inplace", "form": "per-block"},
+        time_compile=False,
+    ),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
 
@@ -60,6 +69,7 @@ class Built:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     workload: Workload | None = None  # run instead of one forward with args and kwargs
+    dynamo: dict[str, Any] = field(default_factory=dict)  # the variant's Dynamo settings, for every call
 
 
 class VariantUnavailable(Exception):
@@ -148,6 +158,7 @@ class Subject:
         except BaseException as exc:
             raise VerifyError.from_exception("factory", exc) from exc
         built = _unpack(made, self.target.factory_name, bare_model=self.generate is not None)
+        built.dynamo = dict(variant.dynamo)
         built.model.to(self.device).eval()
         built.args = to_device(built.args, self.device)
         built.kwargs = to_device(built.kwargs, self.device)

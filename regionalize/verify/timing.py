@@ -40,7 +40,7 @@ def call(built: Built, first: bool = False) -> Any:
     `first` runs what the first-call timing measures: the workload's `first` (for generation, the first
     token only).
     """
-    with torch.no_grad():
+    with torch.no_grad(), torch._dynamo.config.patch(**built.dynamo):
         if built.workload is None:
             return built.model(*built.args, **built.kwargs)
         if first:
@@ -93,17 +93,18 @@ def decode_timing(
     """
     workload = built.workload
     assert isinstance(workload, Generate)
-    for _ in range(warmup):
-        workload.run(built.model)  # the first runs compile the decode step and its dynamic-shape variant
     whole: list[float] = []
     per_token: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    while len(whole) < max_rounds and (len(whole) < min_rounds or time.perf_counter() < deadline):
-        one = _timed(lambda: workload.run(built.model, tokens=1), device)
-        many = _timed(lambda: workload.run(built.model), device)
-        whole.append(many)
-        if workload.tokens > 1:
-            per_token.append((many - one) / (workload.tokens - 1))
+    with torch._dynamo.config.patch(**built.dynamo):
+        for _ in range(warmup):
+            workload.run(built.model)  # the first runs compile the decode step and its dynamic-shape variant
+        deadline = time.perf_counter() + budget_s
+        while len(whole) < max_rounds and (len(whole) < min_rounds or time.perf_counter() < deadline):
+            one = _timed(lambda: workload.run(built.model, tokens=1), device)
+            many = _timed(lambda: workload.run(built.model), device)
+            whole.append(many)
+            if workload.tokens > 1:
+                per_token.append((many - one) / (workload.tokens - 1))
     decode_ms = statistics.median(per_token) * 1000 if per_token else None
     return statistics.median(whole) * 1e6, decode_ms
 

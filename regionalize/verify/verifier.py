@@ -13,7 +13,7 @@ import torch
 from torch._inductor.utils import fresh_cache
 
 from regionalize.options import Options
-from regionalize.verify.accounting import GraphAccount, recording
+from regionalize.verify.accounting import GraphAccount, recording, served_forms
 from regionalize.verify.checks import (
     RewriteRaised,
     check_equivalence,
@@ -182,6 +182,9 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -
     ready: dict[str, Built] = {}
     for variant in VARIANTS:
         steady[variant.name] = None
+        if variant.name == "per_block" and not subject.options.hierarchical:
+            skipped[variant.name] = "the rewrite verified is the per-block form"
+            continue
         if variant.name == "regional_bypass" and subject.generate is not None:
             # The decoder layers take the KV cache, an argument the dispatcher never keys on, so every
             # call takes the guarded path: the variant would time "regional" a second time.
@@ -194,6 +197,7 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -
                 # The whole run, workloads included: a second call with a filled cache can recompile.
                 with recording() as account:
                     call(built)
+                account.forms = served_forms(built.model)
                 accounts[variant.name] = account
             ready[variant.name] = built
         except VariantUnavailable as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
         "manifest": manifest.name,
         "device": first.get("device"),
         "torch_version": first.get("torch_version"),
+        "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}",
         "counts": dict(counts),
     }
@@ -47,16 +49,19 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
         f"# regionalize verify --manifest {meta['manifest']}",
         "",
         f"{len(rows)} models: {counts}. Device {meta['device'] or '-'}, torch "
-        f"{meta['torch_version'] or '-'}; {meta['machine']}.",
+        f"{meta['torch_version'] or '-'}; {meta['machine']}; {meta['date']}.",
         "",
         "*First call*: compile and run once (with a generation workload: the first token), in a fresh "
         "process after an unrelated warm-up compile, median over the fresh processes. *Per call*: steady "
-        "state, median. *Recompiles* and *eager* are the regional rewrite's. Each model's whole report is "
-        "linked from its name.",
+        "state, median (with a generation workload: one whole generation). *Hierarchical* is the rewrite "
+        "verified (its form says whether each owner ran compiled whole), *per-block* its `--form per-block`, "
+        "*full* `torch.compile` of the whole model, *dedup* the same with Dynamo's graph deduplication. "
+        "*Regions* are the rewrite's nested regions: traced, and reused from one traced before. Each "
+        "model's whole report is linked from its name.",
         "",
-        "| model | verdict | first call full | first call regional | speedup | graphs full / regional "
-        "| recompiles | eager | per call full / regional | took |",
-        "|---|---|--:|--:|--:|--:|--:|---|--:|--:|",
+        f"| model | verdict | form | regions traced / reused | first call {_NAMES} | full / hierarchical "
+        f"| per call eager / {_NAMES} | hierarchical / full | eager fallback | took |",
+        "|---|---|---|--:|--:|--:|--:|--:|---|--:|",
     ]
     for row in rows:
         lines.append(_table_row(row))
@@ -68,26 +73,41 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+_VARIANTS = ("full", "full_dedup", "per_block", "regional")
+_NAMES = "full / dedup / per-block / hierarchical"
+
+
 def _table_row(row: Row) -> str:
     name = f"[{row.name}]({row.report})"
     r = row.result or {}
     if row.status not in ("pass", "fail"):
-        return f"| {name} | {row.status} | | | | | | | | {row.seconds:.0f} s |"
-    compile_s, graphs, steady = r.get("compile_s", {}), r.get("graphs", {}), r.get("steady_us", {})
+        return f"| {name} | {row.status} |" + " |" * 7 + f" {row.seconds:.0f} s |"
+    compile_s, steady = r.get("compile_s", {}), r.get("steady_us", {})
+    account = r.get("accounting", {}).get("regional", {})
+    full, regional = steady.get("full"), steady.get("regional")
     speedup = r.get("compile_speedup")
     cells = [
         name,
         "equivalent" if row.status == "pass" else "**FAIL**",
-        _seconds(compile_s.get("full")),
-        _seconds(compile_s.get("regional")),
+        form(r),
+        f"{account.get('regions_traced', '-')} / {account.get('regions_stamped', '-')}",
+        " / ".join(_seconds(compile_s.get(v)) for v in _VARIANTS),
         f"{speedup:.2f}x" if speedup else "-",
-        f"{graphs.get('full', '-')} / {graphs.get('regional', '-')}",
-        str(r.get("recompiles", {}).get("regional", "-")),
+        " / ".join(_micros(steady.get(v)) for v in ("eager", *_VARIANTS)),
+        f"{regional / full:.2f}x" if full and regional else "-",
         "**yes**" if r.get("fell_back_to_eager") else "no",
-        f"{_micros(steady.get('full'))} / {_micros(steady.get('regional'))}",
         f"{row.seconds:.0f} s",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def form(result: dict[str, Any]) -> str:
+    """The form the rewrite ran in: hierarchical (every owner compiled whole), or per block, and why."""
+    forms = result.get("accounting", {}).get("regional", {}).get("forms", {})
+    if not forms:
+        return "per-block"
+    fallen = sorted(owner for owner, served in forms.items() if served != "whole")
+    return f"per-block (fell back: {', '.join(fallen)})" if fallen else "hierarchical"
 
 
 def _seconds(value: float | None) -> str:

@@ -1,0 +1,154 @@
+"""Where a rewritten file gets the runtime helpers it calls (`runtime.py`, read as text: no torch here).
+
+A file inside a package imports them, in one line, from `_regionalize.py`, a copy of the runtime that the
+runner keeps once per package, at its top folder: over a whole zoo, the helpers are written once and
+fixed in one place. A file outside any package holds the helpers it calls inline, between two marker
+comments. Either way the helpers placed are found from the names the file calls, so a second pass
+places the same ones, and brings an outdated copy up to date, and otherwise changes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from regionalize import regions
+
+RUNTIME = Path(__file__).with_name("runtime.py")
+MODULE = "_regionalize"  # the package's copy: `<top package>/_regionalize.py`
+BEGIN = "# regionalize runtime {version}: begin (written by regionalize, which updates it; do not edit)"
+END = "# regionalize runtime: end"
+_NAME = re.compile(r"\b_regionalize_\w+\b")
+_CHUNK = re.compile(r"^# regionalize runtime \d+: begin.*?^# regionalize runtime: end[^\n]*\n", re.M | re.S)
+_VERSION = re.compile(r"# regionalize runtime (\d+)")
+_DEFINED = re.compile(r"^def (_regionalize_\w+)|^(_regionalize_\w+) *=(?!=)", re.M)
+
+
+@dataclass(frozen=True)
+class _Section:
+    name: str
+    text: str
+    needs: frozenset[str]  # other sections it calls
+
+
+@cache
+def runtime_text() -> str:
+    return RUNTIME.read_text(encoding="utf-8")
+
+
+def version_of(text: str) -> int | None:
+    match = _VERSION.match(text)
+    return int(match.group(1)) if match else None
+
+
+VERSION = version_of(runtime_text()) or 0
+
+
+@cache
+def _sections() -> dict[str, _Section]:
+    """The runtime's top-level statements by name, an import by `import NAME`, each with what it needs."""
+    text = runtime_text()
+    lines = text.splitlines(keepends=True)
+    found: dict[str, _Section] = {}
+    for statement in ast.parse(text).body:
+        first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
+        body = "".join(lines[first - 1 : statement.end_lineno])
+        if isinstance(statement, ast.Import):
+            name = "import " + statement.names[0].name
+        elif isinstance(statement, ast.FunctionDef):
+            name = statement.name
+        elif isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name):
+            name = statement.targets[0].id
+        else:
+            continue  # the docstring
+        found[name] = _Section(name, body, frozenset())
+    for name, section in found.items():
+        words = set(re.findall(r"\w+", section.text))
+        needs = {other for other in found if other.removeprefix("import ") in words} - {name}
+        found[name] = _Section(name, section.text, frozenset(needs))
+    return found
+
+
+def _closure(names: set[str]) -> list[str]:
+    """The sections `names` call, with those they call in turn, in the runtime's order."""
+    sections, todo, seen = _sections(), list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in sections and name not in seen:
+            seen.add(name)
+            todo += sections[name].needs
+    return [name for name in sections if name in seen]
+
+
+def package_root(path: Path) -> Path | None:
+    """The top folder of the package holding `path`, or None for a file outside any package."""
+    folder = path.resolve().parent
+    if not (folder / "__init__.py").is_file():
+        return None
+    while (folder.parent / "__init__.py").is_file():
+        folder = folder.parent
+    return folder
+
+
+@dataclass
+class Placed:
+    code: str
+    module: Path | None = None  # the package's runtime copy this file imports from
+
+
+def place(code: str, path: str | None) -> Placed:
+    """`code` with the helpers it calls placed: one import in a package, else inline. A helper the file
+    defines itself (an older rewrite's) stays as it is."""
+    chunk = _CHUNK.search(code)
+    outside = code if chunk is None else code[: chunk.start()] + code[chunk.end() :]
+    importing = _import_line(outside)
+    called = set(_NAME.findall(outside if importing is None else outside.replace(importing.group(0), "")))
+    called = (called & set(_sections())) - {a or b for a, b in _DEFINED.findall(outside)}
+    root = package_root(Path(path)) if path else None
+    if not called:
+        return Placed(code)
+    newline = "\r\n" if "\r\n" in code else "\n"
+    if root is not None:
+        line = f"from {_dots(Path(path), root)}{MODULE} import {', '.join(sorted(called))}{newline}"
+        if importing is not None:
+            return Placed(code.replace(importing.group(0), line, 1), root / f"{MODULE}.py")
+        return Placed(_insert(code, line, newline), root / f"{MODULE}.py")
+    chosen = [_sections()[name] for name in _closure(called)]
+    imports = "".join(c.text for c in chosen if c.name.startswith("import "))
+    defs = "\n\n\n".join(c.text.rstrip("\n") for c in chosen if not c.name.startswith("import "))
+    body = imports + "\n\n" + defs
+    text = f"{BEGIN.format(version=VERSION)}\n{body}\n{END}\n".replace("\n", newline)
+    if chunk is not None:
+        return Placed(code[: chunk.start()] + text + code[chunk.end() :])
+    return Placed(_insert(code, newline * 2 + text, newline))
+
+
+def pending_module(file: Path) -> str | None:
+    """The text `file` (a package's runtime copy) should get, or None when it is up to date: missing or
+    older than this runtime. A copy from a newer regionalize is left alone."""
+    try:
+        current = file.read_text(encoding="utf-8")
+    except OSError:
+        return runtime_text()
+    if current == runtime_text() or (version_of(current) or 0) > VERSION:
+        return None
+    return runtime_text()
+
+
+def _import_line(code: str) -> re.Match[str] | None:
+    return re.search(rf"^from \.+{MODULE} import [\w, ]+\r?\n", code, re.M)
+
+
+def _dots(path: Path, root: Path) -> str:
+    return "." * len(path.resolve().parent.relative_to(root).parts) + "."
+
+
+def _insert(code: str, text: str, newline: str) -> str:
+    """After the leading imports, where module-level helpers go."""
+    lines = code.splitlines(keepends=True)
+    _, at = regions.insert_lines(ast.parse(code))
+    lines[at:at] = [text]
+    return "".join(lines)

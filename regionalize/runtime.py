@@ -1,0 +1,271 @@
+# regionalize runtime 1: written by regionalize, which updates it on a later run; do not edit.
+"""What a model rewritten by regionalize calls at run time. It needs torch only.
+
+Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
+compiled whole, and while it is traced each block's `forward` is a nested compile region, which Inductor
+compiles once and stamps out for the other blocks. A call is one compiled frame with one guard check, as
+with a full `torch.compile`, and the start is close to compiling one block.
+
+A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
+the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then
+warns once and runs eagerly with each block compiled on its own (per-block regional compilation, which
+allows graph breaks): the original's result, never an error the original would not raise.
+"""
+
+import functools
+import warnings
+
+import torch
+
+_regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
+
+
+def _regionalize_blocks(block, owner, **compile_kwargs):
+    """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
+
+    Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
+    nested compile regions (before 2.8). With a CUDA-graph mode the owner's frame is one CUDA graph for
+    the calls it can serve (no grad, no hooks, CUDA tensors and plain values), its outputs copied out of
+    the graph's memory pool; other calls take the per-block path.
+    """
+    state = owner.__dict__.setdefault("_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs})
+    state["blocks"].append(block)
+    if not hasattr(torch.compiler, "nested_compile_region"):
+        state["why"] = "this torch has no nested compile regions"
+    elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
+        state["why"] = "the eager backend cannot differentiate nested regions"
+    if "why" in state:
+        _regionalize_per_block(owner)
+        return
+    if "whole" not in state:
+        owner.compile(**compile_kwargs, fullgraph=True)
+        state["whole"] = owner._compiled_call_impl
+        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner)
+    cls = type(block)
+    if "_regionalize_region" not in cls.__dict__:
+        plain = cls.forward
+        # Room for the variants a deep stack needs (a branch per kind of layer, a shape per stage).
+        region = torch.compiler.nested_compile_region(plain, max_reuse_entries=64)
+
+        @functools.wraps(plain)
+        def forward(self, *args, **kwargs):
+            return (region if _regionalize_tracing[0] else plain)(self, *args, **kwargs)
+
+        cls.forward, cls._regionalize_region = forward, True
+
+
+def _regionalize_per_block(owner):
+    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
+    state = owner.__dict__["_regionalize_owner"]
+    graphs = ("reduce-overhead", "max-autotune")
+    kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
+    for block in state["blocks"]:
+        if block._compiled_call_impl is None:
+            block.compile(**kwargs)
+    return owner._call_impl
+
+
+def _regionalize_owner_call(owner, *args, **kwargs):
+    state = owner.__dict__["_regionalize_owner"]
+    graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
+    if "why" in state or (graphs and not _regionalize_graphable(owner, args, kwargs)):
+        return _regionalize_per_block(owner)(*args, **kwargs)
+    skips = torch._dynamo.utils.counters["inductor"]
+    before = skips["cudagraph_skips"]
+    _regionalize_tracing[0] = True
+    try:
+        out = state["whole"](*args, **kwargs)
+    except Exception as error:
+        if not _regionalize_compiling(error):
+            raise  # raised by the compiled code as it ran: the original raises it too
+        # Compiling the owner whole failed (a graph break in a region, a Dynamo or Inductor error, the
+        # recompile limit), and a frame that fails to compile has run nothing yet.
+        state["why"] = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
+    finally:
+        _regionalize_tracing[0] = False
+    if "why" in state:
+        warnings.warn(
+            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
+            "its blocks are compiled one by one instead",
+            stacklevel=3,
+        )
+        return _regionalize_per_block(owner)(*args, **kwargs)
+    if not graphs:
+        return out
+    if skips["cudagraph_skips"] > before and not state.get("skipped"):
+        state["skipped"] = True
+        warnings.warn(
+            f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
+            "such calls run compiled without them",
+            stacklevel=3,
+        )
+    # Outputs kept from an earlier call must not be overwritten by the next replay.
+    return torch.utils._pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, out)
+
+
+def _regionalize_compiling(error):
+    """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
+    if isinstance(error, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)):
+        return True
+    # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "torch._dynamo.convert_frame":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _regionalize_graphable(owner, args, kwargs):
+    """Can one CUDA graph serve this call: no grad, no hooks, only CUDA tensors and plain values."""
+    hooks = torch.nn.modules.module
+    if torch.is_grad_enabled() or owner._forward_hooks or owner._forward_pre_hooks:
+        return False
+    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
+        return False
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    plain = (int, float, bool, str, type(None))
+    if not all(isinstance(x, plain) or (isinstance(x, torch.Tensor) and x.is_cuda) for x in leaves):
+        return False
+    return any(isinstance(x, torch.Tensor) for x in leaves)
+
+
+def _regionalize_eager(call):
+    """regionalize: run `call` outside the compiled region. It takes a per-block integer (a KV cache
+    indexed by layer): traced in a block compiled on its own, it would give every block a graph of its
+    own. Inside an owner compiled whole there is one frame, so it is traced there."""
+    if _regionalize_tracing[0]:
+        return call()
+    return _regionalize_run(call)
+
+
+@torch.compiler.disable
+def _regionalize_run(call):
+    return call()
+
+
+def _regionalize_symbolic_ints(forward):
+    """regionalize: trace `forward` with the integer attributes of modules symbolic, so that blocks that
+    differ only in such an integer (a layer index) share graphs: one per outcome of a branch on it, not
+    one per block. Eager calls compute the same; the setting holds only while this function is traced."""
+    if not hasattr(torch._dynamo, "patch_dynamo_config"):  # torch < 2.8: compiled per block, still right
+        return forward
+    patch = torch._dynamo.patch_dynamo_config(allow_unspec_int_on_nn_module=True)
+
+    def traced(*args, **kwargs):
+        with patch:
+            return forward(*args, **kwargs)
+
+    # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object.
+    traced.__code__ = traced.__code__.replace(co_name=forward.__name__)
+    traced.__name__, traced.__doc__ = forward.__name__, forward.__doc__
+    traced.__qualname__ = forward.__qualname__
+    return traced
+
+
+def _regionalize_guard_filter(entries):
+    """regionalize guard bypass: skip guards on the structure of modules, keep guards on values.
+
+    Dropped: type, identity-of-dict, hook and global-function guards of nn.Module sources. Kept: inputs,
+    grad mode and other global state, parameters, attribute values (training, per-block constants).
+    """
+    structural = {
+        "TYPE_MATCH",
+        "NOT_PRESENT_IN_GENERIC_DICT",
+        "EMPTY_NN_MODULE_HOOKS_DICT",
+        "MODULE_MATCH",
+        "BUILTIN_MATCH",
+        "CLOSURE_MATCH",
+        "FUNCTION_MATCH",
+        "DICT_KEYS_MATCH",
+        "DICT_VERSION",
+    }
+    return [
+        not (
+            entry.guard_type in structural
+            and (entry.is_global or entry.orig_guard.source.is_unspecialized_nn_module())
+        )
+        for entry in entries
+    ]
+
+
+def _regionalize_dispatch(block, **compile_kwargs):
+    """regionalize guard bypass: compile `block` in place, then call its compiled code directly.
+
+    Dynamo's guards run once per dispatch key (tensor shapes, strides, dtypes, devices, requires_grad,
+    plain argument values, grad/inference mode, autocast, block.training); later calls with that key
+    skip them. Other calls, blocks with hooks or a patched forward take the normal guarded path.
+    """
+    import inspect
+    import types
+
+    import torch
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch.nn.modules import module as nn_module
+
+    block.compile(**compile_kwargs)
+    guarded = block._compiled_call_impl
+    forward = type(block).forward
+    signature = inspect.signature(forward)
+    plain = (int, float, bool, str, type(None))
+    direct = {}
+
+    def key(args, kwargs):
+        parts = [
+            block.training,
+            torch.is_grad_enabled(),
+            torch.is_inference_mode_enabled(),
+            torch.is_autocast_enabled("cpu"),
+            torch.is_autocast_enabled("cuda"),
+            tuple(kwargs),
+        ]
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor):
+                parts.append((value.shape, value.stride(), value.dtype, value.device, value.requires_grad))
+            elif isinstance(value, plain):
+                parts.append((type(value), value))
+            else:
+                return None
+        return tuple(parts)
+
+    def hooked():
+        return (
+            block._forward_hooks
+            or block._forward_pre_hooks
+            or block._backward_hooks
+            or block._backward_pre_hooks
+            or "forward" in block.__dict__
+            or nn_module._global_forward_hooks
+            or nn_module._global_forward_pre_hooks
+            or nn_module._global_backward_hooks
+            or nn_module._global_backward_pre_hooks
+        )
+
+    def dispatch(*args, **kwargs):
+        k = None if hooked() else key(args, kwargs)
+        if k is None:
+            return guarded(*args, **kwargs)
+        compiled = direct.get(k)
+        if compiled is not None:
+            return compiled(block, *args, **kwargs)
+        out = guarded(*args, **kwargs)
+        bound = signature.bind(block, *args, **kwargs)
+        bound.apply_defaults()
+        # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.
+        names = forward.__code__.co_freevars
+        frame = dict(bound.arguments) | {
+            n: c.cell_contents for n, c in zip(names, forward.__closure__ or (), strict=True)
+        }
+        for entry in _debug_get_cache_entry_list(forward.__code__):  # the order Dynamo tries them in
+            if entry.guard_manager.check(frame):
+                direct[k] = types.FunctionType(
+                    entry.code,
+                    forward.__globals__,
+                    forward.__name__,
+                    forward.__defaults__,
+                    forward.__closure__,
+                )
+                break
+        return out
+
+    block._compiled_call_impl = dispatch

@@ -1,0 +1,138 @@
+"""The runtime helpers a rewrite calls: once per package in `_regionalize.py`, inline in a lone file.
+
+Run as users run it: the `regionalize` command over a package on disk, then the rewritten package
+imported and run with torch alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from regionalize import helpers
+from regionalize.cli import main
+from regionalize.codemod import transform_source
+
+MODEL = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x).tanh()
+
+
+class Net(nn.Module):
+    def __init__(self, d=8, n=6):
+        super().__init__()
+        self.layers = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+"""
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    """zoo/ with zoo/models/net.py and zoo/other.py: two files that share one runtime copy."""
+    models = tmp_path / "zoo" / "models"
+    models.mkdir(parents=True)
+    (tmp_path / "zoo" / "__init__.py").write_text("")
+    (models / "__init__.py").write_text("")
+    (models / "net.py").write_text(MODEL)
+    (tmp_path / "zoo" / "other.py").write_text(MODEL)
+    return tmp_path / "zoo"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_apply_writes_one_runtime_copy_and_one_import_per_file(package: Path) -> None:
+    code, out = invoke(str(package), "--apply", "-q")
+    assert code == 0, out
+    copy = package / "_regionalize.py"
+    assert copy.read_text() == helpers.runtime_text()
+    assert "from .._regionalize import _regionalize_blocks\n" in (package / "models" / "net.py").read_text()
+    assert "from ._regionalize import _regionalize_blocks\n" in (package / "other.py").read_text()
+    assert "def _regionalize" not in (package / "other.py").read_text()
+    before = {p: p.read_text() for p in package.rglob("*.py")}
+    assert invoke(str(package), "--apply", "-q")[0] == 0
+    assert {p: p.read_text() for p in package.rglob("*.py")} == before  # a second pass changes nothing
+    assert invoke(str(package), "--check")[0] == 0
+
+
+def test_dry_run_shows_the_new_runtime_copy_and_writes_nothing(package: Path) -> None:
+    code, out = invoke(str(package))
+    assert code == 1
+    assert "+++ b/" in out and "_regionalize.py" in out and "+def _regionalize_blocks(" in out
+    assert not (package / "_regionalize.py").exists()
+
+
+def test_an_outdated_copy_is_brought_up_to_date_and_a_newer_one_left_alone(package: Path) -> None:
+    invoke(str(package), "--apply", "-q")
+    copy = package / "_regionalize.py"
+    copy.write_text(helpers.runtime_text().replace(f"runtime {helpers.VERSION}:", "runtime 0:", 1))
+    assert invoke(str(package), "--check")[0] == 1
+    assert invoke(str(package), "--apply", "-q")[0] == 0
+    assert copy.read_text() == helpers.runtime_text()
+    newer = helpers.runtime_text().replace(f"runtime {helpers.VERSION}:", "runtime 999:", 1)
+    copy.write_text(newer)
+    assert invoke(str(package), "--check")[0] == 0
+    assert copy.read_text() == newer
+
+
+def test_the_rewritten_package_runs_with_torch_alone(package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = {}
+    exec(compile(MODEL, "original", "exec"), original)
+    invoke(str(package), "--apply", "-q")
+    monkeypatch.syspath_prepend(str(package.parent))
+    # The copy must not reach back into regionalize: a model's users need not install it.
+    monkeypatch.setitem(sys.modules, "regionalize", None)
+    net = importlib.import_module("zoo.models.net")
+    torch.manual_seed(0)
+    model = net.Net().eval()
+    twin = original["Net"]().eval()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), twin(x))
+    assert "_regionalize_owner" in model.__dict__ and "why" not in model.__dict__["_regionalize_owner"]
+    for name in [m for m in sys.modules if m == "zoo" or m.startswith("zoo.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_a_lone_file_keeps_the_helpers_it_calls_inline_and_updates_them() -> None:
+    once = transform_source(MODEL).code
+    assert once.count(helpers.END) == 1 and "def _regionalize_blocks(" in once
+    assert "def _regionalize_eager(" not in once  # only what the file calls, and what that calls
+    assert transform_source(once).code == once
+    stale = once.replace("max_reuse_entries=64", "max_reuse_entries=8")
+    again = transform_source(stale)
+    assert again.status == "success" and again.code == once
+
+
+def test_a_helper_the_file_defines_itself_is_not_placed_again() -> None:
+    legacy = "import torch\n\n\n@torch.compiler.disable\ndef _regionalize_eager(call):\n    return call()\n"
+    result = transform_source(legacy + "\n\n" + MODEL)
+    assert result.code.count("def _regionalize_eager(") == 1
+    assert "def _regionalize_blocks(" in result.code
+
+
+def test_a_file_deep_in_a_package_imports_from_the_top_folder(package: Path) -> None:
+    path = package / "models" / "net.py"
+    result = transform_source(MODEL, path=str(path))
+    assert result.runtime == package / "_regionalize.py"
+    assert "from .._regionalize import _regionalize_blocks" in result.code
