@@ -85,9 +85,9 @@ def transform_source(
             tree = ast.parse("".join(lines))
         except SyntaxError as exc:  # a bug of ours, as below
             return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
-        found = _compile_containers(tree, lines, options, outside)
+        found = _compile_containers(tree, lines, options, outside, frozenset(fixes.cache_blocks))
         assert not isinstance(found, TransformResult)
-    code, runtime = _add_helpers("".join(found.lines), path, found.needs_torch, found.facts.torch_bound)
+    code, runtime = _add_helpers(found, tree, path)
     if code == source:
         return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
     try:
@@ -105,17 +105,23 @@ class _Pass:
     facts: prescan.FileFacts
     sites: list[Site]
     int_args: list[per_block_ints.IntArgs]
+    first_region: int  # first line of the first rewritten region; 0 when none was
     needs_torch: bool = False
     holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
 
 
 def _compile_containers(
-    tree: ast.Module, lines: list[str], options: Options, outside: prescan.Lookup
+    tree: ast.Module,
+    lines: list[str],
+    options: Options,
+    outside: prescan.Lookup,
+    cache_blocks: frozenset[str] = frozenset(),
 ) -> _Pass | TransformResult:
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
     class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
     facts = prescan.scan(tree, options.containers, outside)
+    facts.cache_blocks = cache_blocks
     classes = [
         (c.name, c.lineno, c.end_lineno or c.lineno) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
     ]
@@ -145,7 +151,7 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ108")
 def _container_pass(
     tree: ast.Module, lines: list[str], options: Options, facts: prescan.FileFacts
 ) -> _Pass | TransformResult:
-    result = _Pass(list(lines), facts, [], [])
+    result = _Pass(list(lines), facts, [], [], 0)
     replaced: list[tuple[regions.Region, str]] = []
     for region in regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers):
         try:
@@ -164,6 +170,7 @@ def _container_pass(
             result.needs_torch |= finder.edits.needs_torch
     for region, text in reversed(replaced):
         result.lines[region.start - 1 : region.end] = [text]
+    result.first_region = replaced[0][0].start if replaced else 0
     return result
 
 
@@ -193,17 +200,22 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     return frozenset() if isinstance(found, TransformResult) else found.holders
 
 
-def _add_helpers(code: str, path: str | None, torch: bool, torch_bound: bool) -> tuple[str, Path | None]:
-    """The runtime helpers the code calls (imported, or inline), and `import torch` where isort puts it."""
+def _add_helpers(found: _Pass, tree: ast.Module, path: str | None) -> tuple[str, Path | None]:
+    """The runtime helpers the code calls (imported, or inline) after the imports, and `import torch`
+    where isort puts it. `tree` is the text before the containers' pass, whose positions still hold
+    above the first rewritten region; module-level sites (one region from line 1) parse the text again."""
+    code = "".join(found.lines)
+    torch_at, helper_at = regions.insert_lines(tree)
+    if found.first_region and found.first_region <= helper_at:
+        torch_at, helper_at = regions.insert_lines(ast.parse(code))
     runtime = None
     if "_regionalize_" in code:
-        placed = helpers.place(code, path)
+        placed = helpers.place(code, path, helper_at)
         code, runtime = placed.code, placed.module
-    if torch and not torch_bound:
+    if found.needs_torch and not found.facts.torch_bound:
         newline = "\r\n" if "\r\n" in code else "\n"
         lines = code.splitlines(keepends=True)
-        at, _ = regions.insert_lines(ast.parse(code))
-        lines[at:at] = [f"import torch{newline}"]
+        lines[torch_at:torch_at] = [f"import torch{newline}"]
         code = "".join(lines)
     return code, runtime
 

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from regionalize import regions
-
 RUNTIME = Path(__file__).with_name("runtime.py")
 MODULE = "_regionalize"  # the package's copy: `<top package>/_regionalize.py`
 BEGIN = "# regionalize runtime {version}: begin (written by regionalize, which updates it; do not edit)"
 END = "# regionalize runtime: end"
 _NAME = re.compile(r"\b_regionalize_\w+\b")
-_CHUNK = re.compile(r"^# regionalize runtime \d+: begin.*?^# regionalize runtime: end[^\n]*\n", re.M | re.S)
+# The inline copy, with the blank lines written before it.
+_CHUNK = re.compile(
+    r"(?P<blank>(?:^\r?\n){0,2})^# regionalize runtime \d+: begin.*?^# regionalize runtime: end[^\n]*\n",
+    re.M | re.S,
+)
 _VERSION = re.compile(r"# regionalize runtime (\d+)")
 _DEFINED = re.compile(r"^def (_regionalize_\w+)|^(_regionalize_\w+) *=(?!=)", re.M)
 
@@ -99,31 +101,32 @@ class Placed:
     module: Path | None = None  # the package's runtime copy this file imports from
 
 
-def place(code: str, path: str | None) -> Placed:
-    """`code` with the helpers it calls placed: one import in a package, else inline. A helper the file
-    defines itself (an older rewrite's) stays as it is."""
+def place(code: str, path: str | None, at: int) -> Placed:
+    """`code` with the helpers it calls placed, at line index `at` (after the imports) unless already
+    there: one import in a package, else inline. A helper the file defines itself (an older rewrite's)
+    stays as it is."""
     chunk = _CHUNK.search(code)
     outside = code if chunk is None else code[: chunk.start()] + code[chunk.end() :]
     importing = _import_line(outside)
     called = set(_NAME.findall(outside if importing is None else outside.replace(importing.group(0), "")))
     called = (called & set(_sections())) - {a or b for a, b in _DEFINED.findall(outside)}
+    if not called:  # nothing calls the helpers any more: an import or inline copy left is dead code
+        return Placed(outside if importing is None else outside.replace(importing.group(0), "", 1))
     root = package_root(Path(path)) if path else None
-    if not called:
-        return Placed(code)
     newline = "\r\n" if "\r\n" in code else "\n"
     if root is not None:
         line = f"from {_dots(Path(path), root)}{MODULE} import {', '.join(sorted(called))}{newline}"
         if importing is not None:
             return Placed(code.replace(importing.group(0), line, 1), root / f"{MODULE}.py")
-        return Placed(_insert(code, line, newline), root / f"{MODULE}.py")
+        return Placed(_insert(code, at, line), root / f"{MODULE}.py")
     chosen = [_sections()[name] for name in _closure(called)]
     imports = "".join(c.text for c in chosen if c.name.startswith("import "))
     defs = "\n\n\n".join(c.text.rstrip("\n") for c in chosen if not c.name.startswith("import "))
     body = imports + "\n\n" + defs
     text = f"{BEGIN.format(version=VERSION)}\n{body}\n{END}\n".replace("\n", newline)
     if chunk is not None:
-        return Placed(code[: chunk.start()] + text + code[chunk.end() :])
-    return Placed(_insert(code, newline * 2 + text, newline))
+        return Placed(code[: chunk.start()] + chunk.group("blank") + text + code[chunk.end() :])
+    return Placed(_insert(code, at, newline * 2 + text))
 
 
 def pending_module(file: Path) -> str | None:
@@ -146,9 +149,7 @@ def _dots(path: Path, root: Path) -> str:
     return "." * len(path.resolve().parent.relative_to(root).parts) + "."
 
 
-def _insert(code: str, text: str, newline: str) -> str:
-    """After the leading imports, where module-level helpers go."""
+def _insert(code: str, at: int, text: str) -> str:
     lines = code.splitlines(keepends=True)
-    _, at = regions.insert_lines(ast.parse(code))
     lines[at:at] = [text]
     return "".join(lines)

@@ -65,6 +65,10 @@ class Plan:
     # Classes whose reads are planned, with what could not be fixed: a class reached from several blocks
     # (an attention in encoder and decoder layers) is edited once.
     fixed: dict[str, list[str]] = field(default_factory=dict)
+    moved: set[str] = field(default_factory=set)  # classes with a call (a cache's update) moved out
+    # Block classes whose integer reaches a moved call: each block updates a cache of its own, a side
+    # effect that a nested compile region cannot stamp out (`runtime._regionalize_blocks(nested=False)`).
+    cache_blocks: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.edits or self.decorate)
@@ -109,7 +113,7 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
     file = _File.read(tree, source, imports)
     classes = file.classes
     result = Plan()
-    done: dict[tuple[str, frozenset[str]], list[str]] = {}
+    done: dict[tuple[str, frozenset[str]], tuple[list[str], set[str]]] = {}
     for args in found:
         name = args.block.rsplit(".", 1)[-1]
         cls = classes.get(name) if "." not in args.block else None
@@ -124,7 +128,9 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
                 key = (name, frozenset(params))
                 if key not in done:
                     done[key] = _fix_class(cls, params, file, result)
-                problems = done[key]
+                problems, reached = done[key]
+                if reached & result.moved:
+                    result.cache_blocks.add(name)
         if problems and args.warn:
             reason = (
                 f"per-block integer `{', '.join(args.names)}` reaches {args.block}(...), but "
@@ -136,8 +142,9 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
     return result
 
 
-def _fix_class(cls: ast.ClassDef, params: set[str], file: _File, result: Plan) -> list[str]:
-    """Plan the fixes for `cls` built with per-block `params`, and for the submodules they reach."""
+def _fix_class(cls: ast.ClassDef, params: set[str], file: _File, result: Plan) -> tuple[list[str], set[str]]:
+    """Plan the fixes for `cls` built with per-block `params`, and for the submodules they reach; the
+    problems left, and the classes reached."""
     classes = file.classes
     problems: list[str] = []
     seen: set[tuple[str, str, frozenset[str]]] = set()
@@ -176,7 +183,7 @@ def _fix_class(cls: ast.ClassDef, params: set[str], file: _File, result: Plan) -
             if current.name not in result.fixed:
                 result.fixed[current.name] = _fix_reads(current, attrs, file, result)
             problems += result.fixed[current.name]
-    return problems
+    return problems, {name for name, _, _ in seen}
 
 
 def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) -> list[str]:
@@ -191,6 +198,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
             if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
                 continue
             if _already_eager(node, parents):
+                result.moved.add(cls.name)  # moved by an earlier pass
                 continue
             carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
             if carrier is None:
@@ -204,6 +212,8 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
                     remaining = True
             elif carrier not in moved:
                 moved.append(carrier)
+        if moved:
+            result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
             attr = next(n.attr for n in ast.walk(carrier) if class_graph.is_self_attr(n, attrs))
             start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)

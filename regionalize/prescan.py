@@ -49,6 +49,8 @@ class FileFacts:
     # Lines (first, last) of the top-level classes with a `forward` of their own: the owners that can be
     # compiled whole around the blocks their methods build.
     owners: list[tuple[int, int]] = field(default_factory=list)
+    # Block classes that update a cache of their own (per_block_ints' `cache_blocks`): not nested regions.
+    cache_blocks: frozenset[str] = frozenset()
     # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
     holders: frozenset[str] = frozenset()
     # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?

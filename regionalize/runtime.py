@@ -12,21 +12,25 @@ warns once and runs eagerly with each block compiled on its own (per-block regio
 allows graph breaks): the original's result, never an error the original would not raise.
 """
 
+import copy
 import functools
 import warnings
 
 import torch
 
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
+_regionalize_patches = {}  # Dynamo settings an owner is compiled with, as patches made once (10 us each)
 
 
-def _regionalize_blocks(block, owner, **compile_kwargs):
+def _regionalize_blocks(block, owner, nested=True, **compile_kwargs):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
 
     Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
-    nested compile regions (before 2.8). With a CUDA-graph mode the owner's frame is one CUDA graph for
-    the calls it can serve (no grad, no hooks, CUDA tensors and plain values), its outputs copied out of
-    the graph's memory pool; other calls take the per-block path.
+    nested compile regions (before 2.8). `nested=False` for blocks that update a cache of their own: a
+    region would be traced again for every block anyway, so the owner is compiled whole with Dynamo's
+    graph deduplication instead. With a CUDA-graph mode the owner's frame is one CUDA graph for the calls
+    it can serve (no grad, no hooks, CUDA tensors and plain values), its outputs copied out of the
+    graph's memory pool; other calls take the per-block path.
     """
     state = owner.__dict__.setdefault("_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs})
     state["blocks"].append(block)
@@ -37,15 +41,20 @@ def _regionalize_blocks(block, owner, **compile_kwargs):
     if "why" in state:
         _regionalize_per_block(owner)
         return
-    if "whole" not in state:
+    if owner._compiled_call_impl is None:
         owner.compile(**compile_kwargs, fullgraph=True)
-        state["whole"] = owner._compiled_call_impl
-        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner)
+        # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
+        owner._compiled_call_impl = functools.partial(
+            _regionalize_owner_call, owner, owner._compiled_call_impl
+        )
+        dedup = not nested and hasattr(torch._dynamo.config, "use_graph_deduplication")
+        state["config"] = "use_graph_deduplication" if dedup else ""
     cls = type(block)
-    if "_regionalize_region" not in cls.__dict__:
+    if nested and "_regionalize_region" not in cls.__dict__:
         plain = cls.forward
-        # Room for the variants a deep stack needs (a branch per kind of layer, a shape per stage).
-        region = torch.compiler.nested_compile_region(plain, max_reuse_entries=64)
+        # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
+        # layer an error, and so a fallback): a deep stack needs as many as it has layers.
+        region = torch.compiler.nested_compile_region(plain, max_reuse_entries=1024)
 
         @functools.wraps(plain)
         def forward(self, *args, **kwargs):
@@ -65,16 +74,20 @@ def _regionalize_per_block(owner):
     return owner._call_impl
 
 
-def _regionalize_owner_call(owner, *args, **kwargs):
+def _regionalize_owner_call(owner, whole, *args, **kwargs):
     state = owner.__dict__["_regionalize_owner"]
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     if "why" in state or (graphs and not _regionalize_graphable(owner, args, kwargs)):
         return _regionalize_per_block(owner)(*args, **kwargs)
-    skips = torch._dynamo.utils.counters["inductor"]
-    before = skips["cudagraph_skips"]
+    skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
+    before = skips.get("cudagraph_skips", 0)
+    setting = state["config"]
+    if setting not in _regionalize_patches:
+        _regionalize_patches[setting] = torch._dynamo.config.patch({setting: True} if setting else {})
     _regionalize_tracing[0] = True
     try:
-        out = state["whole"](*args, **kwargs)
+        with _regionalize_patches[setting]:
+            out = whole(*args, **kwargs)
     except Exception as error:
         if not _regionalize_compiling(error):
             raise  # raised by the compiled code as it ran: the original raises it too
@@ -92,15 +105,22 @@ def _regionalize_owner_call(owner, *args, **kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
         return out
-    if skips["cudagraph_skips"] > before and not state.get("skipped"):
+    if skips.get("cudagraph_skips", 0) > before and not state.get("skipped"):
         state["skipped"] = True
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
             stacklevel=3,
         )
-    # Outputs kept from an earlier call must not be overwritten by the next replay.
-    return torch.utils._pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, out)
+    # Outputs kept from an earlier call must not be overwritten by the next replay: tensors are cloned,
+    # other objects (a cache the owner created) deep-copied, with the tensors they hold.
+    return torch.utils._pytree.tree_map(_regionalize_copied, out)
+
+
+def _regionalize_copied(value):
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return value if isinstance(value, (int, float, bool, str, type(None))) else copy.deepcopy(value)
 
 
 def _regionalize_compiling(error):

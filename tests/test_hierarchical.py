@@ -8,7 +8,11 @@ once); the CUDA tests run where there is a GPU.
 
 from __future__ import annotations
 
+import copy
+import functools
 import itertools
+import pickle
+import sys
 import types
 import warnings
 from types import ModuleType
@@ -49,6 +53,7 @@ _names = itertools.count()
 def load(source: str) -> ModuleType:
     """A fresh module each time: the helper marks the block class, which must not leak between tests."""
     module = ModuleType(f"reduce_overhead_{next(_names)}")
+    sys.modules[module.__name__] = module  # as an import would: pickle finds classes by their module
     exec(compile(source, module.__name__, "exec"), module.__dict__)
     return module
 
@@ -79,14 +84,14 @@ def build(
 
 def graphed_spy(model: torch.nn.Module) -> list[int]:
     """Count the calls that reach the owner's whole compiled frame."""
-    state = model.__dict__["_regionalize_owner"]
-    inner, calls = state["whole"], []
+    call = model._compiled_call_impl
+    inner, calls = call.args[1], []
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return inner(*args, **kwargs)
 
-    state["whole"] = counted
+    model._compiled_call_impl = functools.partial(call.func, call.args[0], counted)
     return calls
 
 
@@ -285,6 +290,16 @@ def test_without_nested_compile_regions_blocks_are_compiled_regionally(
 def test_state_dict_keys_are_unchanged() -> None:
     model, twin = build()
     assert list(model.state_dict()) == list(twin.state_dict())
+
+
+def test_copies_and_pickles_of_a_rewritten_model_run_eagerly_and_right() -> None:
+    model, twin = build(mode="default", backend="aot_eager")
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        model(x)
+        for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            assert other._compiled_call_impl is None  # as torch leaves a compiled module's copy
+            torch.testing.assert_close(other(x), twin(x))
 
 
 @pytest.mark.parametrize(

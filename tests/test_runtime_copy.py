@@ -119,9 +119,16 @@ def test_a_lone_file_keeps_the_helpers_it_calls_inline_and_updates_them() -> Non
     assert once.count(helpers.END) == 1 and "def _regionalize_blocks(" in once
     assert "def _regionalize_eager(" not in once  # only what the file calls, and what that calls
     assert transform_source(once).code == once
-    stale = once.replace("max_reuse_entries=64", "max_reuse_entries=8")
+    stale = once.replace("max_reuse_entries=1024", "max_reuse_entries=8")
     again = transform_source(stale)
     assert again.status == "success" and again.code == once
+
+
+def test_helpers_nothing_calls_any_more_are_taken_out() -> None:
+    once = transform_source(MODEL).code
+    uncalled = once.replace("_regionalize_blocks(block, self)", "block.compile()")
+    loop = "for _ in range(n)])\n        for block in self.layers:\n            block.compile()\n"
+    assert helpers.place(uncalled, None, 0).code == MODEL.replace("for _ in range(n)])\n", loop)
 
 
 def test_a_helper_the_file_defines_itself_is_not_placed_again() -> None:

@@ -24,9 +24,13 @@ def kwargs_source(options: Options) -> str:
 HIERARCHICAL = "_regionalize_blocks"  # the runtime's helper: the block a nested region of its owner
 
 
-def compile_statement(ctx: Context, var: str) -> str:
+def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> str:
     if ctx.owned():
-        return f"{HIERARCHICAL}({', '.join(p for p in (var, 'self', ctx.edits.kwargs) if p)})"
+        # A block that updates a cache of its own is traced again for every layer inside a region, and
+        # some cache updates (a sliding window's view) cannot leave one: its owner goes without regions.
+        cache = any(name.rsplit(".", 1)[-1] in ctx.facts.cache_blocks for name in classes)
+        parts = (var, "self", "nested=False" if cache else "", ctx.edits.kwargs)
+        return f"{HIERARCHICAL}({', '.join(p for p in parts if p)})"
     mode = ctx.options.guard_bypass
     if mode == "none":
         # Per-block CUDA graphs overwrite each other's outputs: with no owner, blocks compile without them.
@@ -39,7 +43,7 @@ def compile_statement(ctx: Context, var: str) -> str:
 
 def guarded_compile(ctx: Context, var: str, blocks: list[Element], mixed: bool) -> str | None:
     """The compile statement, behind an isinstance test when other modules share the container."""
-    statement = compile_statement(ctx, var)
+    statement = compile_statement(ctx, var, [e.label for e in blocks])
     if not mixed:
         return statement
     if any(e.call is None or ctx.dotted(e.call.func) == "copy.deepcopy" for e in blocks):
