@@ -29,10 +29,10 @@ _CODEMOD_OPTIONS = [
         "--form",
         type=click.Choice(FORMS),
         help="hierarchical (default where the blocks' owner is known): the owner compiled whole, each block "
-        "a nested region compiled once; per call as fast as a full torch.compile (GPT-style 32 blocks, CPU: "
-        "first call 4.6 s against 22.5 s, per call 6.4 ms against 6.5 ms). per-block: each block compiled on "
-        "its own; the fastest start (2.7 s) but a frame per block call (7.9 ms per call). An owner that "
-        "cannot be compiled whole falls back to per-block at run time, with one warning.",
+        "a nested region traced once; one compiled frame per call, per call as fast as a full torch.compile. "
+        "per-block: each block compiled on its own; the fastest start, but a Dynamo frame per block call, "
+        "slower per call (on a KV-cache decoder, slower than eager). An owner that cannot be compiled whole "
+        "falls back to per-block at run time, with one warning. Measured trade-off: docs/compile-forms.md.",
     ),
     click.option(
         "--mode",

@@ -77,7 +77,14 @@ def _regionalize_per_block(owner):
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
     state = owner.__dict__["_regionalize_owner"]
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
-    if "why" in state or (graphs and not _regionalize_graphable(owner, args, kwargs)):
+    # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
+    # regions (nested, or found by graph deduplication) returns wrong gradients (measured: 1e6 off on a
+    # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
+    if (
+        "why" in state
+        or torch.is_grad_enabled()
+        or (graphs and not _regionalize_graphable(owner, args, kwargs))
+    ):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
@@ -137,9 +144,9 @@ def _regionalize_compiling(error):
 
 
 def _regionalize_graphable(owner, args, kwargs):
-    """Can one CUDA graph serve this call: no grad, no hooks, only CUDA tensors and plain values."""
+    """Can one CUDA graph serve this call: no hooks, only CUDA tensors and plain values."""
     hooks = torch.nn.modules.module
-    if torch.is_grad_enabled() or owner._forward_hooks or owner._forward_pre_hooks:
+    if owner._forward_hooks or owner._forward_pre_hooks:
         return False
     if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
         return False

@@ -1,19 +1,23 @@
 """Bulk-run throughput and memory: regionalize against TorchFix on the transformers models tree.
 
-    python scripts/bench_throughput.py [--repeats 3] [--json docs/throughput.json]
+    python scripts/bench_throughput.py [--repeats 3] [--torchfix-repeats 1] [--json docs/throughput.json]
 
 Downloads (never commits) the transformers wheel into .downloads/ and TorchFix into its own virtual
 environment there (it pins an older libcst). Runs, interleaved and `--repeats` times each:
 `regionalize --check -j 1`, `regionalize --check -j 2` and `torchfix` (default rules, 2 jobs; once by
 default, as it takes minutes) over the same tree, and reports medians and ratios from that one run.
 Then the peak memory of `-j 1` runs over growing subsets of the files, to show it does not grow with
-the number of files.
+the number of files. Writes docs/throughput.md (the table, with the date, machine and versions).
+`--torchfix-repeats 0` leaves TorchFix out.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOWNLOADS = ROOT / ".downloads"
+DOCS = ROOT / "docs"
 TRANSFORMERS = "transformers==5.23.0"
 TORCHFIX = "torchfix==0.7.0"
 
@@ -68,7 +73,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--torchfix-repeats", type=int, default=1, help="TorchFix is slow; 1 is plenty")
+    parser.add_argument(
+        "--torchfix-repeats", type=int, default=1, help="TorchFix is slow; 1 is plenty, 0 leaves it out"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -79,8 +86,9 @@ def main() -> None:
     commands = {
         "regionalize -j 1": [*regionalize, "-j", "1", str(tree)],
         "regionalize -j 2": [*regionalize, "-j", "2", str(tree)],
-        "torchfix -j 2": [str(torchfix_bin()), "--jobs", "2", str(tree)],
     }
+    if args.torchfix_repeats:
+        commands["torchfix -j 2"] = [str(torchfix_bin()), "--jobs", "2", str(tree)]
     print(f"tree: {TRANSFORMERS} models, {len(files)} files, {lines} lines; {args.repeats} runs each")
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     for round_ in range(args.repeats):
@@ -91,8 +99,9 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     for name, value in medians.items():
         print(f"{name:18} {value:7.1f} s median  ({', '.join(f'{v:.1f}' for v in seconds[name])})")
-    ratio = medians["torchfix -j 2"] / medians["regionalize -j 2"]
-    print(f"torchfix / regionalize, both on 2 jobs: {ratio:.1f}x")
+    ratio = medians["torchfix -j 2"] / medians["regionalize -j 2"] if "torchfix -j 2" in medians else None
+    if ratio:
+        print(f"torchfix / regionalize, both on 2 jobs: {ratio:.1f}x")
 
     memory = {}
     for count in (100, 500, len(files)):
@@ -101,6 +110,7 @@ def main() -> None:
         _, peak = timed([*regionalize, "-j", "1", *subset])
         memory[len(subset)] = peak
         print(f"peak memory, -j 1, {len(subset):5} files: {peak} MiB ({time.perf_counter() - started:.1f} s)")
+    (DOCS / "throughput.md").write_text(_markdown(len(files), lines, seconds, medians, memory))
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -116,6 +126,35 @@ def main() -> None:
             )
             + "\n"
         )
+
+
+def _markdown(
+    files: int, lines: int, seconds: dict[str, list[float]], medians: dict[str, float], memory: dict[int, int]
+) -> str:
+    from regionalize import __version__
+
+    rows = [
+        f"| `{name}` | {medians[name]:.1f} s | {', '.join(f'{v:.1f}' for v in seconds[name])} |"
+        for name in medians
+    ]
+    peaks = ", ".join(f"{peak} MiB for {count:,} files" for count, peak in memory.items())
+    return "\n".join(
+        [
+            "# Bulk-run throughput",
+            "",
+            f"Measured by `python scripts/bench_throughput.py` on {datetime.date.today()}: {TRANSFORMERS} "
+            f"models tree ({files:,} files, {lines:,} lines), `regionalize --check -q`, regionalize "
+            f"{__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
+            f"({platform.machine()}). Runs interleaved, median of each.",
+            "",
+            "| command | median | runs |",
+            "|---|---|---|",
+            *rows,
+            "",
+            f"Peak memory of a `-j 1` run: {peaks}.",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -257,3 +257,29 @@ def test_symbolic_helper_leaves_forward_alone_on_a_torch_without_the_setting(mon
     model = module.Decoder(depth=2).eval()
     model.cache_class = module.Cache
     assert len(generate(model, steps=2)) == 2
+
+
+def test_hierarchical_decoder_updates_its_cache_in_one_frame_without_regions() -> None:
+    """The default form: each block updates the cache, so the owner is compiled whole without nested
+    regions, with graph deduplication for its own compiles only; the outputs are the original's."""
+    torch = pytest.importorskip("torch")
+    from regionalize.verify.accounting import recording, served_forms
+
+    rewritten = transform_source(DECODER, Options(backend="aot_eager")).code
+    assert "_regionalize_blocks(block, self, nested=False, " in rewritten
+    original_module = load(DECODER, "decoder_original_whole")
+    module = load(rewritten, "decoder_hierarchical")
+    torch.manual_seed(0)
+    original = original_module.Decoder(depth=12).eval()
+    model = module.Decoder(depth=12).eval()
+    model.load_state_dict(original.state_dict())
+    original.cache_class, model.cache_class = original_module.Cache, module.Cache
+    expected = generate(original)
+    with recording() as account:
+        actual = generate(model)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert served_forms(model) == {"Decoder": "whole"}
+    assert account.regions_traced == 0 and not account.fell_back_to_eager
+    assert torch._dynamo.config.use_graph_deduplication is False  # set for the owner's calls only
+    assert model.last_cache.seen == original.last_cache.seen  # the side effects happened once per layer
