@@ -27,7 +27,7 @@ CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn."
 COMPILING_HELPERS = {
     HELPER_NAMES["depyf"],
     "_regionalize_blocks",
-    "_regionalize_cuda_graphs",
+    "_regionalize_cuda_graphs",  # what an earlier regionalize wrote for --mode reduce-overhead
 }  # helpers that compile their first argument
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 # What the file's package defines under an imported name (`regionalize.package`), or None.

@@ -66,11 +66,13 @@ def _regionalize_blocks(block, owner, nested=True, **compile_kwargs):
 def _regionalize_per_block(owner):
     """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
     state = owner.__dict__["_regionalize_owner"]
-    graphs = ("reduce-overhead", "max-autotune")
-    kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
-    for block in state["blocks"]:
-        if block._compiled_call_impl is None:
-            block.compile(**kwargs)
+    if state.get("compiled", 0) < len(state["blocks"]):  # once per block, not on every training call
+        graphs = ("reduce-overhead", "max-autotune")
+        kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
+        for block in state["blocks"]:
+            if block._compiled_call_impl is None:
+                block.compile(**kwargs)
+        state["compiled"] = len(state["blocks"])
     return owner._call_impl
 
 

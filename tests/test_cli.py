@@ -183,6 +183,7 @@ def test_pyproject_settings_and_flags_win(tmp_path: Path, model: Path) -> None:
     [
         ('colour = "red"', "unknown key tool.regionalize.colour"),
         ('style = "sideways"', "tool.regionalize.style must be one of inplace, wrap"),
+        ('form = "whole"', "tool.regionalize.form must be one of hierarchical, per-block"),
         ("jobs = 0", "tool.regionalize.jobs must be a positive integer"),
         ('containers = "Stack"', "tool.regionalize.containers must be a list of strings"),
     ],
