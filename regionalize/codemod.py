@@ -122,11 +122,12 @@ def _compile_containers(
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
     facts = prescan.scan(tree, options.containers, outside)
     facts.cache_blocks = cache_blocks
-    classes = [
-        (c.name, c.lineno, c.end_lineno or c.lineno) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
-    ]
+    classes = facts.classes
+    # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
+    pieces = regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers)
+    parsed: dict[regions.Region, cst.Module] = {}
     for _ in range(_MAX_LEVELS):
-        found = _container_pass(tree, lines, options, facts)
+        found = _container_pass(pieces, parsed, lines, options, facts)
         if isinstance(found, TransformResult):
             return found
         # A class holds compiled blocks when it compiles some (now or already), or holds a class that does.
@@ -149,18 +150,24 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ108")
 
 
 def _container_pass(
-    tree: ast.Module, lines: list[str], options: Options, facts: prescan.FileFacts
+    pieces: list[regions.Region],
+    parsed: dict[regions.Region, cst.Module],
+    lines: list[str],
+    options: Options,
+    facts: prescan.FileFacts,
 ) -> _Pass | TransformResult:
     result = _Pass(list(lines), facts, [], [], 0)
     replaced: list[tuple[regions.Region, str]] = []
-    for region in regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers):
-        try:
-            module = cst.parse_module(region.extract(lines))
-        except cst.ParserSyntaxError as exc:
-            line = exc.raw_line + region.start - 1
-            return TransformResult(
-                "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
-            )
+    for region in pieces:
+        if region not in parsed:
+            try:
+                parsed[region] = cst.parse_module(region.extract(lines))
+            except cst.ParserSyntaxError as exc:
+                line = exc.raw_line + region.start - 1
+                return TransformResult(
+                    "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
+                )
+        module = parsed[region]
         finder = _Finder(module, options, facts, region)
         MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
         result.sites += finder.sites
