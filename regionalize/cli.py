@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from regionalize import __version__, flags
+from regionalize import __version__, flags, rules
 from regionalize.report import FileReport, site_line, summarize, summary_line, to_json, to_sarif
 from regionalize.runner import Job, Selection, discover, run
 from regionalize.verify_cli import verify
@@ -26,12 +26,14 @@ files and prints the site lines (add --diff to see the diffs too); --check print
 \b
 Exit status: 0 nothing left to rewrite, 1 rewrites pending (without --apply), 2 an error.
 Settings can also live in [tool.regionalize] of pyproject.toml; flags win over the file.
-See also: regionalize verify --help (prove a rewrite equivalent and faster to compile).
+See also: regionalize verify --help (prove a rewrite equivalent and faster to compile), and
+regionalize rule CODE (what a site code such as RGZ108 means, and what to do about it).
 """
 
 
 class _DefaultCommandGroup(click.Group):
-    """`regionalize PATH...` runs the rewrite; `regionalize verify ...` the subcommand."""
+    """`regionalize PATH...` runs the rewrite; a first argument naming a subcommand (`verify`, `rule`, ...)
+    runs that instead, so a path with such a name needs a `./` before it."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args or (args[0] not in self.commands and args[0] != "--version"):
@@ -142,7 +144,14 @@ def _emit(reports: list[FileReport], fmt: str, check: bool, report_file: str | N
         if report.error:
             click.echo(f"error: {report.path}: {report.error}", err=True)
     if not quiet:
-        click.echo(summary_line(summarize(reports)), err=True)
+        summary = summarize(reports)
+        line = summary_line(summary)
+        # The site lines name codes; the summary says once where a code's page is.
+        skipped, warnings = summary["skipped"], summary["warnings"]
+        assert isinstance(skipped, dict) and isinstance(warnings, dict)
+        if codes := [*skipped, *warnings]:
+            line += f"; regionalize rule {codes[0]} explains a code"
+        click.echo(line, err=True)
 
 
 def _exit_code(reports: list[FileReport], apply: bool) -> int:
@@ -154,3 +163,26 @@ def _exit_code(reports: list[FileReport], apply: bool) -> int:
 
 
 main.add_command(verify)
+
+
+@main.command("rule")
+@click.argument("code", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Print the page of every code.")
+def rule(code: str | None, show_all: bool) -> None:
+    """Print what a site code means, why the codemod decides so and what to do about it (as `ruff rule`).
+
+    \b
+    regionalize rule RGZ108     one code's page
+    regionalize rule --all      every code's page
+    """
+    if show_all == (code is not None):
+        raise click.UsageError("give one CODE, or --all")
+    if show_all:
+        click.echo("\n".join(rules.pages().values()), nl=False)
+        return
+    assert code is not None
+    try:
+        click.echo(rules.page(code), nl=False)
+    except rules.UnknownCode:
+        click.echo(f"error: unknown code {code!r} (known: {', '.join(rules.pages())})", err=True)
+        sys.exit(EXIT_ERROR)

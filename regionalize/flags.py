@@ -38,7 +38,7 @@ _CODEMOD_OPTIONS = [
         "--mode",
         type=click.Choice(MODES),
         help="torch.compile mode. reduce-overhead and max-autotune use CUDA graphs: the graph goes around "
-        "the module that owns the blocks, with each block a nested compile region (see README).",
+        "the module that owns the blocks, with each block a nested compile region (docs/compile-forms.md).",
     ),
     click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph."),
     click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic)."),
@@ -46,7 +46,8 @@ _CODEMOD_OPTIONS = [
     click.option(
         "--guard-bypass",
         type=click.Choice(GUARD_BYPASS),
-        help="Skip Dynamo's per-call guard checks on each block; implies --form per-block (see README).",
+        help="Skip Dynamo's per-call guard checks on each block; implies --form per-block "
+        "(docs/compile-forms.md).",
     ),
     click.option(
         "--always", multiple=True, help="Class name always treated as a repeated block (repeatable)."

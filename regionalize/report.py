@@ -6,26 +6,11 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from regionalize import __version__
+from regionalize import __version__, rules
 
-# Stable codes: tools and people grep for these, so they never change meaning.
-CODES = {
-    "RGZ001": "repeated block compiled regionally",
-    "RGZ002": "already compiled",
-    "RGZ003": "a call taking a per-block integer runs outside the compiled region",
-    "RGZ004": "per-block integers read in forward are symbolic while it is traced",
-    "RGZ101": "skipped by a `# regionalize: skip` comment",
-    "RGZ102": "element is a leaf layer, not a block",
-    "RGZ103": "element is not a module constructor",
-    "RGZ104": "container is not bound to a name, so its blocks cannot be compiled in place",
-    "RGZ105": "element class is excluded by configuration",
-    "RGZ106": "the statement cannot take a new line after it",
-    "RGZ107": "container is a class attribute, shared by every instance",
-    "RGZ108": "element class holds repeated blocks compiled on their own; compiling it too would inline them",
-    "RGZ109": "repeated too few times to be worth a compiled region; the enclosing block is compiled instead",
-    "RGZ110": "element is a container filled elsewhere; what it holds is judged where that is built",
-    "RGZ201": "a per-iteration integer reaches the block's constructor",
-}
+# Stable codes: tools and people grep for these, so they never change meaning. Each meaning is the title of
+# the code's page (regionalize/codes/RGZnnn.md), which says what to do about it: `regionalize rule CODE`.
+CODES = rules.meanings()
 
 
 # What a rewrite site did, when it is not compiling a container.
@@ -101,15 +86,21 @@ def _counts(counter: dict[str, int]) -> str:
 
 def to_json(reports: list[FileReport]) -> str:
     files = [
-        {"path": r.path, "changed": r.changed, "sites": [asdict(s) for s in r.sites], "error": r.error}
+        {"path": r.path, "changed": r.changed, "sites": [_site_json(s) for s in r.sites], "error": r.error}
         for r in reports
     ]
     return json.dumps({"version": __version__, "files": files, "summary": summarize(reports)}, indent=2)
 
 
+def _site_json(site: Site) -> dict[str, object]:
+    # `doc`: the code's page, so that a tool reading the report can lead its user to what to do.
+    return {**asdict(site), "doc": rules.path(site.code)}
+
+
 def to_sarif(reports: list[FileReport]) -> str:
     """SARIF 2.1.0, so code-scanning tools show each site inline."""
-    rules = [{"id": code, "shortDescription": {"text": text}} for code, text in CODES.items()]
+    # Each rule carries its whole page as `help`, which code-scanning tools show beside the result.
+    descriptors = [_rule(code, text) for code, text in CODES.items()]
     levels = {"rewrite": "warning", "skip": "note", "warn": "warning"}
     results = []
     for report in reports:
@@ -133,13 +124,12 @@ def to_sarif(reports: list[FileReport]) -> str:
                     "locations": [{"physicalLocation": {**location["physicalLocation"], "region": region}}],
                 }
             )
-    rules.append({"id": "RGZ900", "shortDescription": {"text": "file could not be processed"}})
     run = {
         "tool": {
             "driver": {
                 "name": "regionalize",
                 "version": __version__,
-                "rules": rules,
+                "rules": descriptors,
                 "informationUri": "https://pypi.org/project/regionalize/",
             }
         },
@@ -147,3 +137,15 @@ def to_sarif(reports: list[FileReport]) -> str:
     }
     sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0", "runs": [run]}
     return json.dumps(sarif, indent=2)
+
+
+def _rule(code: str, text: str) -> dict[str, object]:
+    page = rules.page(code)
+    rule: dict[str, object] = {
+        "id": code,
+        "shortDescription": {"text": text},
+        "help": {"text": page, "markdown": page},
+    }
+    if (uri := rules.help_uri(code)) is not None:
+        rule["helpUri"] = uri
+    return rule

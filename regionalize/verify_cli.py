@@ -33,7 +33,7 @@ after one unrelated warm-up compile.
 MODEL may also be a module's dotted name (transformers.models.bert.modeling_bert).
 
 With --manifest zoo.toml, every model the manifest lists is verified in its own process, one after
-another, each with a timeout; the results go to STEM.md, STEM.json and STEM.png (see README).
+another, each with a timeout; the results go to STEM.md, STEM.json and STEM.png (docs/verify.md).
 
 \b
 Exit status: 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the model could not be
@@ -101,9 +101,9 @@ model's status, a timeout or a crash counting as 2.
 @click.option(
     "--manifest",
     type=click.Path(exists=True, dir_okay=False),
-    help="Verify every model of a zoo manifest (TOML, see README), each in its own process, instead of "
-    "MODEL; writes STEM.md, STEM.json and STEM.png. With it, only --out, --timeout, --quick, --device "
-    "and -q apply: everything else is set per model in the manifest.",
+    help="Verify every model of a zoo manifest (TOML, see docs/verify.md), each in its own process, "
+    "instead of MODEL; writes STEM.md, STEM.json and STEM.png. With it, only --out, --timeout, --quick, "
+    "--device and -q apply: everything else is set per model in the manifest.",
 )
 @click.option(
     "--out",
