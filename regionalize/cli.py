@@ -12,6 +12,7 @@ import click
 from regionalize import __version__, flags, rules
 from regionalize.report import FileReport, site_line, summarize, summary_line, to_json, to_sarif
 from regionalize.runner import Job, Selection, discover, run
+from regionalize.tune_cli import tune
 from regionalize.verify_cli import verify
 
 EXIT_CLEAN, EXIT_PENDING, EXIT_ERROR = 0, 1, flags.EXIT_ERROR
@@ -26,8 +27,9 @@ files and prints the site lines (add --diff to see the diffs too); --check print
 \b
 Exit status: 0 nothing left to rewrite, 1 rewrites pending (without --apply), 2 an error.
 Settings can also live in [tool.regionalize] of pyproject.toml; flags win over the file.
-See also: regionalize verify --help (prove a rewrite equivalent and faster to compile), and
-regionalize rule CODE (what a site code such as RGZ108 means, and what to do about it).
+See also: regionalize verify --help (prove a rewrite equivalent and faster to compile), regionalize
+tune --help (measure which blocks share a graph, and write the settings), and regionalize rule CODE
+(what a site code such as RGZ108 means, and what to do about it).
 """
 
 
@@ -163,6 +165,7 @@ def _exit_code(reports: list[FileReport], apply: bool) -> int:
 
 
 main.add_command(verify)
+main.add_command(tune)
 
 
 @main.command("rule")

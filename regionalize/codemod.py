@@ -19,6 +19,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from regionalize import helpers, package, per_block_ints, prescan, regions
+from regionalize.declarations import Declaration
 from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
@@ -72,7 +73,8 @@ def transform_source(
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
     lines = source.splitlines(keepends=True)
     outside = _packages(options).lookup(path) if path else prescan.nothing
-    found = _compile_containers(tree, lines, options, outside)
+    declared = _packages(options).declared(path) if path else []
+    found = _compile_containers(tree, lines, options, outside, declared)
     if isinstance(found, TransformResult):
         return found
     fixes = per_block_ints.plan(tree, source, found.facts.imports, found.int_args)
@@ -85,7 +87,7 @@ def transform_source(
             tree = ast.parse("".join(lines))
         except SyntaxError as exc:  # a bug of ours, as below
             return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
-        found = _compile_containers(tree, lines, options, outside, frozenset(fixes.cache_blocks))
+        found = _compile_containers(tree, lines, options, outside, declared, frozenset(fixes.cache_blocks))
         assert not isinstance(found, TransformResult)
     code, runtime = _add_helpers(found, tree, path)
     if code == source:
@@ -115,6 +117,7 @@ def _compile_containers(
     lines: list[str],
     options: Options,
     outside: prescan.Lookup,
+    declared: list[Declaration],
     cache_blocks: frozenset[str] = frozenset(),
 ) -> _Pass | TransformResult:
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
@@ -122,6 +125,7 @@ def _compile_containers(
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
     facts = prescan.scan(tree, options.containers, outside)
     facts.cache_blocks = cache_blocks
+    facts.package_declarations = declared
     classes = facts.classes
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
     pieces = regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers)
@@ -202,8 +206,10 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
         return frozenset()
     if not might_have_sites(source, options):
         return frozenset()
-    outside = _packages(options).lookup(file)
-    found = _compile_containers(tree, source.splitlines(keepends=True), options, outside)
+    packages = _packages(options)
+    found = _compile_containers(
+        tree, source.splitlines(keepends=True), options, packages.lookup(file), packages.declared(file)
+    )
     return frozenset() if isinstance(found, TransformResult) else found.holders
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from regionalize import prescan
+from regionalize import declarations, prescan
 
 _MAX_BYTES = 10 * 1024 * 1024
 _MAX_HOPS = 8  # re-exports followed, as an `__init__.py` importing from a submodule
@@ -41,6 +41,7 @@ class Definition:
     # Does the class hold repeated blocks compiled in its own module? Asked only of blocks, since
     # answering it runs the codemod over that module.
     holds_compiled: Callable[[], bool] = field(default=lambda: False, compare=False)
+    returns: tuple[str, ...] | None = None  # a factory function: the classes it builds, absolute names
 
 
 def module_name_for(path: Path) -> tuple[Path, str]:
@@ -70,6 +71,7 @@ class Packages:
         self._reading: list[Path] = []
         self._partial: set[Path] = set()
         self._read_again: set[Path] = set()
+        self._declared: dict[Path, list[declarations.Declaration]] = {}
 
     def lookup(self, path: str | Path) -> prescan.Lookup:
         """Resolve the names a file imports (as `prescan.FileFacts.resolve` spells them) in its package."""
@@ -87,6 +89,17 @@ class Packages:
             return found[name]
 
         return find
+
+    def declared(self, path: str | Path) -> list[declarations.Declaration]:
+        """The `_repeated_blocks` declared anywhere in the file's top package (read once per process)."""
+        file = Path(os.path.abspath(path))
+        if not (file.parent / "__init__.py").is_file():
+            return []
+        root, module = module_name_for(file)
+        top = root / module.split(".")[0]
+        if top not in self._declared:
+            self._declared[top] = _repeated_blocks(top)
+        return self._declared[top]
 
     def _define(self, root: Path, here: list[str], name: str, hops: int) -> Definition | None:
         absolute = _absolute(here, name)
@@ -106,6 +119,8 @@ class Packages:
             )
         if attr in facts.clone_helpers:
             return Definition(clones=True)
+        if attr in facts.factories:
+            return Definition(returns=_absolute_names(module, file, facts.factories[attr], facts))
         if attr in facts.imports and hops > 0:  # re-exported: follow it where it comes from
             package = module if file.name == "__init__.py" else module[:-1]
             return self._define(root, package, facts.imports[attr], hops - 1)
@@ -169,6 +184,39 @@ def _absolute(here: list[str], name: str) -> list[str] | None:
     if level - 1 >= len(here):
         return None
     return here[: len(here) - (level - 1)] + rest
+
+
+def _absolute_names(
+    module: list[str], file: Path, names: tuple[str, ...], facts: prescan.FileFacts
+) -> tuple[str, ...]:
+    """Names resolved in a module, made absolute: a class of the module itself is named there bare."""
+    package = module if file.name == "__init__.py" else module[:-1]
+    found = []
+    for name in names:
+        if name.startswith("."):
+            parts = _absolute(package, name)
+        elif "." not in name and name in facts.holds_submodules:
+            parts = [*module, name]
+        else:
+            parts = name.split(".")
+        if parts:
+            found.append(".".join(parts))
+    return tuple(found)
+
+
+def _repeated_blocks(top: Path) -> list[declarations.Declaration]:
+    found = []
+    for folder, _, names in os.walk(top):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            try:
+                source = (Path(folder) / name).read_bytes()
+                if len(source) > _MAX_BYTES or b"_repeated_blocks" not in source:
+                    continue
+                tree = ast.parse(source)
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            found += [d for d in declarations.read(tree) if d.attribute == "_repeated_blocks"]
+    return found
 
 
 def _module_file(root: Path, module: list[str]) -> Path | None:

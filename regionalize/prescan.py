@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from regionalize import declarations
+from regionalize.declarations import Declaration
 from regionalize.guard_bypass import HELPER_NAMES
 
 if TYPE_CHECKING:
@@ -65,6 +67,13 @@ class FileFacts:
     own_init: set[str] = field(default_factory=set)
     # Local names of the clone helpers imported from the package, found while scanning.
     imported_clone_helpers: set[str] = field(default_factory=set)
+    # Functions of the file whose every return builds a class (`get_down_block`): what they return.
+    factories: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The repeated blocks the file's classes declare, the classes inside those models, and the
+    # `_repeated_blocks` declared anywhere in the package (read by the codemod, for the file rewritten).
+    declarations: list[Declaration] = field(default_factory=list)
+    inside: set[str] = field(default_factory=set)
+    package_declarations: list[Declaration] = field(default_factory=list)
     outside: Lookup = nothing
 
     def container_kind(self, name: str) -> str | None:
@@ -88,6 +97,29 @@ class FileFacts:
         """Is this a class of the package whose own repeated blocks are compiled in its module?"""
         defined = self.outside(full)
         return defined is not None and defined.holds_compiled()
+
+    def factory(self, full: str) -> tuple[str, ...] | None:
+        """The classes a factory function of the file or its package returns (resolved names)."""
+        if full in self.factories:
+            return self.factories[full]
+        defined = self.outside(full)
+        return defined.returns if defined else None
+
+    def declaring(self, block: str) -> Declaration | None:
+        """The declaration that names this class (by its last name) as a repeated block."""
+        return next((d for d in self.declarations + self.package_declarations if block in d.blocks), None)
+
+    def declaration_over(self, scope: str | None) -> Declaration | None:
+        """The declaration that says which blocks a site in class `scope` (None: outside any class) may
+        compile: the package's `_repeated_blocks`, or a declaration of a model of the file it is inside."""
+        if self.package_declarations:
+            return (
+                next((d for d in self.declarations if d.attribute == "_repeated_blocks"), None)
+                or (self.package_declarations[0])
+            )
+        if scope in self.inside:
+            return next(iter(self.declarations))
+        return None
 
     def is_clone_helper(self, full: str) -> bool:
         defined = self.outside(full)
@@ -192,11 +224,21 @@ def scan(
                 facts.own_init.add(statement.name)
         elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts):
             facts.clone_helpers.add(statement.name)
+    facts.declarations = declarations.read(tree)
+    if facts.declarations:
+        facts.inside = declarations.inside(tree, {d.model for d in facts.declarations})
     for node in everything:  # subclasses of containers, in the order they are defined
         if isinstance(node, ast.ClassDef):
             kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
             if kind := next((k for k in kinds if k), None):
                 facts.containers[node.name] = kind
+    for statement in tree.body:  # after the containers: a factory returns a block, not a container
+        if (
+            isinstance(statement, ast.FunctionDef)
+            and statement.name not in facts.clone_helpers
+            and (returns := _returns_classes(statement, facts))
+        ):
+            facts.factories[statement.name] = returns
     for statement in tree.body:
         if isinstance(statement, ast.Import):
             facts.torch_bound |= any(
@@ -296,6 +338,21 @@ def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
         )
         for value in returned
     )
+
+
+def _returns_classes(function: ast.FunctionDef, facts: FileFacts) -> tuple[str, ...] | None:
+    """`get_down_block(..)`: the classes built by its returns, when each return builds a class by name
+    (not a container: `_make_layer` returning `nn.Sequential(*layers)` is judged by what it holds)."""
+    returns = sorted((n for n in ast.walk(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
+    returned = [n.value for n in returns if n.value is not None]
+    names: list[str] = []
+    for value in returned:
+        name = dotted_name(value.func) if isinstance(value, ast.Call) else None
+        if name is None or not name.rsplit(".", 1)[-1][:1].isupper() or facts.container_kind(name):
+            return None
+        if (full := facts.resolve(name)) not in names:
+            names.append(full)
+    return tuple(names) or None
 
 
 def kind_by_name(name: str) -> str:

@@ -10,6 +10,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, PositionProvider
 
 from regionalize import per_block_ints, prescan, regions
+from regionalize.declarations import Declaration
 from regionalize.options import Options
 from regionalize.patterns.ints import int_targets
 from regionalize.patterns.model import Edits, Scope, dotted_name
@@ -150,6 +151,17 @@ class Context(cst.CSTVisitor):
             return False
         start, end = self.region.start, self.region.end
         return any(first <= start and end <= last for first, last in self.facts.owners)
+
+    def declaration(self) -> Declaration | None:
+        """The declaration of repeated blocks that holds where the region is, unless the region is a method
+        of a declared class: blocks repeated inside a declared block are a finer level of it."""
+        start, end = self.region.start, self.region.end
+        around = [(first, name) for name, first, last in self.facts.classes if first <= start and end <= last]
+        scope = max(around)[1] if around else None
+        declared = self.facts.declaration_over(scope)
+        if declared is None or (scope is not None and self.facts.declaring(scope)):
+            return None
+        return declared
 
     def where(self, position: CodePosition) -> tuple[int, int]:
         """Line and 1-based column in the file, from a position in the region."""

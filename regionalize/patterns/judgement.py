@@ -74,12 +74,29 @@ class Judge:
             return Element("leaf" if LEAF_PARAMETER.search(last) else "block", label, expr)
         if dotted == "copy.deepcopy":  # `_get_clones(module, N)` in torch.nn.Transformer and its copies
             return Element("block", label, expr)
+        returns = None if last.lstrip("_")[:1].isupper() else ctx.facts.factory(dotted)
+        if returns:
+            # A factory of the file or its package: what it returns decides, not its name.
+            if len(returns) > 1:
+                return Element("factory", label, expr, returns=returns)
+            dotted, last = returns[0], returns[0].rsplit(".", 1)[-1]
+        element = self._by_class(expr, label, dotted, last)
+        element.returns = (dotted,) if returns else ()
+        named = last in ctx.options.always or ctx.facts.declaring(last)
+        if element.kind == "block" and not named and (declared := ctx.declaration()):
+            return Element("undeclared", label, expr, declared=declared, returns=element.returns)
+        return element
+
+    def _by_class(self, expr: cst.Call, label: str, dotted: str, last: str) -> Element:
+        ctx = self.ctx
         if last in ctx.options.never:
             return Element("excluded", label, expr)
         if last in ctx.options.always:
             return Element("block", label, expr)
         if last in ctx.facts.holders:
             return Element("holder", label, expr)
+        if ctx.facts.declaring(last):
+            return Element("block", label, expr)  # the model says so, whatever the class is named
         if (holds := ctx.facts.holds(dotted)) is not None:
             # Defined in this file or its package: what it builds decides, not its name (`MBConv` is a
             # block, a norm with only parameters is a leaf, whatever it is called).

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from regionalize.declarations import Declaration
 from regionalize.options import Options
 
 
@@ -25,13 +26,16 @@ class Edits:
 
 @dataclass
 class Element:
-    # "block", "compiled", "leaf", "other", "excluded", "holder", "nested", or "parts" (a container whose
-    # elements are built elsewhere)
+    # "block", "compiled", "leaf", "other", "excluded", "holder", "nested", "parts" (a container whose
+    # elements are built elsewhere), "undeclared" (a block the model's declaration leaves out) or
+    # "factory" (a function returning one of several classes)
     kind: str
     label: str
     call: cst.Call | None = None
     inner: Container | None = None  # the inner container of a "nested" element
     int_vars: frozenset[str] = frozenset()  # integer loop variables in scope where it is built
+    declared: Declaration | None = None  # of an "undeclared" element
+    returns: tuple[str, ...] = ()  # what the factory function that builds the element returns
 
 
 @dataclass

@@ -23,17 +23,17 @@ def triage(
     compiled: bool,
 ) -> bool:
     """The decisions every pattern shares; True when the site is settled (reported, or wrapped)."""
-    if not blocks and any(e.kind == "holder" for e in leaves):
+    if not blocks and any(e.kind in ("holder", "undeclared", "factory") for e in leaves):
         # Before "already compiled", which can be a guess from the attribute's name (`.layers` compiled
-        # elsewhere in the file): the holder decides, the same on every pass.
-        site(*_why_not(leaves))
+        # elsewhere in the file): what the source says decides, the same on every pass.
+        site(*_why_not(ctx, leaves))
     elif compiled or any(e.kind == "compiled" for e in leaves):
         site("RGZ002", "skip")
         record_int_args(ctx, leaves, pattern, warn=False)
     elif ctx.skip_comment(call):
         site("RGZ101", "skip")
     elif not blocks:
-        site(*_why_not(leaves))
+        site(*_why_not(ctx, leaves))
     else:
         record_int_args(ctx, blocks, pattern, warn=True)
         if ctx.options.style != "wrap":
@@ -64,12 +64,24 @@ def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: boo
             )
 
 
-def _why_not(elements: list[Element]) -> tuple[str, str, str]:
+def _why_not(ctx: Context, elements: list[Element]) -> tuple[str, str, str]:
     kinds = {e.kind for e in elements}
     if "holder" in kinds:
         return ("RGZ108", "skip", "")
     if "excluded" in kinds:
         return ("RGZ105", "skip", "")
+    if undeclared := next((e for e in elements if e.kind == "undeclared"), None):
+        name = (undeclared.returns[0] if undeclared.returns else undeclared.label).rsplit(".", 1)[-1]
+        declared = ctx.facts.package_declarations
+        if undeclared.declared in declared and undeclared.declared not in ctx.facts.declarations:
+            where = f"the package's `_repeated_blocks` on {len(declared)} model classes, e.g. `{declared[0]}`"
+        else:
+            where = f"`{undeclared.declared}`"
+        return ("RGZ111", "skip", f"{where}; `--always {name}` compiles it")
+    if factory := next((e for e in elements if e.kind == "factory"), None):
+        classes = [r.rsplit(".", 1)[-1] for r in factory.returns]
+        shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
+        return ("RGZ112", "skip", f"`{factory.label}` returns one of {len(classes)} classes ({shown})")
     if "leaf" in kinds:
         return ("RGZ102", "skip", "")
     if "parts" in kinds:

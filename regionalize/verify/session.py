@@ -108,7 +108,7 @@ class Subject:
         """ "original", "rewritten", or "rewritten,guard_bypass=filter" for a rewrite with other options."""
         if variant.rewrite is None:
             return "original"
-        return ",".join(["rewritten", *(f"{k}={v}" for k, v in sorted(variant.rewrite.items()))])
+        return ",".join(["rewritten", *(f"{k}={_word(v)}" for k, v in sorted(variant.rewrite.items()))])
 
     def source_file(self, variant: Variant) -> Path:
         key = self.key(variant)
@@ -174,6 +174,11 @@ class Subject:
         elif variant.compile_whole:
             built.model = torch.compile(built.model, **self.options.compile_kwargs())
         return built
+
+
+def _word(value: object) -> str:
+    """A setting in a rewrite's key, which also names its file: class names joined, not a set's repr."""
+    return "+".join(sorted(value)) if isinstance(value, frozenset) else str(value)
 
 
 def _unpack(made: Any, name: str, bare_model: bool = False) -> Built:

@@ -1,0 +1,94 @@
+"""The repeated blocks a model library declares on its model classes, read with `ast`.
+
+- diffusers' `_repeated_blocks`: what its `compile_repeated_blocks()` compiles. A package that uses it
+  declares every block it wants compiled, so the declaration holds for the whole package.
+- transformers' `_no_split_modules`: what accelerate keeps on one device. Usually the decoder or encoder
+  layer, sometimes a stage that repeats layers (Swin) or a part of a layer (ResNet's conv layer). One
+  modeling file per model, so it holds for the classes of that file inside the declaring model.
+
+A class named in either is a block, whatever its name. A block class named in neither, inside a model
+that declares, is compiled only for a reason the codemod can state: it is repeated inside a declared
+class (a finer level of it). Otherwise the site is skipped (RGZ111) and says which declaration.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+ATTRIBUTES = ("_repeated_blocks", "_no_split_modules")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    model: str  # the class that declares
+    attribute: str  # one of ATTRIBUTES
+    blocks: tuple[str, ...]  # class names, as written
+
+    def __str__(self) -> str:
+        return f"{self.model}.{self.attribute} = {list(self.blocks)}"
+
+
+def read(tree: ast.Module) -> list[Declaration]:
+    """The declarations of the file's top-level classes: a list or tuple of class-name strings. An empty
+    list, `None` or a computed value declares nothing that can be read."""
+    found = []
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for statement in cls.body:
+            target, value = _assigned(statement)
+            if target not in ATTRIBUTES or not isinstance(value, (ast.List, ast.Tuple)):
+                continue
+            names = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if names and len(names) == len(value.elts):
+                found.append(Declaration(cls.name, target, tuple(names)))
+    return found
+
+
+def inside(tree: ast.Module, models: Iterable[str]) -> set[str]:
+    """The file's classes inside the given models: the models, their subclasses, and every class one of
+    those builds (in any method, or through a function of the file that returns it), transitively."""
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    functions = {f.name: f for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    reached = {m for m in models if m in classes}
+    todo = list(reached)
+    while todo:
+        name = todo.pop()
+        built = _called(classes[name], functions)
+        built |= {c for c, node in classes.items() if name in {_last(b) for b in node.bases}}
+        for other in built & classes.keys() - reached:
+            reached.add(other)
+            todo.append(other)
+    return reached
+
+
+def _called(node: ast.AST, functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]) -> set[str]:
+    """Last names of what `node` calls, through the file's functions it calls (once each)."""
+    names: set[str] = set()
+    seen: set[str] = set()
+    todo = [node]
+    while todo:
+        for call in (n for n in ast.walk(todo.pop()) if isinstance(n, ast.Call)):
+            name = _last(call.func)
+            names.add(name)
+            if name in functions and name not in seen:
+                seen.add(name)
+                todo.append(functions[name])
+    return names
+
+
+def _assigned(statement: ast.stmt) -> tuple[str | None, ast.expr | None]:
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target = statement.targets[0]
+        return (target.id if isinstance(target, ast.Name) else None), statement.value
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return statement.target.id, statement.value
+    return None, None
+
+
+def _last(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
