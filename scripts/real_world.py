@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -175,6 +177,26 @@ def table_row(row: Result) -> str:
     )
 
 
+def markdown(version: str, options: Options, header: list[str], rows: list[Result], problems: list) -> str:
+    changed = {k: v for k, v in asdict(options).items() if v != getattr(Options(), k)}
+    lines = [
+        "# The codemod over real model libraries: the latest run",
+        "",
+        f"Written by `python scripts/real_world.py --md docs/real_world_run.md` on "
+        f"{datetime.date.today().isoformat()}: regionalize at `{version}`, options "
+        f"{changed or 'default'}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
+        f"({platform.machine()}); times are wall seconds with `--jobs` processes. What the columns mean and "
+        "what the skips are: [real-libraries.md](real-libraries.md).",
+        "",
+        *header,
+        *(table_row(row) for row in rows),
+        "",
+        f"Files with a problem (a crash, an output that does not parse, a second pass that changes it): "
+        f"{len(problems)}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -185,6 +207,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=0, help="print this many diffs per library")
     parser.add_argument("--style", choices=STYLES, default="inplace")
     parser.add_argument("--guard-bypass", choices=GUARD_BYPASS, default="none")
+    parser.add_argument(
+        "--md", type=Path, help="also write the table, with the date, machine and versions, to this file"
+    )
     args = parser.parse_args()
     options = Options(style=args.style, guard_bypass=args.guard_bypass)
 
@@ -192,11 +217,12 @@ def main() -> None:
     print(f"regionalize at {version}, options: {options}\n")
     rows: list[Result] = []
     details: list[Result] = []
-    print(
+    header = [
         "| library | files | with sites | sites | rewritten | share | coverage | skipped by code | warnings "
-        "| per-block integer fixes | unparsable | crashes | bad output / not idempotent | time |"
-    )
-    print("|---" * 14 + "|")
+        "| per-block integer fixes | unparsable | crashes | bad output / not idempotent | time |",
+        "|---" * 14 + "|",
+    ]
+    print("\n".join(header))
     for label in args.libs:
         root = fetch(LIBRARIES[label])
         files = sorted(str(p) for p in root.rglob("*.py"))
@@ -213,6 +239,8 @@ def main() -> None:
     problems = [r for r in details if r.keys() & set(PROBLEMS)]
     for r in problems:
         print(f"PROBLEM {r['path']}: " + "; ".join(f"{k}: {r[k]}" for k in PROBLEMS if k in r))
+    if args.md:
+        args.md.write_text(markdown(version, options, header, rows, problems))
     if args.json:
         report = {"codemod": version, "options": asdict(options), "libraries": rows, "files": details}
         args.json.write_text(json.dumps(report, indent=1, default=sorted) + "\n")
