@@ -1,4 +1,4 @@
-# regionalize runtime 1: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 2: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -15,11 +15,13 @@ allows graph breaks): the original's result, never an error the original would n
 import copy
 import functools
 import warnings
+import weakref
 
 import torch
 
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
 _regionalize_patches = {}  # Dynamo settings an owner is compiled with, as patches made once (10 us each)
+_regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
 
 
 def _regionalize_blocks(block, owner, nested=True, **compile_kwargs):
@@ -34,6 +36,7 @@ def _regionalize_blocks(block, owner, nested=True, **compile_kwargs):
     """
     state = owner.__dict__.setdefault("_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs})
     state["blocks"].append(block)
+    _regionalize_modules.update((owner, block))
     if not hasattr(torch.compiler, "nested_compile_region"):
         state["why"] = "this torch has no nested compile regions"
     elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
@@ -71,13 +74,31 @@ def _regionalize_per_block(owner):
         kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
         for block in state["blocks"]:
             if block._compiled_call_impl is None:
-                block.compile(**kwargs)
+                block.compile(**_regionalize_static(block, kwargs))
         state["compiled"] = len(state["blocks"])
     return owner._call_impl
 
 
+def _regionalize_static(module, kwargs):
+    """The compile options for `module`, with `dynamic=False` when another module of its class set up here
+    holds parameters of other shapes (stages of growing width). Those share no graph, parameters being
+    static, and automatic dynamic shapes would only add a symbolic compile for each: on Swin's stages,
+    Inductor's CPU code generation then ran past 5 minutes, against half a minute for a full compile."""
+    if "dynamic" in kwargs:
+        return kwargs
+    kind = type(module)
+    shapes = {tuple(p.shape for p in m.parameters()) for m in list(_regionalize_modules) if type(m) is kind}
+    return {**kwargs, "dynamic": False} if len(shapes) > 1 else kwargs
+
+
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
     state = owner.__dict__["_regionalize_owner"]
+    if "settled" not in state:  # by the first call, every module of the model is built and set up
+        state["settled"] = True
+        static = _regionalize_static(owner, state["kwargs"])
+        if static is not state["kwargs"]:
+            whole = torch.compile(owner._call_impl, **static, fullgraph=True)
+            owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions (nested, or found by graph deduplication) returns wrong gradients (measured: 1e6 off on a

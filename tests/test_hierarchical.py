@@ -397,3 +397,78 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
     with torch.no_grad():
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
     assert model.model.__dict__["_regionalize_owner"].get("why") is None  # the no_grad call ran whole
+
+
+STAGES = """
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x).tanh()
+
+
+class Stage(nn.Module):
+    def __init__(self, d, n=3):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleList([Stage(4), Stage(8), Stage(16)])
+        self.downs = nn.ModuleList([nn.Linear(4, 8), nn.Linear(8, 16)])
+
+    def forward(self, x):
+        for i, stage in enumerate(self.stages):
+            x = stage(x)
+            if i < len(self.downs):
+                x = self.downs[i](x)
+        return x
+"""
+
+
+def _symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Does the graph take a size as a symbol (compiled with dynamic shapes)?"""
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if node.op == "placeholder" and (
+            isinstance(value, torch.SymInt)
+            or any(isinstance(s, torch.SymInt) for s in getattr(value, "shape", ()))
+        ):
+            return True
+    return False
+
+
+def test_owners_of_one_class_with_other_widths_compile_static_graphs() -> None:
+    # Automatic dynamic shapes would compile the second stage with symbolic sizes, which share nothing
+    # with the others (their parameters differ) and made Inductor's CPU code generation run for minutes
+    # on Swin's stages.
+    GRAPHS.clear()
+    model, twin = build(source=STAGES, mode="default", backend="regionalize_test_recorder")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), twin(x))
+        torch.testing.assert_close(model(x), twin(x))
+    assert len(GRAPHS) == 3  # a graph per stage, each compiled once
+    assert not any(_symbolic(gm) for gm in GRAPHS)
+
+
+def test_owners_of_one_width_keep_automatic_dynamic_shapes() -> None:
+    GRAPHS.clear()
+    model, twin = build(mode="default", backend="regionalize_test_recorder")
+    with torch.no_grad():
+        for rows in (2, 3, 4):  # a new batch size recompiles, and then with symbolic sizes
+            x = torch.randn(rows, 16)
+            torch.testing.assert_close(model(x), twin(x))
+    assert any(_symbolic(gm) for gm in GRAPHS)
