@@ -28,7 +28,10 @@ def update(path: Path, values: dict[str, list[str]]) -> None:
     """Set each key of `values` (`never`, `always`) in the file's `[tool.regionalize]` table."""
     data = path.read_bytes() if path.exists() else b""
     bom = data.startswith(codecs.BOM_UTF8)
-    text = data.decode("utf-8-sig")  # bytes, so that "\r\n" line endings survive
+    try:
+        text = data.decode("utf-8-sig")  # bytes, so that "\r\n" line endings survive
+    except UnicodeDecodeError as exc:
+        raise UpdateError(f"{path}: not UTF-8, as TOML must be: {exc.reason} at byte {exc.start}") from None
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.splitlines()
     header = next((i for i, line in enumerate(lines) if _HEADER.match(line)), None)

@@ -61,3 +61,11 @@ def test_an_inline_table_is_refused_and_the_file_left_alone(tmp_path: Path) -> N
     with pytest.raises(UpdateError, match=r"pyproject\.toml"):
         update(path, {"never": ["B"]})
     assert path.read_text() == text
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_bytes(b"[tool.regionalize]\nname = '\xff'\n")
+    with pytest.raises(UpdateError, match="UTF-8"):
+        update(path, {"never": ["B"]})
+    assert path.read_bytes() == b"[tool.regionalize]\nname = '\xff'\n"

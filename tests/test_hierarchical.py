@@ -464,6 +464,15 @@ def test_owners_of_one_class_with_other_widths_compile_static_graphs() -> None:
     assert not any(_symbolic(gm) for gm in GRAPHS)
 
 
+def test_per_block_blocks_of_one_class_with_other_widths_compile_static_graphs() -> None:
+    # With autograd on, the blocks are compiled one by one: the same rule holds for them.
+    GRAPHS.clear()
+    model, twin = build(source=STAGES, mode="default", backend="regionalize_test_recorder")
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(model(x), twin(x))
+    assert GRAPHS and not any(_symbolic(gm) for gm in GRAPHS)
+
+
 def test_owners_of_one_width_keep_automatic_dynamic_shapes() -> None:
     GRAPHS.clear()
     model, twin = build(mode="default", backend="regionalize_test_recorder")
