@@ -112,14 +112,10 @@ class FileFacts:
     def declaration_over(self, scope: str | None) -> Declaration | None:
         """The declaration that says which blocks a site in class `scope` (None: outside any class) may
         compile: the package's `_repeated_blocks`, or a declaration of a model of the file it is inside."""
-        if self.package_declarations:
-            return (
-                next((d for d in self.declarations if d.attribute == "_repeated_blocks"), None)
-                or (self.package_declarations[0])
-            )
-        if scope in self.inside:
-            return next(iter(self.declarations))
-        return None
+        if self.package_declarations:  # the file's own first, when it is one of them
+            own = [d for d in self.declarations if d in self.package_declarations]
+            return (own or self.package_declarations)[0]
+        return self.declarations[0] if scope in self.inside else None
 
     def is_clone_helper(self, full: str) -> bool:
         defined = self.outside(full)
