@@ -87,7 +87,7 @@ def transform_source(
             tree = ast.parse("".join(lines))
         except SyntaxError as exc:  # a bug of ours, as below
             return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
-        found = _compile_containers(tree, lines, options, outside, declared, frozenset(fixes.cache_blocks))
+        found = _compile_containers(tree, lines, options, outside, declared, fixes.cache_blocks)
         assert not isinstance(found, TransformResult)
     code, runtime = _add_helpers(found, tree, path)
     if code == source:
@@ -118,13 +118,13 @@ def _compile_containers(
     options: Options,
     outside: prescan.Lookup,
     declared: list[Declaration],
-    cache_blocks: frozenset[str] = frozenset(),
+    cache_blocks: dict[str, str | None] | None = None,
 ) -> _Pass | TransformResult:
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
     class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
     facts = prescan.scan(tree, options.containers, outside)
-    facts.cache_blocks = cache_blocks
+    facts.cache_blocks = cache_blocks or {}
     facts.package_declarations = declared
     classes = facts.classes
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.

@@ -60,7 +60,7 @@ def _sections() -> dict[str, _Section]:
         body = "".join(lines[first - 1 : statement.end_lineno])
         if isinstance(statement, ast.Import):
             name = "import " + statement.names[0].name
-        elif isinstance(statement, ast.FunctionDef):
+        elif isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
             name = statement.name
         elif isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name):
             name = statement.targets[0].id

@@ -66,9 +66,14 @@ class Plan:
     # (an attention in encoder and decoder layers) is edited once.
     fixed: dict[str, list[str]] = field(default_factory=dict)
     moved: set[str] = field(default_factory=set)  # classes with a call (a cache's update) moved out
+    # Per class with a moved call, the attributes those calls take directly as an argument (`self.layer_idx`
+    # in `past_key_values.update(k, v, self.layer_idx)`); None for one that takes it inside an expression.
+    indexes: dict[str, set[str | None]] = field(default_factory=dict)
     # Block classes whose integer reaches a moved call: each block updates a cache of its own, a side
-    # effect that a nested compile region cannot stamp out (`runtime._regionalize_blocks(nested=False)`).
-    cache_blocks: set[str] = field(default_factory=set)
+    # effect that a nested compile region cannot stamp out as it is. Each maps to the attribute its cache
+    # is indexed by when every such call takes that attribute as an argument, which lets the runtime stand
+    # in for the block's layer of a transformers cache (`_regionalize_blocks(cache_index=..)`), else None.
+    cache_blocks: dict[str, str | None] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.edits or self.decorate)
@@ -130,7 +135,9 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
                     done[key] = _fix_class(cls, params, file, result)
                 problems, reached = done[key]
                 if reached & result.moved:
-                    result.cache_blocks.add(name)
+                    indexes = set().union(*(result.indexes[c] for c in reached & result.moved))
+                    only = indexes.pop() if len(indexes) == 1 else None
+                    result.cache_blocks[name] = only if result.cache_blocks.get(name, only) == only else None
         if problems and args.warn:
             reason = (
                 f"per-block integer `{', '.join(args.names)}` reaches {args.block}(...), but "
@@ -199,6 +206,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
                 continue
             if _already_eager(node, parents):
                 result.moved.add(cls.name)  # moved by an earlier pass
+                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, None))
                 continue
             carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
             if carrier is None:
@@ -212,6 +220,8 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
                     remaining = True
             elif carrier not in moved:
                 moved.append(carrier)
+            if carrier is not None:
+                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, carrier))
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
@@ -340,6 +350,19 @@ def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | No
         if isinstance(node, ast.stmt):
             return None
     return None
+
+
+def _argument_of(
+    read: ast.Attribute, parents: dict[ast.AST, ast.AST], carrier: ast.expr | None
+) -> str | None:
+    """The attribute of `self.<attr>` when it is itself an argument of the call moved out (`carrier`, or
+    the body of an earlier pass's lambda), else None."""
+    parent = parents.get(read)
+    if isinstance(parent, ast.keyword):
+        parent = parents.get(parent)
+    if not isinstance(parent, ast.Call) or parent.func is read:
+        return None
+    return read.attr if parent is carrier or isinstance(parents.get(parent), ast.Lambda) else None
 
 
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:

@@ -52,8 +52,9 @@ class FileFacts:
     # compiled whole around the blocks their methods build.
     owners: list[tuple[int, int]] = field(default_factory=list)
     classes: list[tuple[str, int, int]] = field(default_factory=list)  # every class: name, first, last line
-    # Block classes that update a cache of their own (per_block_ints' `cache_blocks`): not nested regions.
-    cache_blocks: frozenset[str] = frozenset()
+    # Block classes that update a cache of their own (per_block_ints' `cache_blocks`), each with the
+    # attribute that indexes its cache, or None.
+    cache_blocks: dict[str, str | None] = field(default_factory=dict)
     # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
     holders: frozenset[str] = frozenset()
     # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?

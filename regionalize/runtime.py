@@ -1,4 +1,4 @@
-# regionalize runtime 2: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 3: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -10,10 +10,16 @@ A graph break in the owner or a block (an error inside a nested region), or any 
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then
 warns once and runs eagerly with each block compiled on its own (per-block regional compilation, which
 allows graph breaks): the original's result, never an error the original would not raise.
+
+A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
+values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every
+layer.
 """
 
 import copy
 import functools
+import inspect
+import sys
 import warnings
 import weakref
 
@@ -22,17 +28,22 @@ import torch
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
 _regionalize_patches = {}  # Dynamo settings an owner is compiled with, as patches made once (10 us each)
 _regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
+_regionalize_kv = [None]  # do transformers' cache layers update as the cache-updating regions assume
 
 
-def _regionalize_blocks(block, owner, nested=True, **compile_kwargs):
+def _regionalize_blocks(block, owner, nested=True, cache_index=None, **compile_kwargs):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
 
     Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
-    nested compile regions (before 2.8). `nested=False` for blocks that update a cache of their own: a
-    region would be traced again for every block anyway, so the owner is compiled whole with Dynamo's
-    graph deduplication instead. With a CUDA-graph mode the owner's frame is one CUDA graph for the calls
-    it can serve (no grad, no hooks, CUDA tensors and plain values), its outputs copied out of the
-    graph's memory pool; other calls take the per-block path.
+    nested compile regions (before 2.8). Blocks that update a cache of their own: with
+    `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
+    `past_key_values` parameter), each block is a region that returns its layer's new keys and values,
+    the cache written outside it. Otherwise (`nested=False`, or another cache) a region would be traced
+    again for every block, so the owner is compiled whole with Dynamo's graph deduplication.
+
+    With a CUDA-graph mode the owner's frame is one CUDA graph for the calls it can serve (no grad, no
+    hooks, CUDA tensors and plain values), its outputs copied out of the graph's memory pool; other calls
+    take the per-block path.
     """
     state = owner.__dict__.setdefault("_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs})
     state["blocks"].append(block)
@@ -50,20 +61,140 @@ def _regionalize_blocks(block, owner, nested=True, **compile_kwargs):
         owner._compiled_call_impl = functools.partial(
             _regionalize_owner_call, owner, owner._compiled_call_impl
         )
-        dedup = not nested and hasattr(torch._dynamo.config, "use_graph_deduplication")
-        state["config"] = "use_graph_deduplication" if dedup else ""
     cls = type(block)
-    if nested and "_regionalize_region" not in cls.__dict__:
-        plain = cls.forward
-        # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
-        # layer an error, and so a fallback): a deep stack needs as many as it has layers.
-        region = torch.compiler.nested_compile_region(plain, max_reuse_entries=1024)
+    if cache_index or not nested:  # traced in the owner's frame until its first call says how
+        block.__dict__["_regionalize_layer"] = None
+        state.setdefault("indexed", []).append((block, cache_index))
+    if "_regionalize_region" not in cls.__dict__:
+        cls.forward, cls._regionalize_region = _regionalize_region(cls.forward), True
 
-        @functools.wraps(plain)
-        def forward(self, *args, **kwargs):
-            return (region if _regionalize_tracing[0] else plain)(self, *args, **kwargs)
 
-        cls.forward, cls._regionalize_region = forward, True
+def _regionalize_kv_name(forward):
+    """The parameter of a block's `forward` that takes a transformers cache, and its position after `self`."""
+    forward = inspect.unwrap(forward)
+    names = list(inspect.signature(getattr(forward, "_regionalize_forward", forward)).parameters)
+    name = next((n for n in ("past_key_values", "past_key_value") if n in names), None)
+    return name, names.index(name) - 1 if name else 0
+
+
+def _regionalize_region(plain):
+    """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise."""
+    # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
+    # layer an error, and so a fallback): a deep stack needs as many as it has layers.
+    region = torch.compiler.nested_compile_region(plain, max_reuse_entries=1024)
+    name, position = _regionalize_kv_name(plain)
+
+    def body(self, keys, values, slot, *args, **kwargs):
+        cache = _RegionalizeLayerKV(keys, values)
+        if slot is None:
+            kwargs[name] = cache
+        else:
+            args = (*args[:slot], cache, *args[slot + 1 :])
+        out = plain(self, *args, **kwargs)
+        if cache.updates != 1:  # raised while tracing: the owner falls back before anything ran
+            raise RuntimeError(f"regionalize: a block updated its cache {cache.updates} times, not once")
+        return out, cache.keys, cache.values
+
+    keyed = torch.compiler.nested_compile_region(body, max_reuse_entries=1024)
+
+    @functools.wraps(plain)
+    def forward(self, *args, **kwargs):
+        if not _regionalize_tracing[0]:
+            return plain(self, *args, **kwargs)
+        if "_regionalize_layer" not in self.__dict__:
+            return region(self, *args, **kwargs)
+        index = self.__dict__["_regionalize_layer"]  # a block that updates a cache: its layer, if a region
+        if index is None:
+            return plain(self, *args, **kwargs)
+        slot = None if name in kwargs or len(args) <= position else position
+        cache = kwargs.get(name) if slot is None else args[slot]
+        if cache is None:
+            return region(self, *args, **kwargs)
+        layer = _regionalize_kv_layer(cache, index)
+        if layer is None:  # a cache of another kind: traced in the owner's frame, layer by layer
+            return plain(self, *args, **kwargs)
+        if slot is None:
+            kwargs = {**kwargs, name: None}
+        else:
+            args = (*args[:slot], None, *args[slot + 1 :])
+        past = (layer.keys, layer.values) if layer.is_initialized else (None, None)
+        out, keys, values = keyed(self, *past, slot, *args, **kwargs)
+        _regionalize_kv_store(layer, keys, values, 0 if past[0] is None else past[0].shape[-2])
+        return out
+
+    return forward
+
+
+class _RegionalizeLayerKV:
+    """One layer's keys and values inside a region, standing in for the cache the block updates: `update`
+    returns what transformers' `DynamicLayer.update` returns, the states before and the new ones joined."""
+
+    def __init__(self, keys, values):
+        self.keys, self.values, self.updates = keys, values, 0
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.updates += 1
+        if self.keys is not None:
+            key_states = torch.cat([self.keys, key_states], dim=-2)
+            value_states = torch.cat([self.values, value_states], dim=-2)
+        self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+
+def _regionalize_layer_idx(block, attribute):
+    """The one value of `attribute` (the index the cache update takes) in the modules of `block`, or None."""
+    found = {getattr(m, attribute) for m in block.modules() if isinstance(getattr(m, attribute, None), int)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _regionalize_kv_layer(cache, index):
+    """The layer of a transformers `DynamicCache` that a region can stand in for, else None."""
+    utils = sys.modules.get("transformers.cache_utils")
+    if utils is None or type(cache) is not getattr(utils, "DynamicCache", None) or cache.offloading:
+        return None
+    if len(cache.layers) <= index:
+        if cache.layer_class_to_replicate is not utils.DynamicLayer:
+            return None
+        while len(cache.layers) <= index:  # what `Cache.update` does first
+            cache.layers.append(utils.DynamicLayer())
+    layer = cache.layers[index]
+    sliding = type(layer) is utils.DynamicSlidingWindowLayer and not layer.record_past
+    return layer if type(layer) is utils.DynamicLayer or sliding else None
+
+
+def _regionalize_kv_store(layer, keys, values, before):
+    """Store in `layer` what its `update` would have, given the keys and values it returned."""
+    if not layer.is_initialized:
+        layer.lazy_initialization(keys, values)
+    if layer.is_sliding:  # only the last `sliding_window - 1` tokens are kept
+        layer.cumulative_length += keys.shape[-2] - before
+        kept = slice(-layer.sliding_window + 1, None)
+        keys, values = keys[:, :, kept, :], values[:, :, kept, :]
+    layer.keys, layer.values = keys, values
+
+
+def _regionalize_kv_holds():
+    """Do this process's transformers cache layers update as `_RegionalizeLayerKV` and `_regionalize_kv_store`
+    assume? Checked once, eagerly, on small tensors: caches of a transformers that changed are not stood in
+    for, and their blocks are traced layer by layer."""
+    utils = sys.modules.get("transformers.cache_utils")
+    try:
+        for make in (utils.DynamicLayer, lambda: utils.DynamicSlidingWindowLayer(sliding_window=3)):
+            real, mine = make(), make()
+            for step in (3, 1, 1):  # a prompt, then tokens past the window
+                new = torch.rand(2, 1, 1, step, 2, generator=torch.Generator().manual_seed(step)).unbind()
+                past = (mine.keys, mine.values) if mine.is_initialized else (None, None)
+                returned = _RegionalizeLayerKV(*past).update(*new)
+                _regionalize_kv_store(mine, *returned, 0 if past[0] is None else past[0].shape[-2])
+                expected = (*real.update(*new), real.keys, real.values)
+                got = (*returned, mine.keys, mine.values)
+                if not all(torch.equal(a, b) for a, b in zip(expected, got, strict=True)):
+                    return False
+                if real.get_seq_length() != mine.get_seq_length():
+                    return False
+    except Exception:  # no transformers, or another one
+        return False
+    return True
 
 
 def _regionalize_per_block(owner):
@@ -95,6 +226,17 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
     state = owner.__dict__["_regionalize_owner"]
     if "settled" not in state:  # by the first call, every module of the model is built and set up
         state["settled"] = True
+        indexed = state.get("indexed", [])
+        kv = bool(indexed) and all(attribute for _, attribute in indexed)
+        kv = kv and all(_regionalize_kv_name(type(b).forward)[0] for b, _ in indexed)
+        if kv and _regionalize_kv[0] is None:
+            _regionalize_kv[0] = _regionalize_kv_holds()
+        kv = kv and _regionalize_kv[0]
+        # Blocks that update another kind of cache: Dynamo's graph deduplication finds the repeated layers.
+        dedup = indexed and not kv and hasattr(torch._dynamo.config, "use_graph_deduplication")
+        state["config"] = "use_graph_deduplication" if dedup else ""
+        for block, attribute in indexed if kv else ():
+            block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         static = _regionalize_static(owner, state["kwargs"])
         if static is not state["kwargs"]:
             whole = torch.compile(owner._call_impl, **static, fullgraph=True)
@@ -209,7 +351,7 @@ def _regionalize_symbolic_ints(forward):
     # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object.
     traced.__code__ = traced.__code__.replace(co_name=forward.__name__)
     traced.__name__, traced.__doc__ = forward.__name__, forward.__doc__
-    traced.__qualname__ = forward.__qualname__
+    traced.__qualname__, traced._regionalize_forward = forward.__qualname__, forward  # its parameters
     return traced
 
 

@@ -26,10 +26,14 @@ HIERARCHICAL = "_regionalize_blocks"  # the runtime's helper: the block a nested
 
 def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> str:
     if ctx.owned():
-        # A block that updates a cache of its own is traced again for every layer inside a region, and
-        # some cache updates (a sliding window's view) cannot leave one: its owner goes without regions.
-        cache = any(name.rsplit(".", 1)[-1] in ctx.facts.cache_blocks for name in classes)
-        parts = (var, "self", "nested=False" if cache else "", ctx.edits.kwargs)
+        # A block that updates a cache of its own is traced again for every layer inside a plain region:
+        # the runtime stands in for its layer of a transformers cache, found by the attribute the update
+        # takes, and otherwise compiles the owner without regions.
+        blocks = ctx.facts.cache_blocks
+        cached = [blocks[n] for n in (name.rsplit(".", 1)[-1] for name in classes) if n in blocks]
+        index = cached[0] if cached and all(cached) and len(set(cached)) == 1 else None
+        cache = f"cache_index={json.dumps(index)}" if index else "nested=False" if cached else ""
+        parts = (var, "self", cache, ctx.edits.kwargs)
         return f"{HIERARCHICAL}({', '.join(p for p in parts if p)})"
     mode = ctx.options.guard_bypass
     if mode == "none":

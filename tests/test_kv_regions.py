@@ -1,0 +1,215 @@
+"""Blocks that update a transformers `DynamicCache`, in the default form: each block a region that takes its
+layer's keys and values and returns the new ones, the cache written outside it. One trace serves every
+layer, and what the cache holds afterwards is what the original's holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
+
+from regionalize.codemod import transform_source  # noqa: E402
+from regionalize.options import Options  # noqa: E402
+from regionalize.verify.accounting import recording, served_forms  # noqa: E402
+
+SOURCE = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, d, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+
+    def forward(self, x, past_key_values=None):
+        k, v = self.k(x)[:, None], self.v(x)[:, None]
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)
+        return x + (k.mean(dim=-2) * v.mean(dim=-2))
+
+    UPDATE_TWICE
+
+
+class Block(nn.Module):
+    def __init__(self, d, layer_idx):
+        super().__init__()
+        self.attn = Attention(d, layer_idx)
+        self.mlp = nn.Linear(d, d)
+
+    def forward(self, x, past_key_values=None):
+        return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()
+
+
+class Decoder(nn.Module):
+    def __init__(self, d=8, depth=6):
+        super().__init__()
+        self.layers = nn.ModuleList([Block(d, i) for i in range(depth)])
+
+    def forward(self, x, past_key_values=None):
+        for layer in self.layers:
+            x = layer(x, past_key_values)
+        return x
+"""
+TWICE = """
+    def forward(self, x, past_key_values=None):
+        k, v = self.k(x)[:, None], self.v(x)[:, None]
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)
+            k, v = past_key_values.update(k, v, self.layer_idx)
+        return x + (k.mean(dim=-2) * v.mean(dim=-2))
+"""
+_names = itertools.count()
+
+
+def load(source: str) -> ModuleType:
+    module = ModuleType(f"kv_regions_{next(_names)}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    return module
+
+
+def pair(twice: bool = False) -> tuple[Any, Any]:
+    """The rewritten decoder and the original with the same weights."""
+    source = SOURCE.replace("    UPDATE_TWICE\n", TWICE if twice else "")
+    rewritten = transform_source(source, Options(backend="aot_eager")).code
+    assert '_regionalize_blocks(block, self, cache_index="layer_idx"' in rewritten
+    torch.manual_seed(0)
+    model = load(rewritten).Decoder().eval()
+    twin = load(source).Decoder().eval()
+    twin.load_state_dict(model.state_dict())
+    return model, twin
+
+
+def sliding(depth: int, window: int) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layers = [DynamicSlidingWindowLayer(sliding_window=window) for _ in range(depth)]
+    cache.layer_class_to_replicate = None
+    return cache
+
+
+def steps(model: Any, cache: DynamicCache, lengths: tuple[int, ...] = (5, 1, 1, 1)) -> list[Any]:
+    """A prompt, then one token at a time, with the one cache."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        return [model(torch.randn(2, n, 8, generator=generator), cache) for n in lengths]
+
+
+def held(cache: DynamicCache) -> list[tuple[Any, ...]]:
+    return [(layer.keys, layer.values, layer.get_seq_length()) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("make", [DynamicCache, lambda: sliding(6, 3)], ids=["dynamic", "sliding"])
+def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: Any) -> None:
+    model, twin = pair()
+    expected_cache, cache = make(), make()
+    expected = steps(twin, expected_cache)
+    with recording() as account:
+        actual = steps(model, cache)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(held(cache), held(expected_cache), strict=True):
+        torch.testing.assert_close(got[:2], want[:2])
+        assert got[2] == want[2]
+    assert served_forms(model) == {"Decoder": "whole"}
+    # Prefill, the first token, then the token with the cache length symbolic: one trace each.
+    assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
+    assert not account.fell_back_to_eager
+
+
+def test_without_a_cache_the_blocks_are_plain_regions() -> None:
+    model, twin = pair()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad(), recording() as account:
+        torch.testing.assert_close(model(x), twin(x))
+    assert account.regions_traced == 1 and account.regions_stamped == 5
+
+
+def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache layers' update is checked once against what the regions assume; a transformers whose
+    layers keep something else is not stood in for, and the blocks are traced in the owner's frame."""
+    model, twin = pair()
+    check = sys.modules[type(model).__module__]._regionalize_kv_holds  # the runtime, inline in a lone file
+    assert check()
+    plain_update = DynamicLayer.update
+
+    def keeping_the_last_token(
+        self: Any, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        keys, values = plain_update(self, key_states, value_states)
+        self.keys, self.values = keys[:, :, -1:], values[:, :, -1:]
+        return keys, values
+
+    monkeypatch.setattr(DynamicLayer, "update", keeping_the_last_token)
+    assert not check()
+    expected_cache, cache = DynamicCache(), DynamicCache()
+    expected = steps(twin, expected_cache)
+    with recording() as account:
+        actual = steps(model, cache)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(held(cache), held(expected_cache), strict=True):
+        torch.testing.assert_close(got[:2], want[:2])
+    assert account.regions_traced == 0 and served_forms(model) == {"Decoder": "whole"}
+
+
+def test_a_block_that_updates_its_cache_twice_falls_back_with_one_warning() -> None:
+    model, twin = pair(twice=True)
+    expected_cache, cache = DynamicCache(), DynamicCache()
+    expected = steps(twin, expected_cache, (5, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        actual = steps(model, cache, (5, 1))
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    fallbacks = [str(w.message) for w in caught if "cannot be compiled whole" in str(w.message)]
+    assert len(fallbacks) == 1, fallbacks  # raised while tracing: Dynamo reports it as the region's error
+    assert served_forms(model)["Decoder"].startswith("per-block")
+
+
+def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer() -> None:
+    from pathlib import Path
+
+    from transformers.models.llama import modeling_llama
+
+    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
+
+    path = Path(modeling_llama.__file__)
+    rewritten = transform_source(
+        path.read_text(encoding="utf-8"), Options(backend="aot_eager"), str(path)
+    ).code
+    with import_paths(target := resolve_target(str(path), "unused")):
+        module = import_rewritten(target, rewritten, path)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = module.LlamaForCausalLM(config).eval()
+    twin = modeling_llama.LlamaForCausalLM(config).eval()
+    twin.load_state_dict(model.state_dict())
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    settings = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False}
+    expected = twin.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+    with recording() as account:
+        actual = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+    assert actual.tolist() == expected.tolist()
+    assert account.regions_traced == 3 and account.regions_stamped == 3 * 3
+    assert served_forms(model) == {"LlamaModel": "whole"}
