@@ -129,7 +129,7 @@ def _compile_containers(
     classes = facts.classes
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
     pieces = regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers)
-    parsed: dict[regions.Region, cst.Module] = {}
+    parsed: dict[regions.Region, MetadataWrapper] = {}
     for _ in range(_MAX_LEVELS):
         found = _container_pass(pieces, parsed, lines, options, facts)
         if isinstance(found, TransformResult):
@@ -155,7 +155,7 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ108")
 
 def _container_pass(
     pieces: list[regions.Region],
-    parsed: dict[regions.Region, cst.Module],
+    parsed: dict[regions.Region, MetadataWrapper],
     lines: list[str],
     options: Options,
     facts: prescan.FileFacts,
@@ -165,15 +165,19 @@ def _container_pass(
     for region in pieces:
         if region not in parsed:
             try:
-                parsed[region] = cst.parse_module(region.extract(lines))
+                # Wrapped once: the positions it resolves serve every pass.
+                parsed[region] = MetadataWrapper(
+                    cst.parse_module(region.extract(lines)), unsafe_skip_copy=True
+                )
             except cst.ParserSyntaxError as exc:
                 line = exc.raw_line + region.start - 1
                 return TransformResult(
                     "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
                 )
-        module = parsed[region]
+        wrapper = parsed[region]
+        module = wrapper.module
         finder = _Finder(module, options, facts, region)
-        MetadataWrapper(module, unsafe_skip_copy=True).visit(finder)
+        wrapper.visit(finder)
         result.sites += finder.sites
         result.int_args += finder.int_args
         if finder.edits:

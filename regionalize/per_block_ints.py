@@ -36,6 +36,8 @@ from regionalize.report import Site
 EAGER = "_regionalize_eager"
 SYMBOLIC = "_regionalize_symbolic_ints"
 PATTERN = "per-block-int"
+# The parameters through which the runtime hands a block its stand-in for a transformers cache layer.
+_CACHE_PARAMETERS = ("past_key_values", "past_key_value")
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
                 continue
             if _already_eager(node, parents):
                 result.moved.add(cls.name)  # moved by an earlier pass
-                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, None))
+                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, None, method))
                 continue
             carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
             if carrier is None:
@@ -221,7 +223,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
             elif carrier not in moved:
                 moved.append(carrier)
             if carrier is not None:
-                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, carrier))
+                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, carrier, method))
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
@@ -353,16 +355,30 @@ def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | No
 
 
 def _argument_of(
-    read: ast.Attribute, parents: dict[ast.AST, ast.AST], carrier: ast.expr | None
+    read: ast.Attribute, parents: dict[ast.AST, ast.AST], carrier: ast.expr | None, method: ast.AST
 ) -> str | None:
     """The attribute of `self.<attr>` when it is itself an argument of the call moved out (`carrier`, or
-    the body of an earlier pass's lambda), else None."""
+    the body of an earlier pass's lambda), else None. Also None when the method asks the type of the
+    object called or of a cache parameter (`isinstance(past_key_values, DynamicCache)`): the runtime's
+    stand-in for a cache layer would answer differently."""
     parent = parents.get(read)
     if isinstance(parent, ast.keyword):
         parent = parents.get(parent)
     if not isinstance(parent, ast.Call) or parent.func is read:
         return None
-    return read.attr if parent is carrier or isinstance(parents.get(parent), ast.Lambda) else None
+    if parent is not carrier and not isinstance(parents.get(parent), ast.Lambda):
+        return None
+    receiver = class_graph.root_name(parent.func)
+    asked = (
+        node.args[0].id
+        for node in ast.walk(method)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("isinstance", "type")
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    )
+    return None if {receiver, *_CACHE_PARAMETERS} & set(asked) else read.attr
 
 
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:

@@ -178,6 +178,18 @@ def test_a_block_that_updates_its_cache_twice_falls_back_with_one_warning() -> N
     assert served_forms(model)["Decoder"].startswith("per-block")
 
 
+def test_a_block_that_asks_its_caches_type_is_not_given_a_stand_in() -> None:
+    """The stand-in for a cache layer is not a `DynamicCache`: a block that checks would take another
+    branch, so the codemod leaves its owner compiled whole without regions."""
+    source = SOURCE.replace("    UPDATE_TWICE\n", "").replace(
+        "        if past_key_values is not None:\n", "        if isinstance(past_key_values, DynamicCache):\n"
+    )
+    assert source.count("isinstance(past_key_values, DynamicCache)") == 1
+    rewritten = transform_source(source, Options()).code
+    assert "_regionalize_blocks(block, self, nested=False)" in rewritten
+    assert "_regionalize_blocks(block, self, cache_index=" not in rewritten
+
+
 def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer() -> None:
     from pathlib import Path
 
