@@ -29,10 +29,12 @@ _CODEMOD_OPTIONS = [
         "--form",
         type=click.Choice(FORMS),
         help="hierarchical (default where the blocks' owner is known): the owner compiled whole, each block "
-        "a nested region traced once; one compiled frame per call, per call as fast as a full torch.compile. "
-        "per-block: each block compiled on its own; the fastest start, but a Dynamo frame per block call, "
-        "slower per call (on a KV-cache decoder, slower than eager). An owner that cannot be compiled whole "
-        "falls back to per-block at run time, with one warning. Measured trade-off: docs/compile-forms.md.",
+        "a nested region traced once; one compiled frame per call. per-block: each block compiled on its "
+        "own, a Dynamo frame per block call. Measured on a 2-core CPU against a full torch.compile "
+        "(docs/compile-forms.md): hierarchical starts 2.0-4.2x sooner and runs a forward in 0.94-1.18x its "
+        "time, a decode step in 1.01-1.13x; per-block starts 4.4-8.5x sooner but runs a forward in "
+        "1.07-1.42x its time and a decode step in 1.75-2.7x, often slower than eager. An owner that "
+        "cannot be compiled whole falls back to per-block at run time, with one warning.",
     ),
     click.option(
         "--mode",

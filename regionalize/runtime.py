@@ -26,7 +26,6 @@ import weakref
 import torch
 
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
-_regionalize_patches = {}  # Dynamo settings an owner is compiled with, as patches made once (10 us each)
 _regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
 _regionalize_kv = [None]  # do transformers' cache layers update as the cache-updating regions assume
 
@@ -39,7 +38,9 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, **compile_k
     `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
     `past_key_values` parameter), each block is a region that returns its layer's new keys and values,
     the cache written outside it. Otherwise (`nested=False`, or another cache) a region would be traced
-    again for every block, so the owner is compiled whole with Dynamo's graph deduplication.
+    again for every block, so the owner is compiled whole without regions, as a full compile would be.
+    (Not with Dynamo's graph deduplication: in torch 2.13 it generated other tokens than eager on
+    transformers' GPT-2, a full compile with it too.)
 
     With a CUDA-graph mode the owner's frame is one CUDA graph for the calls it can serve (no grad, no
     hooks, CUDA tensors and plain values), its outputs copied out of the graph's memory pool; other calls
@@ -232,9 +233,6 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         if kv and _regionalize_kv[0] is None:
             _regionalize_kv[0] = _regionalize_kv_holds()
         kv = kv and _regionalize_kv[0]
-        # Blocks that update another kind of cache: Dynamo's graph deduplication finds the repeated layers.
-        dedup = indexed and not kv and hasattr(torch._dynamo.config, "use_graph_deduplication")
-        state["config"] = "use_graph_deduplication" if dedup else ""
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         static = _regionalize_static(owner, state["kwargs"])
@@ -243,7 +241,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
             owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
-    # regions (nested, or found by graph deduplication) returns wrong gradients (measured: 1e6 off on a
+    # regions returns wrong gradients (measured: 1e6 off on a
     # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
     if (
         "why" in state
@@ -253,13 +251,9 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    setting = state["config"]
-    if setting not in _regionalize_patches:
-        _regionalize_patches[setting] = torch._dynamo.config.patch({setting: True} if setting else {})
     _regionalize_tracing[0] = True
     try:
-        with _regionalize_patches[setting]:
-            out = whole(*args, **kwargs)
+        out = whole(*args, **kwargs)
     except Exception as error:
         if not _regionalize_compiling(error):
             raise  # raised by the compiled code as it ran: the original raises it too

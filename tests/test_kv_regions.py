@@ -225,3 +225,33 @@ def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer
     assert actual.tolist() == expected.tolist()
     assert account.regions_traced == 3 and account.regions_stamped == 3 * 3
     assert served_forms(model) == {"LlamaModel": "whole"}
+
+
+def test_transformers_gpt2_without_a_stand_in_generates_the_originals_tokens() -> None:
+    """GPT-2's attention reads the cache by index, so its owner is compiled whole without regions. With
+    Dynamo's graph deduplication on (runtime 2 did that) Inductor generated other tokens than eager in
+    torch 2.13, a full compile with it too; without it the tokens are the original's."""
+    from pathlib import Path
+
+    from transformers.models.gpt2 import modeling_gpt2
+
+    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
+
+    path = Path(modeling_gpt2.__file__)
+    rewritten = transform_source(path.read_text(encoding="utf-8"), Options(), str(path)).code
+    assert "_regionalize_blocks(block, self, nested=False)" in rewritten
+    with import_paths(target := resolve_target(str(path), "unused")):
+        module = import_rewritten(target, rewritten, path)
+    config = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=8, n_head=4)
+    torch.manual_seed(0)
+    model = module.GPT2LMHeadModel(config).eval()
+    twin = modeling_gpt2.GPT2LMHeadModel(config).eval()
+    twin.load_state_dict(model.state_dict())
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    settings = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, "pad_token_id": 0}
+    with torch.no_grad():
+        expected = twin.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+        with recording() as account:
+            actual = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+    assert actual.tolist() == expected.tolist()
+    assert served_forms(model) == {"GPT2Model": "whole"} and not account.fell_back_to_eager
