@@ -202,13 +202,14 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
     remaining = False
     for method in class_graph.traced_methods(cls, classes):
         parents = _parents(method)
+        asked = _type_checked(method)
         moved: list[ast.expr] = []
         for node in ast.walk(method):
             if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
                 continue
             if _already_eager(node, parents):
                 result.moved.add(cls.name)  # moved by an earlier pass
-                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, None, method))
+                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, None, asked))
                 continue
             carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
             if carrier is None:
@@ -223,7 +224,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
             elif carrier not in moved:
                 moved.append(carrier)
             if carrier is not None:
-                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, carrier, method))
+                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, carrier, asked))
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
@@ -355,7 +356,7 @@ def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | No
 
 
 def _argument_of(
-    read: ast.Attribute, parents: dict[ast.AST, ast.AST], carrier: ast.expr | None, method: ast.AST
+    read: ast.Attribute, parents: dict[ast.AST, ast.AST], carrier: ast.expr | None, asked: set[str]
 ) -> str | None:
     """The attribute of `self.<attr>` when it is itself an argument of the call moved out (`carrier`, or
     the body of an earlier pass's lambda), else None. Also None when the method asks the type of the
@@ -369,7 +370,12 @@ def _argument_of(
     if parent is not carrier and not isinstance(parents.get(parent), ast.Lambda):
         return None
     receiver = class_graph.root_name(parent.func)
-    asked = (
+    return None if {receiver, *_CACHE_PARAMETERS} & asked else read.attr
+
+
+def _type_checked(method: ast.AST) -> set[str]:
+    """The names whose type `method` asks (`isinstance(name, ..)`, `type(name)`)."""
+    return {
         node.args[0].id
         for node in ast.walk(method)
         if isinstance(node, ast.Call)
@@ -377,8 +383,7 @@ def _argument_of(
         and node.func.id in ("isinstance", "type")
         and node.args
         and isinstance(node.args[0], ast.Name)
-    )
-    return None if {receiver, *_CACHE_PARAMETERS} & set(asked) else read.attr
+    }
 
 
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:

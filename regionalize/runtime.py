@@ -66,8 +66,10 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, **compile_k
     if cache_index or not nested:  # traced in the owner's frame until its first call says how
         block.__dict__["_regionalize_layer"] = None
         state.setdefault("indexed", []).append((block, cache_index))
-    if "_regionalize_region" not in cls.__dict__:
-        cls.forward, cls._regionalize_region = _regionalize_region(cls.forward), True
+    if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
+        # The parameter that takes a transformers cache, or None: read once from the forward's signature.
+        cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
+        cls.forward = _regionalize_region(cls.forward, *cls._regionalize_kv_param)
 
 
 def _regionalize_kv_name(forward):
@@ -78,12 +80,12 @@ def _regionalize_kv_name(forward):
     return name, names.index(name) - 1 if name else 0
 
 
-def _regionalize_region(plain):
-    """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise."""
+def _regionalize_region(plain, name, position):
+    """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise.
+    A cache that its parameter `name` (at `position` after `self`) takes is stood in for."""
     # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
     # layer an error, and so a fallback): a deep stack needs as many as it has layers.
     region = torch.compiler.nested_compile_region(plain, max_reuse_entries=1024)
-    name, position = _regionalize_kv_name(plain)
 
     def body(self, keys, values, slot, *args, **kwargs):
         cache = _RegionalizeLayerKV(keys, values)
@@ -229,7 +231,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         state["settled"] = True
         indexed = state.get("indexed", [])
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
-        kv = kv and all(_regionalize_kv_name(type(b).forward)[0] for b, _ in indexed)
+        kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
         if kv and _regionalize_kv[0] is None:
             _regionalize_kv[0] = _regionalize_kv_holds()
         kv = kv and _regionalize_kv[0]
