@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import difflib
 import fnmatch
+import gc
 import os
 import subprocess
 import tempfile
@@ -229,11 +231,12 @@ def run(
     work = [(f, job) for f in files]
     reports: list[FileReport] = []
     if jobs <= 1 or len(files) < 2:
-        for item in work:
-            reports.append(_process(item))
-            on_done(reports[-1])
+        with _bulk_gc():
+            for item in work:
+                reports.append(_process(item))
+                on_done(reports[-1])
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=_tune_gc) as pool:
             for report in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
                 reports.append(report)
                 on_done(report)
@@ -241,6 +244,32 @@ def run(
         reports.append(report)
         on_done(report)
     return reports
+
+
+# Parsing allocates hundreds of thousands of tracked objects per file, and nearly none are cyclic garbage:
+# at the default threshold (700) the collector ran ~20,000 times in a run over the transformers models
+# and took an eighth of its CPU, mostly full collections walking the modules imported at start.
+_GC_THRESHOLD = (10_000, 10, 10)
+
+
+def _tune_gc() -> None:
+    """A worker's setting for its life: what is imported before the files are read is never garbage."""
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLD)
+
+
+@contextlib.contextmanager
+def _bulk_gc() -> Iterator[None]:
+    """The worker's setting, in this process only while the files are processed (it may be a library
+    caller's, which keeps running after)."""
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    _tune_gc()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        if not frozen:  # a caller's own freeze stays as it was
+            gc.unfreeze()
 
 
 def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
