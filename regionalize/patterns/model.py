@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cache, cached_property
 
 import libcst as cst
 
@@ -49,18 +50,50 @@ class Container:
 
 
 class Scope:
-    """What the finder knows about one function body (or the module body)."""
+    """What the finder knows about one function body (or the module body).
+
+    Its names and bindings are read on first use: most scopes are never asked (the region's module,
+    around the one method it holds), and reading one walks the whole body.
+    """
 
     def __init__(self, node: cst.CSTNode, module: cst.Module, containers: set[str]) -> None:
-        self.bindings: dict[str, list[cst.BaseExpression]] = {}
-        self.names: set[str] = set()
-        self.container_calls: list[cst.Call] = []  # calls spelled like a container, resolved later
+        self.node = node
+        self.module = module
+        self.containers = containers  # names a container class may be spelled with
         self.params: set[str] = set()
         if isinstance(node, cst.FunctionDef):
             parameters = node.params
             every = [*parameters.posonly_params, *parameters.params, *parameters.kwonly_params]
             self.params = {p.name.value for p in every}
-        node.visit(_ScopeCollector(self, module, containers))
+
+    @cached_property
+    def names(self) -> set[str]:
+        return {n.value for n in descendants(self.node) if isinstance(n, cst.Name)}
+
+    @cached_property
+    def bindings(self) -> dict[str, list[cst.BaseExpression]]:
+        """Each target's values, by the target's code. In no particular order: only a target bound once
+        is followed, and a value is looked for among them all."""
+        found: dict[str, list[cst.BaseExpression]] = {}
+        for node in descendants(self.node):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    found.setdefault(self._code(target.target), []).append(node.value)
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                found.setdefault(self._code(node.target), []).append(node.value)
+        return found
+
+    @cached_property
+    def container_calls(self) -> list[cst.Call]:
+        """Calls spelled like a container, resolved later; in no particular order."""
+        found = []
+        for node in descendants(self.node):
+            if isinstance(node, cst.Call):
+                func = node.func
+                name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+                if name in self.containers:
+                    found.append(node)
+        return found
 
     def fresh(self, base: str, avoid: str = "") -> str:
         """A name the function does not use (nor `avoid`), so the inserted loop shadows nothing."""
@@ -70,32 +103,11 @@ class Scope:
             name = f"{base}{n}"
         return name
 
-
-class _ScopeCollector(cst.CSTVisitor):
-    def __init__(self, scope: Scope, module: cst.Module, containers: set[str]) -> None:
-        self.scope = scope
-        self.module = module
-        self.containers = containers  # names a container class may be spelled with
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.scope.names.add(node.value)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if name in self.containers:
-            self.scope.container_calls.append(node)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._bind(target.target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None:
-            self._bind(node.target, node.value)
-
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        self.scope.bindings.setdefault(self.module.code_for_node(target), []).append(value)
+    def _code(self, target: cst.BaseExpression) -> str:
+        # A plain name is its own code: generating it is most of the cost of reading the bindings.
+        if isinstance(target, cst.Name) and not target.lpar:
+            return target.value
+        return self.module.code_for_node(target)
 
 
 def dotted_name(expr: cst.BaseExpression) -> str | None:
@@ -114,6 +126,29 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:
         yield from walk(child)
+
+
+def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `node` (and itself), each once as a visit meets it, in no particular order.
+
+    Read from the nodes' fields: a LibCST visitor builds a copy of every node it passes, several times
+    the cost, which made the scopes' walks a tenth of a bulk run.
+    """
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in _child_fields(type(node)):
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (tuple, list)):
+                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+
+
+@cache
+def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind))
 
 
 def leaves_of(found: Container) -> list[Element]:
