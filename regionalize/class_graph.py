@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from regionalize.nodes import walk
 from regionalize.prescan import dotted_name
 
 
@@ -49,7 +50,7 @@ def traced_methods(cls: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> list[
         if method in found:
             continue
         found.append(method)
-        for node in ast.walk(method):
+        for node in walk(method):
             if isinstance(node, ast.Call) and is_self_attr(node.func, None):
                 callee = find_method(cls, node.func.attr, classes)  # type: ignore[union-attr]
                 if callee is not None and callee.name != "__init__":
@@ -68,7 +69,7 @@ def map_params(init: ast.FunctionDef | None, positions: frozenset[int], keywords
 
 
 def self_assignments(init: ast.FunctionDef) -> Iterator[tuple[str, ast.expr]]:
-    for node in ast.walk(init):
+    for node in walk(init):
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -85,7 +86,7 @@ def calls(
 ) -> Iterator[tuple[ast.Call, ast.ClassDef | None, bool]]:
     """Every call in `__init__`, with the class it builds when that class is in the file, and whether
     it is `super().__init__(..)`, which runs the first base's __init__ on the same instance."""
-    for node in ast.walk(init):
+    for node in walk(init):
         if not isinstance(node, ast.Call):
             continue
         func = node.func

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from regionalize import class_graph, prescan
+from regionalize.nodes import walk
 from regionalize.report import Site
 
 # The runtime's helpers (regionalize/runtime.py) the fixes call.
@@ -204,7 +205,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
         parents = _parents(method)
         asked = _type_checked(method)
         moved: list[ast.expr] = []
-        for node in ast.walk(method):
+        for node in walk(method):
             if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
                 continue
             if _already_eager(node, parents):
@@ -228,7 +229,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
-            attr = next(n.attr for n in ast.walk(carrier) if class_graph.is_self_attr(n, attrs))
+            attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
             start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
             if isinstance(carrier, ast.Assign):
                 result.edits.append((start, end, _setitem_call(carrier, file.source)))  # type: ignore[arg-type]
@@ -266,7 +267,7 @@ def _unfollowed(init: ast.FunctionDef | None, name: str) -> str:
 
 # -- reads of the integer -----------------------------------------------------------------------------
 def _parents(root: ast.AST) -> dict[ast.AST, ast.AST]:
-    return {child: node for node in ast.walk(root) for child in ast.iter_child_nodes(node)}
+    return {child: node for node in walk(root) for child in ast.iter_child_nodes(node)}
 
 
 def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.AST]:
@@ -299,7 +300,7 @@ def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) ->
 
 def _movable(node: ast.expr) -> bool:
     """Can `node` become the body of a lambda with the same meaning?"""
-    for inner in ast.walk(node):
+    for inner in walk(node):
         if isinstance(inner, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
             return False
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "super":
@@ -377,7 +378,7 @@ def _type_checked(method: ast.AST) -> set[str]:
     """The names whose type `method` asks (`isinstance(name, ..)`, `type(name)`)."""
     return {
         node.args[0].id
-        for node in ast.walk(method)
+        for node in walk(method)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in ("isinstance", "type")

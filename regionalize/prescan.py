@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from regionalize import declarations
 from regionalize.declarations import Declaration
 from regionalize.guard_bypass import HELPER_NAMES
+from regionalize.nodes import walk
 
 if TYPE_CHECKING:
     from regionalize.package import Definition
@@ -173,7 +174,7 @@ def scan(
     loops: list[ast.For] = []
     assigns: list[ast.Assign | ast.AnnAssign] = []
     # One walk: three over a 3,000-line modeling file were a sixth of a bulk run.
-    everything = list(ast.walk(tree))
+    everything = walk(tree)
     for node in everything:
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -203,7 +204,12 @@ def scan(
         if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
     # Before the classes, which may derive from these. Each name can mean reading another module.
-    used = {n for node in everything for n in _called_or_derived(node, calls)}
+    used = {
+        n
+        for node in everything
+        if isinstance(node, (ast.Call, ast.ClassDef))
+        for n in _called_or_derived(node, calls)
+    }
     for local, full in facts.imports.items():
         if local not in used:
             continue
@@ -297,7 +303,9 @@ def _builds_submodules(cls: ast.ClassDef) -> bool | None:
     only parameters); None when functions build the parts (`self.conv = conv3x3(..)`) or a name is
     stored (`self.module = module`, maybe a block handed in): cannot tell."""
     calls = False
-    for node in ast.walk(cls):
+    for node in walk(cls):  # one walk for both questions: true if either finds it
+        if isinstance(node, ast.Call) and (dotted_name(node.func) or "").endswith("add_module"):
+            return True
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -310,10 +318,6 @@ def _builds_submodules(cls: ast.ClassDef) -> bool | None:
             if last[:1].isupper() and last not in _NOT_MODULES:
                 return True
             calls |= last not in _NOT_MODULES
-    if any(
-        isinstance(n, ast.Call) and (dotted_name(n.func) or "").endswith("add_module") for n in ast.walk(cls)
-    ):
-        return True
     return None if calls else False
 
 
@@ -322,7 +326,7 @@ def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
     params = function.args.posonlyargs + function.args.args
     if not params:
         return False
-    returned = [n.value for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None]
+    returned = [n.value for n in walk(function) if isinstance(n, ast.Return) and n.value is not None]
     return any(
         isinstance(value, ast.Call)
         and is_container(value.func, facts)
@@ -331,7 +335,7 @@ def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
             and facts.resolve(dotted_name(n.func) or "") == "copy.deepcopy"
             and n.args
             and dotted_name(n.args[0]) == params[0].arg
-            for n in ast.walk(value)
+            for n in walk(value)
         )
         for value in returned
     )
@@ -340,7 +344,7 @@ def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
 def _returns_classes(function: ast.FunctionDef, facts: FileFacts) -> tuple[str, ...] | None:
     """`get_down_block(..)`: the classes built by its returns, when each return builds a class by name
     (not a container: `_make_layer` returning `nn.Sequential(*layers)` is judged by what it holds)."""
-    returns = sorted((n for n in ast.walk(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
+    returns = sorted((n for n in walk(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
     returned = [n.value for n in returns if n.value is not None]
     names: list[str] = []
     for value in returned:
@@ -363,7 +367,7 @@ def _compiles(loop: ast.For, facts: FileFacts) -> bool:
     if not isinstance(loop.target, ast.Name):
         return False
     var = loop.target.id
-    for node in (n for statement in loop.body for n in ast.walk(statement)):
+    for node in (n for statement in loop.body for n in walk(statement)):
         if isinstance(node, ast.Call):
             name = dotted_name(node.func)
             if name == f"{var}.compile" or (name and facts.resolve(name) == "torch.compile"):
