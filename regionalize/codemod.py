@@ -163,12 +163,11 @@ def _container_pass(
     result = _Pass(list(lines), facts, [], [], 0)
     replaced: list[tuple[regions.Region, str]] = []
     for region in pieces:
+        text = region.extract(lines)
         if region not in parsed:
             try:
                 # Wrapped once: the positions it resolves serve every pass.
-                parsed[region] = MetadataWrapper(
-                    cst.parse_module(region.extract(lines)), unsafe_skip_copy=True
-                )
+                parsed[region] = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
             except cst.ParserSyntaxError as exc:
                 line = exc.raw_line + region.start - 1
                 return TransformResult(
@@ -176,7 +175,7 @@ def _container_pass(
                 )
         wrapper = parsed[region]
         module = wrapper.module
-        finder = _Finder(module, options, facts, region)
+        finder = _Finder(module, options, facts, region, text)
         wrapper.visit(finder)
         result.sites += finder.sites
         result.int_args += finder.int_args
@@ -245,10 +244,15 @@ class _Finder(Context):
     """One walk of a region: the context keeps the traversal state, each call goes to the pattern families."""
 
     def __init__(
-        self, module: cst.Module, options: Options, facts: prescan.FileFacts, region: regions.Region
+        self,
+        module: cst.Module,
+        options: Options,
+        facts: prescan.FileFacts,
+        region: regions.Region,
+        text: str,
     ) -> None:
         edits = Edits(kwargs=emit.kwargs_source(options), options=options)
-        super().__init__(module, options, facts, region, edits)
+        super().__init__(module, options, facts, region, text, edits)
         self.container_sites = ContainerSites(self)
         self.loop_sites = LoopSites(self, self.container_sites.judge)
         self.extend_sites = ExtendSites(

@@ -32,13 +32,14 @@ class Context(cst.CSTVisitor):
         options: Options,
         facts: prescan.FileFacts,
         region: regions.Region,
+        text: str,
         edits: Edits,
     ):
         self.module = module
         self.options = options
         self.facts = facts
         self.region = region
-        self.lines = module.code.splitlines()
+        self.lines = text.splitlines()  # the text parsed: what `module.code` would generate again
         self.sites: list[Site] = []
         self.edits = edits
         self.scopes: list[Scope] = []
