@@ -28,9 +28,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from regionalize import class_graph, prescan
-from regionalize.nodes import walk
+from regionalize.nodes import segment, split_lines, walk
 from regionalize.report import Site
 
 # The runtime's helpers (regionalize/runtime.py) the fixes call.
@@ -111,6 +112,10 @@ class _File:
     def read(cls, tree: ast.Module, source: str, imports: dict[str, str]) -> _File:
         classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         return cls(source, classes, class_graph.module_names(tree), imports)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return split_lines(self.source)
 
 
 def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[IntArgs]) -> Plan:
@@ -232,7 +237,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
             attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
             start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
             if isinstance(carrier, ast.Assign):
-                result.edits.append((start, end, _setitem_call(carrier, file.source)))  # type: ignore[arg-type]
+                result.edits.append((start, end, _setitem_call(carrier, file.lines)))  # type: ignore[arg-type]
                 what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
             else:
                 result.edits += [(start, start, f"{EAGER}(lambda: "), (end, end, ")")]  # type: ignore[list-item]
@@ -332,19 +337,13 @@ def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) ->
     return statement if root is not None and root != "self" and root not in names else None
 
 
-def _setitem_call(statement: ast.Assign, source: str) -> str:
+def _setitem_call(statement: ast.Assign, lines: list[str]) -> str:
     target = statement.targets[0]
     assert isinstance(target, ast.Subscript)
-    key = _source(target.slice, source)
+    key = segment(lines, target.slice)
     key = f"({key})" if isinstance(target.slice, ast.Tuple) and not key.startswith("(") else key
-    value = _source(statement.value, source)
-    return f"{EAGER}(lambda: {_source(target.value, source)}.__setitem__({key}, {value}))"
-
-
-def _source(node: ast.AST, source: str) -> str:
-    segment = ast.get_source_segment(source, node)
-    assert segment is not None
-    return segment
+    value = segment(lines, statement.value)
+    return f"{EAGER}(lambda: {segment(lines, target.value)}.__setitem__({key}, {value}))"
 
 
 def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | None:
