@@ -25,6 +25,7 @@ _CHUNK = re.compile(
     r"(?P<blank>(?:^\r?\n){0,2})^# regionalize runtime \d+: begin.*?^# regionalize runtime: end[^\n]*\n",
     re.M | re.S,
 )
+_MARK = "# regionalize runtime "  # what every inline copy's first line starts with
 _VERSION = re.compile(r"# regionalize runtime (\d+)")
 _DEFINED = re.compile(r"^def (_regionalize_\w+)|^(_regionalize_\w+) *=(?!=)", re.M)
 
@@ -105,7 +106,8 @@ def place(code: str, path: str | None, at: int) -> Placed:
     """`code` with the helpers it calls placed, at line index `at` (after the imports) unless already
     there: one import in a package, else inline. A helper the file defines itself (an older rewrite's)
     stays as it is."""
-    chunk = _CHUNK.search(code)
+    # The search tries its pattern at every position of the file; most files hold no copy at all.
+    chunk = _CHUNK.search(code) if _MARK in code else None
     outside = code if chunk is None else code[: chunk.start()] + code[chunk.end() :]
     importing = _import_line(outside)
     called = set(_NAME.findall(outside if importing is None else outside.replace(importing.group(0), "")))
