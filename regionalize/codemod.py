@@ -20,6 +20,7 @@ from libcst.metadata import MetadataWrapper
 
 from regionalize import helpers, package, per_block_ints, prescan, regions
 from regionalize.declarations import Declaration
+from regionalize.nodes import Walked
 from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
@@ -123,12 +124,14 @@ def _compile_containers(
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
     class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
-    facts = prescan.scan(tree, options.containers, outside)
+    walked = Walked(tree)  # one walk for the facts and the regions
+    facts = prescan.scan(tree, options.containers, outside, walked=walked)
     facts.cache_blocks = cache_blocks or {}
     facts.package_declarations = declared
     classes = facts.classes
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
-    pieces = regions.regions(tree, lines, facts.container_names() | facts.imported_clone_helpers)
+    names = facts.container_names() | facts.imported_clone_helpers
+    pieces = regions.regions(tree, lines, names, walked)
     parsed: dict[regions.Region, MetadataWrapper] = {}
     for _ in range(_MAX_LEVELS):
         found = _container_pass(pieces, parsed, lines, options, facts)

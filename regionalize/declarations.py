@@ -17,7 +17,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from regionalize.nodes import walk
+from regionalize.nodes import Walked
 
 ATTRIBUTES = ("_repeated_blocks", "_no_split_modules")
 
@@ -49,13 +49,13 @@ def read(tree: ast.Module) -> list[Declaration]:
     return found
 
 
-def inside(tree: ast.Module, models: Iterable[str]) -> set[str]:
+def inside(tree: ast.Module, models: Iterable[str], walked: Walked | None = None) -> set[str]:
     """The file's classes inside the given models: the models, their subclasses, and every class one of
     those builds (in any method, or through a function of the file that returns it), transitively."""
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
     functions = {f.name: f for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     bases = {c: {_last(b) for b in node.bases} for c, node in classes.items()}
-    calls = _Calls(functions)
+    calls = _Calls(functions, walked or Walked(tree))
     reached = {m for m in models if m in classes}
     todo = list(reached)
     while todo:
@@ -72,11 +72,12 @@ class _Calls:
     """Last names of what a class or function calls; each walked once, though many classes call the
     same functions of the file (its walks were a twentieth of a bulk run when repeated per class)."""
 
-    def __init__(self, functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]) -> None:
+    def __init__(self, functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef], walked: Walked) -> None:
         self.functions = functions
-        self.direct: dict[ast.AST, set[str]] = {}
+        self.walked = walked
+        self.direct: dict[ast.stmt, set[str]] = {}
 
-    def through(self, node: ast.AST) -> set[str]:
+    def through(self, node: ast.stmt) -> set[str]:
         """What `node` calls, through the file's functions it calls (once each)."""
         names: set[str] = set()
         seen: set[str] = set()
@@ -89,9 +90,9 @@ class _Calls:
                     todo.append(self.functions[name])
         return names
 
-    def _in(self, node: ast.AST) -> set[str]:
+    def _in(self, node: ast.stmt) -> set[str]:
         if node not in self.direct:
-            self.direct[node] = {_last(n.func) for n in walk(node) if isinstance(n, ast.Call)}
+            self.direct[node] = {_last(n.func) for n in self.walked.under(node) if isinstance(n, ast.Call)}
         return self.direct[node]
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from regionalize import declarations
 from regionalize.declarations import Declaration
 from regionalize.guard_bypass import HELPER_NAMES
-from regionalize.nodes import walk
+from regionalize.nodes import Walked, walk
 
 if TYPE_CHECKING:
     from regionalize.package import Definition
@@ -161,7 +161,11 @@ def strip_values(node: ast.expr) -> ast.expr:
 
 
 def scan(
-    tree: ast.Module, containers: frozenset[str] = frozenset(), outside: Lookup = nothing, calls: bool = True
+    tree: ast.Module,
+    containers: frozenset[str] = frozenset(),
+    outside: Lookup = nothing,
+    calls: bool = True,
+    walked: Walked | None = None,
 ) -> FileFacts:
     """The file-wide facts; `outside` says what the file's package defines under the names it imports.
 
@@ -174,7 +178,8 @@ def scan(
     loops: list[ast.For] = []
     assigns: list[ast.Assign | ast.AnnAssign] = []
     # One walk: three over a 3,000-line modeling file were a sixth of a bulk run.
-    everything = walk(tree)
+    walked = walked or Walked(tree)
+    everything = walked.nodes
     for node in everything:
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -220,16 +225,16 @@ def scan(
             facts.imported_clone_helpers.add(local)
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
-            facts.holds_submodules[statement.name] = _holds_submodules(statement, facts)
+            facts.holds_submodules[statement.name] = _holds_submodules(statement, facts, walked)
             if any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in statement.body):
                 facts.owners.append((statement.lineno, statement.end_lineno or statement.lineno))
             if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in statement.body):
                 facts.own_init.add(statement.name)
-        elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts):
+        elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts, walked):
             facts.clone_helpers.add(statement.name)
     facts.declarations = declarations.read(tree)
     if facts.declarations:
-        facts.inside = declarations.inside(tree, {d.model for d in facts.declarations})
+        facts.inside = declarations.inside(tree, {d.model for d in facts.declarations}, walked)
     for node in everything:  # subclasses of containers, in the order they are defined
         if isinstance(node, ast.ClassDef):
             kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
@@ -239,7 +244,7 @@ def scan(
         if (
             isinstance(statement, ast.FunctionDef)
             and statement.name not in facts.clone_helpers
-            and (returns := _returns_classes(statement, facts))
+            and (returns := _returns_classes(statement, facts, walked))
         ):
             facts.factories[statement.name] = returns
     for statement in tree.body:
@@ -285,10 +290,10 @@ def is_container(func: ast.expr, facts: FileFacts) -> bool:
 _NOT_MODULES = {"Parameter", "Buffer", "Tensor", "ParameterList", "ParameterDict"}
 
 
-def _holds_submodules(cls: ast.ClassDef, facts: FileFacts) -> bool | None:
+def _holds_submodules(cls: ast.ClassDef, facts: FileFacts, walked: Walked) -> bool | None:
     """What the class builds, with what its bases defined earlier in the file build; a leaf only when
     it derives from torch.nn.Module directly (another base may build the parts)."""
-    own = _builds_submodules(cls)
+    own = _builds_submodules(walked.under(cls))
     bases = [facts.resolve(n) for b in cls.bases if (n := dotted_name(b))]
     if own or any(facts.holds(b) for b in bases):
         return True
@@ -297,13 +302,13 @@ def _holds_submodules(cls: ast.ClassDef, facts: FileFacts) -> bool | None:
     return None
 
 
-def _builds_submodules(cls: ast.ClassDef) -> bool | None:
+def _builds_submodules(nodes: list[ast.AST]) -> bool | None:
     """True when a method assigns `self.x = Something(..)` (a class, by its capital, not a tensor) or
     calls add_module; False when no attribute of self is assigned a call or a name at all (a norm with
     only parameters); None when functions build the parts (`self.conv = conv3x3(..)`) or a name is
     stored (`self.module = module`, maybe a block handed in): cannot tell."""
     calls = False
-    for node in walk(cls):  # one walk for both questions: true if either finds it
+    for node in nodes:  # the class's, for both questions: true if either finds one
         if isinstance(node, ast.Call) and (dotted_name(node.func) or "").endswith("add_module"):
             return True
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
@@ -321,12 +326,12 @@ def _builds_submodules(cls: ast.ClassDef) -> bool | None:
     return None if calls else False
 
 
-def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
+def _makes_clones(function: ast.FunctionDef, facts: FileFacts, walked: Walked) -> bool:
     """`def _get_clones(module, n): return nn.ModuleList([copy.deepcopy(module) for _ in range(n)])`."""
     params = function.args.posonlyargs + function.args.args
     if not params:
         return False
-    returned = [n.value for n in walk(function) if isinstance(n, ast.Return) and n.value is not None]
+    returned = [n.value for n in walked.under(function) if isinstance(n, ast.Return) and n.value is not None]
     return any(
         isinstance(value, ast.Call)
         and is_container(value.func, facts)
@@ -341,10 +346,10 @@ def _makes_clones(function: ast.FunctionDef, facts: FileFacts) -> bool:
     )
 
 
-def _returns_classes(function: ast.FunctionDef, facts: FileFacts) -> tuple[str, ...] | None:
+def _returns_classes(function: ast.FunctionDef, facts: FileFacts, walked: Walked) -> tuple[str, ...] | None:
     """`get_down_block(..)`: the classes built by its returns, when each return builds a class by name
     (not a container: `_make_layer` returning `nn.Sequential(*layers)` is judged by what it holds)."""
-    returns = sorted((n for n in walk(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
+    returns = sorted((n for n in walked.under(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
     returned = [n.value for n in returns if n.value is not None]
     names: list[str] = []
     for value in returned:

@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from regionalize.nodes import walk
+from regionalize.nodes import Walked
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,9 @@ class Region:
         return "".join(line if not line.strip() else self.indent + line for line in text.splitlines(True))
 
 
-def regions(tree: ast.Module, lines: list[str], containers: set[str]) -> list[Region]:
+def regions(
+    tree: ast.Module, lines: list[str], containers: set[str], walked: Walked | None = None
+) -> list[Region]:
     """Top-level functions and methods that can hold a site; larger pieces when that is not clear-cut.
 
     Module-level code can hold a site whose parts sit in several statements (`xs = [..]`, then
@@ -43,7 +45,7 @@ def regions(tree: ast.Module, lines: list[str], containers: set[str]) -> list[Re
     A class falls back to one region when a site sits outside its methods or a method cannot be dedented.
     """
     found: list[Region] = []
-    candidates = _Candidates(tree, containers)
+    candidates = _Candidates(walked or Walked(tree), containers)
     for statement, start, end in _spans(tree.body):
         if start is None:
             return [Region(1, len(lines))]
@@ -96,10 +98,10 @@ class _Candidates:
     was a twelfth of a bulk run.
     """
 
-    def __init__(self, tree: ast.Module, containers: set[str]) -> None:
+    def __init__(self, walked: Walked, containers: set[str]) -> None:
         self.lines = sorted(
             node.lineno
-            for node in walk(tree)
+            for node in walked.nodes
             if isinstance(node, ast.Call) and _is_candidate(node, containers)
         )
 
