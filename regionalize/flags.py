@@ -48,8 +48,11 @@ _CODEMOD_OPTIONS = [
     click.option(
         "--guard-bypass",
         type=click.Choice(GUARD_BYPASS),
-        help="Skip Dynamo's per-call guard checks on each block; implies --form per-block "
-        "(docs/compile-forms.md).",
+        help="Skip Dynamo's guard checks on each call: on the owner's one frame in the hierarchical form, "
+        "on each block's frame with --form per-block. depyf calls the compiled code directly for calls "
+        "seen before (the same shapes, plain values, modes); filter drops the guards on the structure of "
+        "modules. What is then no longer re-checked, and measured figures: "
+        "docs/compile-forms.md#guard-bypass.",
     ),
     click.option(
         "--always", multiple=True, help="Class name always treated as a repeated block (repeatable)."

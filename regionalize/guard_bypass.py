@@ -1,5 +1,6 @@
-"""The statements `--guard-bypass` writes for a block; the helpers they call are the runtime's
-(`runtime.py`), which needs torch alone.
+"""The statements `--guard-bypass` writes for a block compiled on its own (the per-block form); the helpers
+they call are the runtime's (`runtime.py`), which needs torch alone. In the hierarchical form the codemod
+passes `guard_bypass="<mode>"` to `_regionalize_blocks`, which applies it to the owner's frame.
 
 - `filter`: `Module.compile(options={"guard_filter_fn": ...})` with a filter that drops Dynamo's guards
   on the *structure* of modules (types, submodule and hook dicts, global functions), which a model does
@@ -11,7 +12,7 @@
   autocast, and the block's `training` flag), calls that code directly, with no guard evaluation and no
   eval-frame hook. Any other call, or a block with hooks, takes the normal guarded path.
 
-What neither mode re-checks, and so must not change after the first call: see docs/guard-bypass.md.
+What neither mode re-checks, and so must not change after the first call: docs/compile-forms.md#guard-bypass.
 """
 
 from __future__ import annotations

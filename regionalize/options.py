@@ -19,7 +19,7 @@ class Options:
     """How blocks are compiled; every field maps onto a command-line flag and a pyproject key."""
 
     style: str = "inplace"
-    form: str | None = None  # None: hierarchical, unless --style wrap or a guard bypass asks for per-block
+    form: str | None = None  # None: hierarchical, unless --style wrap asks for per-block
     mode: str = "default"
     fullgraph: bool = False
     dynamic: bool | None = None
@@ -43,9 +43,9 @@ class Options:
                 f"--mode {self.mode} replays one CUDA graph per call around the blocks' owner: it needs the "
                 "hierarchical form, without --guard-bypass"
             )
-        if self.form == "hierarchical" and (self.style == "wrap" or self.guard_bypass != "none"):
+        if self.form == "hierarchical" and self.style == "wrap":
             raise ValueError(
-                "--style wrap and --guard-bypass work on each block's own frame: they need --form per-block "
+                "--style wrap compiles each block on its own frame: it needs --form per-block "
                 "(the hierarchical form has one frame per call)"
             )
 
@@ -60,9 +60,7 @@ class Options:
 
     @property
     def hierarchical(self) -> bool:
-        return self.form == "hierarchical" or (
-            self.form is None and self.style == "inplace" and self.guard_bypass == "none"
-        )
+        return self.form == "hierarchical" or (self.form is None and self.style == "inplace")
 
     def compile_kwargs(self) -> dict[str, object]:
         """Keyword arguments for torch.compile / Module.compile, defaults omitted."""

@@ -1,4 +1,4 @@
-# regionalize runtime 3: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 4: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -30,7 +30,7 @@ _regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to fin
 _regionalize_kv = [None]  # do transformers' cache layers update as the cache-updating regions assume
 
 
-def _regionalize_blocks(block, owner, nested=True, cache_index=None, **compile_kwargs):
+def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
 
     Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
@@ -42,11 +42,21 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, **compile_k
     (Not with Dynamo's graph deduplication: in torch 2.13 it generated other tokens than eager on
     transformers' GPT-2, a full compile with it too.)
 
+    `guard_bypass="filter"` or `"depyf"` applies that guard bypass to the owner's one frame (and to the
+    blocks, where they fall back to per-block compilation).
+
     With a CUDA-graph mode the owner's frame is one CUDA graph for the calls it can serve (no grad, no
     hooks, CUDA tensors and plain values), its outputs copied out of the graph's memory pool; other calls
     take the per-block path.
     """
-    state = owner.__dict__.setdefault("_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs})
+    if guard_bypass == "filter":
+        compile_kwargs["options"] = {
+            **compile_kwargs.get("options", {}),
+            "guard_filter_fn": _regionalize_guard_filter,
+        }
+    state = owner.__dict__.setdefault(
+        "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
+    )
     state["blocks"].append(block)
     _regionalize_modules.update((owner, block))
     if not hasattr(torch.compiler, "nested_compile_region"):
@@ -58,10 +68,7 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, **compile_k
         return
     if owner._compiled_call_impl is None:
         owner.compile(**compile_kwargs, fullgraph=True)
-        # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
-        owner._compiled_call_impl = functools.partial(
-            _regionalize_owner_call, owner, owner._compiled_call_impl
-        )
+        _regionalize_owner_compiled(owner, owner._compiled_call_impl)
     cls = type(block)
     if cache_index or not nested:  # traced in the owner's frame until its first call says how
         block.__dict__["_regionalize_layer"] = None
@@ -209,6 +216,8 @@ def _regionalize_per_block(owner):
         for block in state["blocks"]:
             if block._compiled_call_impl is None:
                 block.compile(**_regionalize_static(block, kwargs))
+                if state["direct"]:
+                    block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
         state["compiled"] = len(state["blocks"])
     return owner._call_impl
 
@@ -225,6 +234,16 @@ def _regionalize_static(module, kwargs):
     return {**kwargs, "dynamic": False} if len(shapes) > 1 else kwargs
 
 
+def _regionalize_owner_compiled(owner, whole):
+    """Route the owner's calls through `_regionalize_owner_call` around its compiled call `whole` (with its
+    guards skipped under `guard_bypass="depyf"`), and return what that call runs."""
+    if owner.__dict__["_regionalize_owner"]["direct"]:
+        whole = _regionalize_direct(owner, whole)
+    # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
+    owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
+    return whole
+
+
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
     state = owner.__dict__["_regionalize_owner"]
     if "settled" not in state:  # by the first call, every module of the model is built and set up
@@ -239,8 +258,9 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         static = _regionalize_static(owner, state["kwargs"])
         if static is not state["kwargs"]:
-            whole = torch.compile(owner._call_impl, **static, fullgraph=True)
-            owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
+            whole = _regionalize_owner_compiled(
+                owner, torch.compile(owner._call_impl, **static, fullgraph=True)
+            )
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
@@ -378,29 +398,34 @@ def _regionalize_guard_filter(entries):
 
 
 def _regionalize_dispatch(block, **compile_kwargs):
-    """regionalize guard bypass: compile `block` in place, then call its compiled code directly.
+    """regionalize guard bypass: compile `block` in place, then call its compiled code directly."""
+    block.compile(**compile_kwargs)
+    block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
+
+
+def _regionalize_direct(module, guarded):
+    """regionalize guard bypass: `guarded` (the compiled call of `module`) with its guards skipped.
 
     Dynamo's guards run once per dispatch key (tensor shapes, strides, dtypes, devices, requires_grad,
-    plain argument values, grad/inference mode, autocast, block.training); later calls with that key
-    skip them. Other calls, blocks with hooks or a patched forward take the normal guarded path.
+    plain argument values, grad/inference mode, autocast, module.training); later calls with that key
+    call the compiled code that served it directly. Other calls, modules with hooks or a patched forward
+    take the normal guarded path.
     """
     import inspect
     import types
 
-    import torch
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
     from torch.nn.modules import module as nn_module
 
-    block.compile(**compile_kwargs)
-    guarded = block._compiled_call_impl
-    forward = type(block).forward
+    forward = type(module).forward
     signature = inspect.signature(forward)
     plain = (int, float, bool, str, type(None))
     direct = {}
+    recorded = [None, ()]  # the table's fingerprint (_regionalize_watch), and what it watches
 
     def key(args, kwargs):
         parts = [
-            block.training,
+            module.training,
             torch.is_grad_enabled(),
             torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cpu"),
@@ -418,11 +443,11 @@ def _regionalize_dispatch(block, **compile_kwargs):
 
     def hooked():
         return (
-            block._forward_hooks
-            or block._forward_pre_hooks
-            or block._backward_hooks
-            or block._backward_pre_hooks
-            or "forward" in block.__dict__
+            module._forward_hooks
+            or module._forward_pre_hooks
+            or module._backward_hooks
+            or module._backward_pre_hooks
+            or "forward" in module.__dict__
             or nn_module._global_forward_hooks
             or nn_module._global_forward_pre_hooks
             or nn_module._global_backward_hooks
@@ -433,11 +458,15 @@ def _regionalize_dispatch(block, **compile_kwargs):
         k = None if hooked() else key(args, kwargs)
         if k is None:
             return guarded(*args, **kwargs)
+        if _regionalize_watch(*recorded[1]) != recorded[0]:  # a hook or a parameter's dtype changed
+            direct.clear()
+            recorded[1] = _regionalize_watched(module)
+            recorded[0] = _regionalize_watch(*recorded[1])
         compiled = direct.get(k)
         if compiled is not None:
-            return compiled(block, *args, **kwargs)
+            return compiled(module, *args, **kwargs)
         out = guarded(*args, **kwargs)
-        bound = signature.bind(block, *args, **kwargs)
+        bound = signature.bind(module, *args, **kwargs)
         bound.apply_defaults()
         # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.
         names = forward.__code__.co_freevars
@@ -456,4 +485,25 @@ def _regionalize_dispatch(block, **compile_kwargs):
                 break
         return out
 
-    block._compiled_call_impl = dispatch
+    return dispatch
+
+
+def _regionalize_watched(module):
+    """What the guard bypass watches in `module` on every call, in place of the guards it skips on hooks
+    and parameters: the hook dictionaries in use, and where its first parameter is held."""
+    hooks = [
+        d
+        for m in module.modules()
+        for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
+        if d
+    ]
+    first = next(((m, n) for m in module.modules() for n, p in m._parameters.items() if p is not None), None)
+    return hooks, first
+
+
+def _regionalize_watch(hooks=(), first=None):
+    """A fingerprint that changes when a hook is registered anywhere (each registration takes a new handle
+    id), one in use is removed, or the first parameter changes dtype, device or object (`.to()`)."""
+    parameter = first and first[0]._parameters.get(first[1])
+    probe = (id(parameter), parameter.dtype, parameter.device) if parameter is not None else None
+    return torch.utils.hooks.RemovableHandle.next_id, tuple(len(d) for d in hooks), probe

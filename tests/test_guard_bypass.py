@@ -42,11 +42,16 @@ class Model(nn.Module):
 """
 
 
-def build(mode: str, backend: str = "aot_eager") -> torch.nn.Module:
-    """The model rewritten with `mode` ("none": plain per-block compile), loaded with fixed weights."""
-    code = transform_source(MODEL, Options(guard_bypass=mode, backend=backend, form="per-block")).code
-    assert any(f"{name}(" in code for name in HELPER_NAMES.values()) == (mode != "none")
-    module = ModuleType(f"bypass_{mode}")
+def build(
+    mode: str, backend: str = "aot_eager", form: str = "per-block", source: str = MODEL
+) -> torch.nn.Module:
+    """The model rewritten with `mode` ("none": no bypass) in `form`, loaded with fixed weights."""
+    code = transform_source(source, Options(guard_bypass=mode, backend=backend, form=form)).code
+    if form == "per-block":
+        assert any(f"{name}(" in code for name in HELPER_NAMES.values()) == (mode != "none")
+    else:
+        assert (f'guard_bypass="{mode}"' in code) == (mode != "none")
+    module = ModuleType(f"bypass_{mode}_{form}_{abs(hash(source))}")
     sys.modules[module.__name__] = module  # as an import would: Dynamo looks decorators' modules up
     exec(compile(code, module.__name__, "exec"), module.__dict__)
     torch.manual_seed(0)
@@ -58,10 +63,11 @@ def run(model: torch.nn.Module, x: torch.Tensor, **kwargs: float) -> torch.Tenso
     return model(x, **kwargs)
 
 
+@pytest.mark.parametrize("form", ["per-block", "hierarchical"])
 @pytest.mark.parametrize("mode", ["filter", "depyf"])
-def test_bypass_matches_guarded_across_shape_mode_and_grad_changes(mode: str) -> None:
+def test_bypass_matches_guarded_across_shape_mode_and_grad_changes(mode: str, form: str) -> None:
     torch._dynamo.reset()
-    guarded, bypass = build("none"), build(mode)
+    guarded, bypass = build("none", form=form), build(mode, form=form)
     bypass.load_state_dict(guarded.state_dict())
     assert list(bypass.state_dict()) == list(guarded.state_dict())
     x, wide = torch.randn(2, 8), torch.randn(5, 8)
@@ -111,6 +117,66 @@ def test_dispatcher_calls_compiled_code_directly_and_respects_hooks() -> None:
     with torch.no_grad():
         model(x)
     assert seen == [torch.Size([2, 8])]  # a hooked block takes the guarded path, which runs hooks
+
+
+def owner_table(model: torch.nn.Module) -> dict:
+    """The dispatcher's table of the owner's frame (hierarchical form), behind the runtime's owner call."""
+    dispatch = model._compiled_call_impl.args[1]
+    return next(c.cell_contents for c in dispatch.__closure__ or () if isinstance(c.cell_contents, dict))
+
+
+def test_dispatcher_on_the_owner_frame_follows_hooks_as_the_guarded_frame_does() -> None:
+    """A hook removed after the first calls no longer runs. One registered then runs as it would on the
+    guarded frame: there not at all, since torch's default `skip_nnmodule_hook_guards` compiles no guard
+    on hooks added to submodules, as for a full `model.compile()`."""
+    counts = {}
+    for mode in ("none", "depyf"):
+        torch._dynamo.reset()
+        model = build(mode, form="hierarchical").eval()
+        x = torch.randn(2, 8)
+        # Counted in tensors: a hook appending to a list would make Dynamo guard on its length.
+        early, late = torch.zeros(()), torch.zeros(())
+
+        def count_early(*_: object, counter: torch.Tensor = early) -> None:
+            counter.add_(1)
+
+        def count_late(*_: object, counter: torch.Tensor = late) -> None:
+            counter.add_(1)
+
+        handle = model.layers[1].register_forward_hook(count_early)
+        with torch.no_grad():
+            for _ in range(3):
+                model(x)
+            if mode == "depyf":
+                assert len(owner_table(model)) == 1  # served directly from the second call
+            handle.remove()
+            model(x)
+            assert early.item() == 3, mode  # a compiled frame that still called it would be wrong
+            model.layers[2].register_forward_pre_hook(count_late)
+            model(x)
+            model(x)
+        counts[mode] = (early.item(), late.item())
+    assert counts["depyf"] == counts["none"]
+
+
+EMBEDDED = MODEL.replace(
+    "self.layers = nn.ModuleList", "self.embed = nn.Embedding(10, dim)\n        self.layers = nn.ModuleList"
+).replace("        for layer in self.layers:", "        x = self.embed(x)\n        for layer in self.layers:")
+
+
+def test_dispatcher_on_the_owner_frame_follows_a_change_of_dtype() -> None:
+    torch._dynamo.reset()
+    guarded, bypass = (build(m, "inductor", "hierarchical", EMBEDDED).eval() for m in ("none", "depyf"))
+    bypass.load_state_dict(guarded.state_dict())
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(bypass(ids), guarded(ids))
+        guarded.double(), bypass.double()  # the token ids, and so the dispatch key, stay as they were
+        expected = guarded(ids)
+        assert expected.dtype == torch.float64
+        torch.testing.assert_close(bypass(ids), expected)
+        torch.testing.assert_close(bypass(ids), expected)
 
 
 def test_bypass_with_inductor() -> None:

@@ -307,13 +307,19 @@ def test_copies_and_pickles_of_a_rewritten_model_run_eagerly_and_right() -> None
         ({"mode": "reduce-overhead", "style": "wrap"}, "needs --style inplace"),
         ({"mode": "reduce-overhead", "guard_bypass": "depyf"}, "without --guard-bypass"),
         ({"mode": "reduce-overhead", "form": "per-block"}, "needs the hierarchical form"),
-        ({"form": "hierarchical", "style": "wrap"}, "need --form per-block"),
-        ({"form": "hierarchical", "guard_bypass": "filter"}, "need --form per-block"),
+        ({"form": "hierarchical", "style": "wrap"}, "needs --form per-block"),
     ],
 )
 def test_options_refuse_what_the_form_cannot_do(settings: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Options(**settings)
+
+
+def test_a_guard_bypass_keeps_the_hierarchical_form_unless_per_block_is_asked() -> None:
+    assert Options(guard_bypass="depyf").hierarchical
+    assert Options(guard_bypass="filter", form="hierarchical").hierarchical
+    assert not Options(guard_bypass="depyf", form="per-block").hierarchical
+    assert not Options(guard_bypass="filter", style="wrap").hierarchical
 
 
 @pytest.mark.parametrize("settings", [{}, {"mode": "reduce-overhead"}, {"dynamic": False}])

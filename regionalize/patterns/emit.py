@@ -33,7 +33,9 @@ def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> st
         cached = [blocks[n] for n in (name.rsplit(".", 1)[-1] for name in classes) if n in blocks]
         index = cached[0] if cached and all(cached) and len(set(cached)) == 1 else None
         cache = f"cache_index={json.dumps(index)}" if index else "nested=False" if cached else ""
-        parts = (var, "self", cache, ctx.edits.kwargs)
+        bypass = ctx.options.guard_bypass
+        bypass = f"guard_bypass={json.dumps(bypass)}" if bypass != "none" else ""
+        parts = (var, "self", cache, bypass, ctx.edits.kwargs)
         return f"{HIERARCHICAL}({', '.join(p for p in parts if p)})"
     mode = ctx.options.guard_bypass
     if mode == "none":
