@@ -28,6 +28,7 @@ import torch
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
 _regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
 _regionalize_kv = [None]  # do transformers' cache layers update as the cache-updating regions assume
+_regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> the function its calls are compiled as
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -67,8 +68,7 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         _regionalize_per_block(owner)
         return
     if owner._compiled_call_impl is None:
-        owner.compile(**compile_kwargs, fullgraph=True)
-        _regionalize_owner_compiled(owner, owner._compiled_call_impl)
+        _regionalize_owner_compiled(owner, compile_kwargs)
     cls = type(block)
     if cache_index or not nested:  # traced in the owner's frame until its first call says how
         block.__dict__["_regionalize_layer"] = None
@@ -234,11 +234,27 @@ def _regionalize_static(module, kwargs):
     return {**kwargs, "dynamic": False} if len(shapes) > 1 else kwargs
 
 
-def _regionalize_owner_compiled(owner, whole):
-    """Route the owner's calls through `_regionalize_owner_call` around its compiled call `whole` (with its
-    guards skipped under `guard_bypass="depyf"`), and return what that call runs."""
+def _regionalize_owner_compiled(owner, compile_kwargs):
+    """Compile the owner whole, its calls routed through `_regionalize_owner_call` (with its guards skipped
+    under `guard_bypass="depyf"`), and return what that call runs.
+
+    Compiled as a function of the owner's class, not its `forward`: Dynamo keeps compiled code, and its
+    recompile limit, per code object, and transformers gives every `GradientCheckpointingLayer` subclass a
+    `forward` of one code object, so an owner such as Swin's stage would share its limit with every such
+    layer compiled in the process (and, past it, run uncompiled or raise under fullgraph)."""
+    cls = type(owner)
+    frame = _regionalize_frames.get(cls)
+    if frame is None:
+
+        def frame(self, *args, **kwargs):
+            return self._call_impl(*args, **kwargs)
+
+        frame.__code__ = frame.__code__.replace(co_name=f"{cls.__name__}_forward")
+        frame.__qualname__ = frame.__name__ = f"{cls.__name__}_forward"
+        _regionalize_frames[cls] = frame
+    whole = functools.partial(torch.compile(frame, **compile_kwargs, fullgraph=True), owner)
     if owner.__dict__["_regionalize_owner"]["direct"]:
-        whole = _regionalize_direct(owner, whole)
+        whole = _regionalize_direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
     owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
     return whole
@@ -258,9 +274,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         static = _regionalize_static(owner, state["kwargs"])
         if static is not state["kwargs"]:
-            whole = _regionalize_owner_compiled(
-                owner, torch.compile(owner._call_impl, **static, fullgraph=True)
-            )
+            whole = _regionalize_owner_compiled(owner, static)
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
@@ -403,8 +417,9 @@ def _regionalize_dispatch(block, **compile_kwargs):
     block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
 
 
-def _regionalize_direct(module, guarded):
+def _regionalize_direct(module, guarded, frame=None):
     """regionalize guard bypass: `guarded` (the compiled call of `module`) with its guards skipped.
+    `frame` is the function Dynamo compiles for it: the class's `forward` unless given.
 
     Dynamo's guards run once per dispatch key (tensor shapes, strides, dtypes, devices, requires_grad,
     plain argument values, grad/inference mode, autocast, module.training); later calls with that key
@@ -417,7 +432,7 @@ def _regionalize_direct(module, guarded):
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
     from torch.nn.modules import module as nn_module
 
-    forward = type(module).forward
+    forward = frame or type(module).forward
     signature = inspect.signature(forward)
     plain = (int, float, bool, str, type(None))
     direct = {}

@@ -487,3 +487,69 @@ def test_owners_of_one_width_keep_automatic_dynamic_shapes() -> None:
             x = torch.randn(rows, 16)
             torch.testing.assert_close(model(x), twin(x))
     assert any(_symbolic(gm) for gm in GRAPHS)
+
+
+SHARED_FORWARD = '''
+import torch
+import torch.nn as nn
+
+
+class Layer(nn.Module):
+    """Like transformers' GradientCheckpointingLayer: every subclass's forward is one code object."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        forward = cls.forward
+
+        def wrapped(self, *args, **kwargs):
+            return forward(self, *args, **kwargs)
+
+        cls.forward = wrapped
+
+
+class Scale(Layer):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return x * self.p if self.p > 0 else x
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x).tanh()
+
+
+class Model(Layer):
+    def __init__(self, d=16, n=4):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+'''
+
+
+def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() -> None:
+    """Others compiled on the owner's forward code past torch's recompile limit (each layer branching on its
+    own integer) leave the owner compiled whole, not skipped by Dynamo (an error under fullgraph)."""
+    torch._dynamo.reset()
+    model, twin = build(mode="default", source=SHARED_FORWARD)
+    scale_class = sys.modules[type(model).__module__].Scale  # its forward shares the owner's code object
+    scales = [scale_class(p + 1) for p in range(torch._dynamo.config.recompile_limit + 1)]
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        for scale in scales:
+            scale.compile()
+            torch.testing.assert_close(scale(x), x * scale.p)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback warning
+            torch.testing.assert_close(model(x), twin(x))
+    assert "why" not in model.__dict__["_regionalize_owner"]
