@@ -14,6 +14,9 @@ allows graph breaks): the original's result, never an error the original would n
 A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
 values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every
 layer.
+
+One file, unlike the rest of regionalize: it is the text the codemod copies whole into each package it
+rewrites (`_regionalize.py`), or in part into a lone file, and a rewritten model imports nothing else.
 """
 
 import copy
