@@ -40,6 +40,23 @@ SYMBOLIC = "_regionalize_symbolic_ints"
 PATTERN = "per-block-int"
 # The parameters through which the runtime hands a block its stand-in for a transformers cache layer.
 _CACHE_PARAMETERS = ("past_key_values", "past_key_value")
+# What the runtime's stand-in for a cache layer has: any other attribute of a cache raises when the block is
+# traced with the stand-in, and the runtime then traces that cache layer by layer instead.
+_STAND_IN = frozenset({"update", "keys", "values", "updates"})
+FAILS_CLOSED = ""  # an index read that does not decide the stand-in: it raises with it (see _fails_closed)
+# transformers' caches that a `DynamicCache` is not an instance of: the stand-in, not one either, answers
+# `isinstance` as the cache it stands in for does.
+_OTHER_CACHES = frozenset(
+    {
+        "EncoderDecoderCache",
+        "StaticCache",
+        "SlidingWindowCache",
+        "HybridCache",
+        "HybridChunkedCache",
+        "OffloadedStaticCache",
+        "QuantizedCache",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +88,8 @@ class Plan:
     fixed: dict[str, list[str]] = field(default_factory=dict)
     moved: set[str] = field(default_factory=set)  # classes with a call (a cache's update) moved out
     # Per class with a moved call, the attributes those calls take directly as an argument (`self.layer_idx`
-    # in `past_key_values.update(k, v, self.layer_idx)`); None for one that takes it inside an expression.
+    # in `past_key_values.update(k, v, self.layer_idx)`); None for one that takes it inside an expression;
+    # FAILS_CLOSED for a cache indexed through an attribute the runtime's stand-in lacks.
     indexes: dict[str, set[str | None]] = field(default_factory=dict)
     # Block classes whose integer reaches a moved call: each block updates a cache of its own, a side
     # effect that a nested compile region cannot stamp out as it is. Each maps to the attribute its cache
@@ -144,6 +162,7 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
                 problems, reached = done[key]
                 if reached & result.moved:
                     indexes = set().union(*(result.indexes[c] for c in reached & result.moved))
+                    indexes.discard(FAILS_CLOSED)
                     only = indexes.pop() if len(indexes) == 1 else None
                     result.cache_blocks[name] = only if result.cache_blocks.get(name, only) == only else None
         if problems and args.warn:
@@ -363,6 +382,8 @@ def _argument_of(
     object called or of a cache parameter (`isinstance(past_key_values, DynamicCache)`): the runtime's
     stand-in for a cache layer would answer differently."""
     parent = parents.get(read)
+    if _fails_closed(read, parent):
+        return FAILS_CLOSED
     if isinstance(parent, ast.keyword):
         parent = parents.get(parent)
     if not isinstance(parent, ast.Call) or parent.func is read:
@@ -373,17 +394,40 @@ def _argument_of(
     return None if {receiver, *_CACHE_PARAMETERS} & asked else read.attr
 
 
+def _fails_closed(read: ast.Attribute, parent: ast.AST | None) -> bool:
+    """`self.<attr>` indexing an attribute of another object that the stand-in lacks (GPT-2's
+    `cache.layers[self.layer_idx]`): traced with the stand-in it raises instead of answering otherwise."""
+    if not isinstance(parent, ast.Subscript) or parent.slice is not read:
+        return False
+    node = parent.value
+    while isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+        node = node.value
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id != "self"
+        and node.attr not in _STAND_IN
+    )
+
+
 def _type_checked(method: ast.AST) -> set[str]:
-    """The names whose type `method` asks (`isinstance(name, ..)`, `type(name)`)."""
-    return {
-        node.args[0].id
-        for node in walk(method)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("isinstance", "type")
-        and node.args
-        and isinstance(node.args[0], ast.Name)
-    }
+    """The names whose type `method` asks in a way the stand-in for a cache could answer otherwise:
+    `type(name)`, `hasattr(name, ..)`, `getattr(name, .., default)`, and `isinstance(name, ..)` unless
+    against transformers' other caches only (`isinstance(past_key_values, EncoderDecoderCache)`)."""
+    asked = set()
+    for node in walk(method):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+            continue
+        if not isinstance(node.args[0], ast.Name):
+            continue
+        kind = node.func.id
+        if kind == "isinstance" and len(node.args) == 2:
+            against = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if all(isinstance(c, ast.Name) and c.id in _OTHER_CACHES for c in against):
+                continue
+        if kind in ("isinstance", "type", "hasattr") or (kind == "getattr" and len(node.args) == 3):
+            asked.add(node.args[0].id)
+    return asked
 
 
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:

@@ -147,9 +147,13 @@ class _RegionalizeLayerKV:
 
     def update(self, key_states, value_states, *args, **kwargs):
         self.updates += 1
-        if self.keys is not None:
-            key_states = torch.cat([self.keys, key_states], dim=-2)
-            value_states = torch.cat([self.values, value_states], dim=-2)
+        if self.keys is None:
+            # Kept as copies: the region returns them, and a region's outputs must not alias each other
+            # or its inputs (GPT-2's keys and values are views of one projection).
+            self.keys, self.values = key_states.clone(), value_states.clone()
+            return key_states, value_states
+        key_states = torch.cat([self.keys, key_states], dim=-2)
+        value_states = torch.cat([self.values, value_states], dim=-2)
         self.keys, self.values = key_states, value_states
         return key_states, value_states
 
@@ -292,13 +296,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
     before = skips.get("cudagraph_skips", 0)
     _regionalize_tracing[0] = True
     try:
-        out = whole(*args, **kwargs)
-    except Exception as error:
-        if not _regionalize_compiling(error):
-            raise  # raised by the compiled code as it ran: the original raises it too
-        # Compiling the owner whole failed (a graph break in a region, a Dynamo or Inductor error, the
-        # recompile limit), and a frame that fails to compile has run nothing yet.
-        state["why"] = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
+        out = _regionalize_run_whole(state, whole, args, kwargs)
     finally:
         _regionalize_tracing[0] = False
     if "why" in state:
@@ -320,6 +318,28 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
     # Outputs kept from an earlier call must not be overwritten by the next replay: tensors are cloned,
     # other objects (a cache the owner created) deep-copied, with the tensors they hold.
     return torch.utils._pytree.tree_map(_regionalize_copied, out)
+
+
+def _regionalize_run_whole(state, whole, args, kwargs):
+    """The owner's compiled frame run, or None with `state["why"]` set when it cannot be compiled: a graph
+    break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
+    run nothing yet). A failure with caches stood in for (the block reads an attribute of its cache that
+    the stand-in lacks, or updates it other than once) is first retried with each cache traced layer by
+    layer in the owner's frame, as a full compile would."""
+    while True:
+        try:
+            return whole(*args, **kwargs)
+        except Exception as error:
+            if not _regionalize_compiling(error):
+                raise  # raised by the compiled code as it ran: the original raises it too
+            why = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
+        stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not None]
+        if not stood:
+            state["why"] = why
+            return None
+        state["kv"] = why
+        for block in stood:
+            block.__dict__["_regionalize_layer"] = None
 
 
 def _regionalize_copied(value):

@@ -82,13 +82,15 @@ def recording() -> Iterator[GraphAccount]:
 
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
-    """Which form each owner of the hierarchical form runs in: compiled whole, or per block (and why)."""
+    """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
+    traced layer by layer, and why, where their stand-ins failed to trace), or per block (and why)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
         if state is not None:
-            why = state.get("why")
-            forms[type(module).__name__] = "whole" if why is None else f"per-block: {why}"
+            why, kv = state.get("why"), state.get("kv")
+            served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
+            forms[type(module).__name__] = served if why is None else f"per-block: {why}"
     return forms
 
 

@@ -37,7 +37,7 @@ def verdict(result: dict[str, Any]) -> str:
         problems.append("the original checkpoint does not load strictly")
     warning = " (warning: blocks fell back to eager, see above)" if result["fell_back_to_eager"] else ""
     forms = result["accounting"].get("regional", {}).get("forms", {})
-    if any(form != "whole" for form in forms.values()):
+    if any(not form.startswith("whole") for form in forms.values()):
         warning += " (warning: an owner could not be compiled whole and runs per block, see above)"
     if problems:
         return "FAIL: " + "; ".join(problems) + warning
@@ -141,6 +141,7 @@ def _compile(result: dict[str, Any]) -> list[str]:
             lines.append(f"  {name} fell back to eager: {account['fallback']}")
         for owner, form in account.get("forms", {}).items():
             served = "compiled whole, blocks nested regions" if form == "whole" else form
+            served = served.replace("whole, caches", "compiled whole, blocks nested regions, caches", 1)
             lines.append(f"  {name} form: {owner} {served}")
     return lines
 

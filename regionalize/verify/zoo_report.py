@@ -106,7 +106,7 @@ def form(result: dict[str, Any]) -> str:
     forms = result.get("accounting", {}).get("regional", {}).get("forms", {})
     if not forms:
         return "per-block"
-    fallen = sorted(owner for owner, served in forms.items() if served != "whole")
+    fallen = sorted(owner for owner, served in forms.items() if not served.startswith("whole"))
     return f"per-block (fell back: {', '.join(fallen)})" if fallen else "hierarchical"
 
 
