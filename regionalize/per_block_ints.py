@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from regionalize import class_graph, prescan
+from regionalize import cache_stand_in, class_graph, prescan
 from regionalize.nodes import segment, split_lines, walk
 from regionalize.report import Site
 
@@ -38,25 +38,6 @@ from regionalize.report import Site
 EAGER = "_regionalize_eager"
 SYMBOLIC = "_regionalize_symbolic_ints"
 PATTERN = "per-block-int"
-# The parameters through which the runtime hands a block its stand-in for a transformers cache layer.
-_CACHE_PARAMETERS = ("past_key_values", "past_key_value")
-# What the runtime's stand-in for a cache layer has: any other attribute of a cache raises when the block is
-# traced with the stand-in, and the runtime then traces that cache layer by layer instead.
-_STAND_IN = frozenset({"update", "keys", "values", "updates"})
-FAILS_CLOSED = ""  # an index read that does not decide the stand-in: it raises with it (see _fails_closed)
-# transformers' caches that a `DynamicCache` is not an instance of: the stand-in, not one either, answers
-# `isinstance` as the cache it stands in for does.
-_OTHER_CACHES = frozenset(
-    {
-        "EncoderDecoderCache",
-        "StaticCache",
-        "SlidingWindowCache",
-        "HybridCache",
-        "HybridChunkedCache",
-        "OffloadedStaticCache",
-        "QuantizedCache",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -89,7 +70,7 @@ class Plan:
     moved: set[str] = field(default_factory=set)  # classes with a call (a cache's update) moved out
     # Per class with a moved call, the attributes those calls take directly as an argument (`self.layer_idx`
     # in `past_key_values.update(k, v, self.layer_idx)`); None for one that takes it inside an expression;
-    # FAILS_CLOSED for a cache indexed through an attribute the runtime's stand-in lacks.
+    # FAILS_CLOSED for a cache indexed through an attribute the runtime's stand-in lacks (cache_stand_in).
     indexes: dict[str, set[str | None]] = field(default_factory=dict)
     # Block classes whose integer reaches a moved call: each block updates a cache of its own, a side
     # effect that a nested compile region cannot stamp out as it is. Each maps to the attribute its cache
@@ -162,7 +143,7 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
                 problems, reached = done[key]
                 if reached & result.moved:
                     indexes = set().union(*(result.indexes[c] for c in reached & result.moved))
-                    indexes.discard(FAILS_CLOSED)
+                    indexes.discard(cache_stand_in.FAILS_CLOSED)
                     only = indexes.pop() if len(indexes) == 1 else None
                     result.cache_blocks[name] = only if result.cache_blocks.get(name, only) == only else None
         if problems and args.warn:
@@ -227,14 +208,16 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
     remaining = False
     for method in class_graph.traced_methods(cls, classes):
         parents = _parents(method)
-        asked = _type_checked(method)
+        asked = cache_stand_in.type_checked(method)
         moved: list[ast.expr] = []
         for node in walk(method):
             if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
                 continue
             if _already_eager(node, parents):
                 result.moved.add(cls.name)  # moved by an earlier pass
-                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, None, asked))
+                result.indexes.setdefault(cls.name, set()).add(
+                    cache_stand_in.index_of(node, parents, None, asked)
+                )
                 continue
             carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
             if carrier is None:
@@ -249,7 +232,9 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
             elif carrier not in moved:
                 moved.append(carrier)
             if carrier is not None:
-                result.indexes.setdefault(cls.name, set()).add(_argument_of(node, parents, carrier, asked))
+                result.indexes.setdefault(cls.name, set()).add(
+                    cache_stand_in.index_of(node, parents, carrier, asked)
+                )
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
@@ -372,62 +357,6 @@ def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | No
         if isinstance(node, ast.stmt):
             return None
     return None
-
-
-def _argument_of(
-    read: ast.Attribute, parents: dict[ast.AST, ast.AST], carrier: ast.expr | None, asked: set[str]
-) -> str | None:
-    """The attribute of `self.<attr>` when it is itself an argument of the call moved out (`carrier`, or
-    the body of an earlier pass's lambda), else None. Also None when the method asks the type of the
-    object called or of a cache parameter (`isinstance(past_key_values, DynamicCache)`): the runtime's
-    stand-in for a cache layer would answer differently."""
-    parent = parents.get(read)
-    if _fails_closed(read, parent):
-        return FAILS_CLOSED
-    if isinstance(parent, ast.keyword):
-        parent = parents.get(parent)
-    if not isinstance(parent, ast.Call) or parent.func is read:
-        return None
-    if parent is not carrier and not isinstance(parents.get(parent), ast.Lambda):
-        return None
-    receiver = class_graph.root_name(parent.func)
-    return None if {receiver, *_CACHE_PARAMETERS} & asked else read.attr
-
-
-def _fails_closed(read: ast.Attribute, parent: ast.AST | None) -> bool:
-    """`self.<attr>` indexing an attribute of another object that the stand-in lacks (GPT-2's
-    `cache.layers[self.layer_idx]`): traced with the stand-in it raises instead of answering otherwise."""
-    if not isinstance(parent, ast.Subscript) or parent.slice is not read:
-        return False
-    node = parent.value
-    while isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
-        node = node.value
-    return (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id != "self"
-        and node.attr not in _STAND_IN
-    )
-
-
-def _type_checked(method: ast.AST) -> set[str]:
-    """The names whose type `method` asks in a way the stand-in for a cache could answer otherwise:
-    `type(name)`, `hasattr(name, ..)`, `getattr(name, .., default)`, and `isinstance(name, ..)` unless
-    against transformers' other caches only (`isinstance(past_key_values, EncoderDecoderCache)`)."""
-    asked = set()
-    for node in walk(method):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
-            continue
-        if not isinstance(node.args[0], ast.Name):
-            continue
-        kind = node.func.id
-        if kind == "isinstance" and len(node.args) == 2:
-            against = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-            if all(isinstance(c, ast.Name) and c.id in _OTHER_CACHES for c in against):
-                continue
-        if kind in ("isinstance", "type", "hasattr") or (kind == "getattr" and len(node.args) == 3):
-            asked.add(node.args[0].id)
-    return asked
 
 
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:

@@ -79,7 +79,8 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
         # The parameter that takes a transformers cache, or None: read once from the forward's signature.
         cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
-        cls.forward = _regionalize_region(cls.forward, *cls._regionalize_kv_param)
+        cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
+        cls.forward = _regionalize_region(cls.forward, *cls._regionalize_kv_param, cls._regionalize_copies)
 
 
 def _regionalize_kv_name(forward):
@@ -90,12 +91,20 @@ def _regionalize_kv_name(forward):
     return name, names.index(name) - 1 if name else 0
 
 
-def _regionalize_region(plain, name, position):
+def _regionalize_region(plain, name, position, copies):
     """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise.
-    A cache that its parameter `name` (at `position` after `self`) takes is stood in for."""
+    A cache that its parameter `name` (at `position` after `self`) takes is stood in for. With `copies[0]`
+    the region returns copies of its tensors: a region's outputs must not alias each other or its inputs,
+    and Flux's single blocks return two views of one tensor."""
     # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
     # layer an error, and so a fallback): a deep stack needs as many as it has layers.
     region = torch.compiler.nested_compile_region(plain, max_reuse_entries=1024)
+
+    @functools.wraps(plain)
+    def copied(self, *args, **kwargs):
+        return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, plain(self, *args, **kwargs))
+
+    region_copied = torch.compiler.nested_compile_region(copied, max_reuse_entries=1024)
 
     def body(self, keys, values, slot, *args, **kwargs):
         cache = _RegionalizeLayerKV(keys, values)
@@ -103,7 +112,7 @@ def _regionalize_region(plain, name, position):
             kwargs[name] = cache
         else:
             args = (*args[:slot], cache, *args[slot + 1 :])
-        out = plain(self, *args, **kwargs)
+        out = (copied if copies[0] else plain)(self, *args, **kwargs)
         if cache.updates != 1:  # raised while tracing: the owner falls back before anything ran
             raise RuntimeError(f"regionalize: a block updated its cache {cache.updates} times, not once")
         return out, cache.keys, cache.values
@@ -115,14 +124,14 @@ def _regionalize_region(plain, name, position):
         if not _regionalize_tracing[0]:
             return plain(self, *args, **kwargs)
         if "_regionalize_layer" not in self.__dict__:
-            return region(self, *args, **kwargs)
+            return (region_copied if copies[0] else region)(self, *args, **kwargs)
         index = self.__dict__["_regionalize_layer"]  # a block that updates a cache: its layer, if a region
         if index is None:
             return plain(self, *args, **kwargs)
         slot = None if name in kwargs or len(args) <= position else position
         cache = kwargs.get(name) if slot is None else args[slot]
         if cache is None:
-            return region(self, *args, **kwargs)
+            return (region_copied if copies[0] else region)(self, *args, **kwargs)
         layer = _regionalize_kv_layer(cache, index)
         if layer is None:  # a cache of another kind: traced in the owner's frame, layer by layer
             return plain(self, *args, **kwargs)
@@ -323,9 +332,10 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
 def _regionalize_run_whole(state, whole, args, kwargs):
     """The owner's compiled frame run, or None with `state["why"]` set when it cannot be compiled: a graph
     break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
-    run nothing yet). A failure with caches stood in for (the block reads an attribute of its cache that
-    the stand-in lacks, or updates it other than once) is first retried with each cache traced layer by
-    layer in the owner's frame, as a full compile would."""
+    run nothing yet). Two failures are retried first: regions whose outputs alias (each block then
+    returns copies of its tensors), and caches stood in for (the block reads an attribute of its cache
+    that the stand-in lacks, or updates it other than once: each cache is then traced layer by layer in
+    the owner's frame, as a full compile would)."""
     while True:
         try:
             return whole(*args, **kwargs)
@@ -333,13 +343,19 @@ def _regionalize_run_whole(state, whole, args, kwargs):
             if not _regionalize_compiling(error):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
+            aliasing = "aliasing" in str(error)
+        copies = {id(c): c for c in (type(b)._regionalize_copies for b in state["blocks"]) if not c[0]}
         stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not None]
-        if not stood:
+        if aliasing and copies:
+            for flag in copies.values():
+                flag[0] = True
+        elif stood:
+            state["kv"] = why
+            for block in stood:
+                block.__dict__["_regionalize_layer"] = None
+        else:
             state["why"] = why
             return None
-        state["kv"] = why
-        for block in stood:
-            block.__dict__["_regionalize_layer"] = None
 
 
 def _regionalize_copied(value):

@@ -553,3 +553,51 @@ def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() ->
             warnings.simplefilter("error")  # no fallback warning
             torch.testing.assert_close(model(x), twin(x))
     assert "why" not in model.__dict__["_regionalize_owner"]
+
+
+ALIASING = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    '''As Flux's single blocks: two outputs that are views of one tensor, and one that is an input.'''
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(2 * d, 2 * d)
+
+    def forward(self, x, context, mask):
+        joined = self.fc(torch.cat([context, x], dim=-1)).tanh()
+        context, x = joined.chunk(2, dim=-1)
+        return x, context, mask
+
+
+class Model(nn.Module):
+    def __init__(self, d=8, n=4):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x):
+        context, mask = x.flip(-1), x > 0
+        for block in self.blocks:
+            x, context, mask = block(x, context, mask)
+        return x + context * mask
+"""
+
+
+def test_blocks_whose_outputs_alias_are_regions_of_copies() -> None:
+    """A region may not return views of one tensor, nor an input: the first compile fails before anything
+    ran, and the owner is compiled whole again with each block returning copies, with no warning."""
+    GRAPHS.clear()
+    model, twin = build(mode="default", source=ALIASING, backend="regionalize_test_recorder")
+    x = torch.randn(2, 8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            torch.testing.assert_close(model(x), twin(x))
+    assert "why" not in model.__dict__["_regionalize_owner"]
+    assert type(model.blocks[0])._regionalize_copies == [True]
+    (graph,) = GRAPHS
+    regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+    assert len(regions) == 4 and len({n.args[0].target for n in regions}) == 1
