@@ -100,9 +100,14 @@ def _regionalize_region(plain, name, position, copies):
     # layer an error, and so a fallback): a deep stack needs as many as it has layers.
     region = torch.compiler.nested_compile_region(plain, max_reuse_entries=1024)
 
+    # Contiguous copies: with torch.clone's default (preserve_format) of a slice, Inductor computed other
+    # values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13).
+    def copy(tensor):
+        return tensor.clone(memory_format=torch.contiguous_format)
+
     @functools.wraps(plain)
     def copied(self, *args, **kwargs):
-        return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, plain(self, *args, **kwargs))
+        return torch.utils._pytree.tree_map_only(torch.Tensor, copy, plain(self, *args, **kwargs))
 
     region_copied = torch.compiler.nested_compile_region(copied, max_reuse_entries=1024)
 

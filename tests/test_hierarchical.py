@@ -12,9 +12,11 @@ import copy
 import functools
 import itertools
 import pickle
+import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -601,3 +603,51 @@ def test_blocks_whose_outputs_alias_are_regions_of_copies() -> None:
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(regions) == 4 and len({n.args[0].target for n in regions}) == 1
+
+
+SLICES = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x, context):  # as Flux's single blocks: one sequence joined, returned as two slices
+        n = context.shape[1]
+        joined = torch.cat([context, x], dim=1)
+        joined = joined + self.fc(joined).tanh()
+        return joined[:, n:], joined[:, :n]
+
+
+class Model(nn.Module):
+    def __init__(self, d=8, n=4):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x, context):
+        for block in self.blocks:
+            x, context = block(x, context)
+        return torch.cat([context, x], dim=1)
+"""
+
+
+def test_copies_of_slices_are_right_under_inductor() -> None:
+    """Copied in `clone()`'s default layout, the slices (batch 1, with the joined tensor's batch stride)
+    corrupted the heap in Inductor's code for the region in torch 2.13; contiguous copies are right. Run in
+    a process of its own, since the failure is a crash."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import torch\n"
+        "from test_hierarchical import SLICES, build\n"
+        "model, twin = build(mode='default', source=SLICES)\n"
+        "x, context = torch.randn(1, 5, 8), torch.randn(1, 3, 8)\n"
+        "with torch.no_grad():\n"
+        "    torch.testing.assert_close(model(x, context), twin(x, context))\n"
+        "assert 'why' not in model.__dict__['_regionalize_owner']\n"
+        "assert type(model.blocks[0])._regionalize_copies == [True]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
