@@ -10,6 +10,8 @@ them over a file: its regions, the second pass after `per_block_ints`, the helpe
 from __future__ import annotations
 
 import ast
+import dataclasses
+import re
 import tokenize
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,7 +26,7 @@ from regionalize.nodes import Walked
 from regionalize.options import Options
 from regionalize.patterns import emit
 from regionalize.patterns.containers import ContainerSites
-from regionalize.patterns.context import SKIP_COMMENT, Context
+from regionalize.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, SKIP_COMMENT, Context
 from regionalize.patterns.extend import ExtendSites
 from regionalize.patterns.loops import LoopSites
 from regionalize.patterns.model import Edits
@@ -90,6 +92,7 @@ def transform_source(
             return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
         found = _compile_containers(tree, lines, options, outside, declared, fixes.cache_blocks)
         assert not isinstance(found, TransformResult)
+        sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
     code, runtime = _add_helpers(found, tree, path)
     if code == source:
         return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
@@ -98,6 +101,15 @@ def transform_source(
     except SyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
         return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
     return TransformResult("success", code, sites, runtime=runtime)
+
+
+def _without_regions(site: Site, cache_blocks: dict[str, str | None]) -> Site:
+    """An owner whose blocks update a cache the runtime cannot stand in for is compiled without regions
+    (`nested=False`): its site line says so. The sites are the first pass's, made before that was known."""
+    names = re.findall(r"\w+", site.block)
+    if site.code == "RGZ001" and site.reason == OWNED and any(cache_blocks.get(n, "") is None for n in names):
+        return dataclasses.replace(site, reason=OWNED_WITHOUT_REGIONS)
+    return site
 
 
 @dataclass

@@ -16,6 +16,9 @@ from regionalize.patterns.ints import int_targets
 from regionalize.patterns.model import Edits, Scope, dotted_name
 from regionalize.report import CODES, Site
 
+# The end of an RGZ001 site line in the hierarchical form, and where the blocks' cache is not stood in for.
+OWNED = "nested regions of their owner, compiled whole"
+OWNED_WITHOUT_REGIONS = "their owner compiled whole, without regions (a cache not stood in for)"
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 
 SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
@@ -139,7 +142,7 @@ class Context(cst.CSTVisitor):
         def add(code: str, action: str, hint: str = "") -> None:
             reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
             if code == "RGZ001":
-                reason = "nested regions of their owner, compiled whole" if self.owned() else "per block"
+                reason = OWNED if self.owned() else "per block"
             self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add
