@@ -111,6 +111,9 @@ def _regionalize_region(plain, name, position, copies):
 
     region_copied = torch.compiler.nested_compile_region(copied, max_reuse_entries=1024)
 
+    def plain_region(self, *args, **kwargs):  # a block without a cache to stand in for
+        return (region_copied if copies[0] else region)(self, *args, **kwargs)
+
     def body(self, keys, values, slot, *args, **kwargs):
         cache = _RegionalizeLayerKV(keys, values)
         if slot is None:
@@ -129,14 +132,14 @@ def _regionalize_region(plain, name, position, copies):
         if not _regionalize_tracing[0]:
             return plain(self, *args, **kwargs)
         if "_regionalize_layer" not in self.__dict__:
-            return (region_copied if copies[0] else region)(self, *args, **kwargs)
+            return plain_region(self, *args, **kwargs)
         index = self.__dict__["_regionalize_layer"]  # a block that updates a cache: its layer, if a region
         if index is None:
             return plain(self, *args, **kwargs)
         slot = None if name in kwargs or len(args) <= position else position
         cache = kwargs.get(name) if slot is None else args[slot]
         if cache is None:
-            return (region_copied if copies[0] else region)(self, *args, **kwargs)
+            return plain_region(self, *args, **kwargs)
         layer = _regionalize_kv_layer(cache, index)
         if layer is None:  # a cache of another kind: traced in the owner's frame, layer by layer
             return plain(self, *args, **kwargs)
@@ -349,10 +352,12 @@ def _regionalize_run_whole(state, whole, args, kwargs):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
             aliasing = "aliasing" in str(error)
-        copies = {id(c): c for c in (type(b)._regionalize_copies for b in state["blocks"]) if not c[0]}
+        uncopied = [
+            type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
+        ]
         stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not None]
-        if aliasing and copies:
-            for flag in copies.values():
+        if aliasing and uncopied:
+            for flag in uncopied:
                 flag[0] = True
         elif stood:
             state["kv"] = why
