@@ -25,6 +25,7 @@ import torch
 
 from regionalize.codemod import transform_source
 from regionalize.options import Options
+from regionalize.verify.accounting import recording
 
 SOURCE = """
 import torch.nn as nn
@@ -651,3 +652,137 @@ def test_copies_of_slices_are_right_under_inductor() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+KEYWORDS = """
+import collections
+
+import torch
+import torch.nn as nn
+
+Pair = collections.namedtuple("Pair", "cos sin")
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x, mask=None, position_embeddings=None, scale=1.0, extra=None, **kwargs):
+        cos, sin = position_embeddings
+        if isinstance(position_embeddings, Pair):  # a namedtuple must reach the block as one
+            cos = position_embeddings.cos * 2
+        y = self.fc(x * cos + x * sin) * scale
+        if mask is not None:
+            y = y * mask
+        if extra is not None:
+            y = y + extra["bias"]
+        return x + y.tanh() + sum(kwargs.values())
+
+
+class Model(nn.Module):
+    def __init__(self, d=8, n=5):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x, how):
+        pe = (x.cos(), x.sin())
+        for block in self.blocks:
+            if how == "flat":
+                x = block(x, mask=None, position_embeddings=pe, scale=0.5, **{"gain": 1})
+            elif how == "dict":
+                x = block(x, position_embeddings=pe, extra={"bias": x.mean()})
+            elif how == "namedtuple":
+                x = block(x, position_embeddings=Pair(*pe))
+            elif how == "odd names":
+                x = block(x, None, pe, **{"a,b": 2, "c:d": 3})
+            else:
+                x = block(x, None, pe, **{"*": 4})
+        return x
+"""
+
+
+@pytest.mark.parametrize("how", ["flat", "dict", "namedtuple", "odd names", "a star"])
+def test_region_arguments_pass_flat_where_they_can_and_as_given_otherwise(how: str) -> None:
+    """Keyword arguments, tuples of tensors and plain values reach a region as positional leaves, for
+    which Dynamo's reuse check skips flattening them with pytree (slow: once per block); anything else (a
+    dict, a namedtuple) is passed to Dynamo's slow path, and keywords that the flat call cannot name are
+    passed as given. Each way, one traced body serves
+    every block and the results are eager's."""
+    from torch._dynamo.variables import invoke_subgraph
+
+    GRAPHS.clear()
+    model, twin = build(mode="default", source=KEYWORDS, backend="regionalize_test_recorder")
+    x = torch.randn(2, 8)
+    pytree_calls: list[int] = []
+    slow = invoke_subgraph.build_fingerprint_with_pytree
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        pytree_calls.append(1)
+        return slow(*args, **kwargs)
+
+    with torch.no_grad(), warnings.catch_warnings(), pytest.MonkeyPatch.context() as patch:
+        warnings.simplefilter("error")
+        patch.setattr(invoke_subgraph, "build_fingerprint_with_pytree", counted)
+        torch.testing.assert_close(model(x, how), twin(x, how))
+    assert "why" not in model.__dict__["_regionalize_owner"]
+    (graph,) = GRAPHS
+    regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+    assert len(regions) == len(model.blocks) and len({n.args[0].target for n in regions}) == 1
+    assert bool(pytree_calls) == (how != "flat")
+
+
+OUTPUTS = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d, how):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.how = how
+
+    def forward(self, x):
+        x = x + self.fc(x).tanh()
+        if self.how == "none":
+            return x, None, x.sum(-1)
+        if self.how == "list":
+            return [None, x]
+        if self.how == "marker-like":  # looks like what a region returns for outputs holding None
+            return torch.empty((0, 82, 1), dtype=torch.uint8), x
+        return {"h": x}
+
+
+class Model(nn.Module):
+    def __init__(self, how, d=8, n=5):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d, how) for _ in range(n)])
+
+    def forward(self, x):
+        kept = []
+        for block in self.blocks:
+            out = block(x)
+            x = out["h"] if isinstance(out, dict) else next(t for t in out if t is not None and t.numel())
+            kept.append(out)
+        return x, kept
+"""
+
+
+@pytest.mark.parametrize("how", ["none", "list", "marker-like", "dict"])
+def test_outputs_holding_none_are_reused_regions_and_come_back_as_returned(how: str) -> None:
+    """Dynamo reuses a region only if it returns tensors: a tuple or list holding None comes back from
+    one traced body for every block, with its None where it was; an object, which Dynamo cannot reuse, is
+    traced for each block; either way the outputs are eager's, of the types the block returned."""
+    GRAPHS.clear()
+    source = OUTPUTS.replace("self, how, d=8", f"self, how={how!r}, d=8")
+    model, twin = build(mode="default", source=source, backend="regionalize_test_recorder")
+    x = torch.randn(2, 8)
+    with torch.no_grad(), warnings.catch_warnings(), recording() as account:
+        warnings.simplefilter("error")
+        got, want = model(x), twin(x)
+    torch.testing.assert_close(got, want)
+    assert [type(o) for o in got[1]] == [type(o) for o in want[1]]
+    assert "why" not in model.__dict__["_regionalize_owner"]
+    traced = len(model.blocks) if how == "dict" else 1
+    assert (account.regions_traced, account.regions_stamped) == (traced, len(model.blocks) - traced)

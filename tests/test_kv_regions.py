@@ -80,9 +80,9 @@ def load(source: str) -> ModuleType:
     return module
 
 
-def pair(body: str = "") -> tuple[Any, Any]:
+def pair(body: str = "", source: str = SOURCE) -> tuple[Any, Any]:
     """The rewritten decoder and the original with the same weights, the attention's forward `body`."""
-    source = SOURCE.replace("    UPDATE_TWICE\n", body)
+    source = source.replace("    UPDATE_TWICE\n", body)
     rewritten = transform_source(source, Options(backend="aot_eager")).code
     assert '_regionalize_blocks(block, self, cache_index="layer_idx"' in rewritten
     torch.manual_seed(0)
@@ -126,6 +126,28 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: An
     # Prefill, the first token, then the token with the cache length symbolic: one trace each.
     assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
     assert not account.fell_back_to_eager
+
+
+def test_a_block_returning_none_beside_its_output_is_one_trace_too() -> None:
+    """As older transformers layers return `(hidden_states, None)`: the None comes back beside the keys and
+    values the region returns, and one trace serves every layer."""
+    source = SOURCE.replace(
+        "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()",
+        "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh(), None",
+    )
+    checked = "x, nothing = layer(x, past_key_values)\n            assert nothing is None"
+    source = source.replace("x = layer(x, past_key_values)", checked)
+    model, twin = pair(source=source)
+    expected_cache, cache = DynamicCache(), DynamicCache()
+    expected = steps(twin, expected_cache)
+    with recording() as account:
+        actual = steps(model, cache)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(held(cache), held(expected_cache), strict=True):
+        torch.testing.assert_close(got[:2], want[:2])
+    assert served_forms(model) == {"Decoder": "whole"}
+    assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
 
 
 def test_without_a_cache_the_blocks_are_plain_regions() -> None:
