@@ -1,7 +1,7 @@
 """May the runtime stand in for a block's layer of a transformers cache (`_regionalize_blocks(block, self,
 cache_index="layer_idx")`)? Judged per read of the block's integer in a call that per_block_ints moves out
 of the graph: the attribute the call indexes its cache by, and whether the method asks its cache's type in
-a way the stand-in would answer otherwise. The stand-in (`_RegionalizeLayerKV` in runtime.py) has only
+a way the stand-in would answer otherwise. The stand-in (`_RegionalizeLayerKV` in runtime/kv.py) has only
 `update`, `keys` and `values`: what it cannot answer alike it must fail on, while the block is traced.
 """
 

@@ -1,5 +1,5 @@
 """The statements `--guard-bypass` writes for a block compiled on its own (the per-block form); the helpers
-they call are the runtime's (`runtime.py`), which needs torch alone. In the hierarchical form the codemod
+they call are the runtime's (`runtime/`), which needs torch alone. In the hierarchical form the codemod
 passes `guard_bypass="<mode>"` to `_regionalize_blocks`, which applies it to the owner's frame.
 
 - `filter`: `Module.compile(options={"guard_filter_fn": ...})` with a filter that drops Dynamo's guards

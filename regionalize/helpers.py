@@ -1,4 +1,9 @@
-"""Where a rewritten file gets the runtime helpers it calls (`runtime.py`, read as text: no torch here).
+"""Where a rewritten file gets the runtime helpers it calls (`runtime/`, read as text: no torch here).
+
+The runtime is written in parts, one job each (`runtime/owner.py`, `regions.py`, `kv.py`, `fixes.py`,
+`bypass.py`), and a rewrite gets them joined into one module (`runtime_text`): the header and docstring of
+`runtime/__init__.py`, the parts' imports once, then each part's code, its imports of the other parts
+left out since they are one module then.
 
 A file inside a package imports them, in one line, from `_regionalize.py`, a copy of the runtime that the
 runner keeps once per package, at its top folder: over a whole zoo, the helpers are written once and
@@ -11,11 +16,13 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-RUNTIME = Path(__file__).with_name("runtime.py")
+RUNTIME = Path(__file__).with_name("runtime")
+PARTS = ("owner", "regions", "kv", "fixes", "bypass")  # in the order the joined module holds them
 MODULE = "_regionalize"  # the package's copy: `<top package>/_regionalize.py`
 BEGIN = "# regionalize runtime {version}: begin (written by regionalize, which updates it; do not edit)"
 END = "# regionalize runtime: end"
@@ -39,7 +46,30 @@ class _Section:
 
 @cache
 def runtime_text() -> str:
-    return RUNTIME.read_text(encoding="utf-8")
+    """The runtime as the one module a rewrite imports or holds in part (see the module's docstring)."""
+    imports: dict[str, None] = {}
+    bodies = []
+    for part in PARTS:
+        text = (RUNTIME / f"{part}.py").read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        statements = ast.parse(text).body
+        for statement in statements:
+            if isinstance(statement, ast.Import):
+                imports.update(dict.fromkeys(f"import {alias.name}\n" for alias in statement.names))
+        code = [s for s in statements if not isinstance(s, (ast.Import, ast.ImportFrom, ast.Expr))]
+        bodies.append("".join(lines[_start(code[0], lines) - 1 :]).strip("\n") + "\n")
+    standard = sorted(line for line in imports if line.split()[1] in sys.stdlib_module_names)
+    others = sorted(line for line in imports if line not in standard)
+    head = (RUNTIME / "__init__.py").read_text(encoding="utf-8")
+    return f"{head}\n{''.join(standard)}\n{''.join(others)}\n" + "\n\n".join(bodies)
+
+
+def _start(statement: ast.stmt, lines: list[str]) -> int:
+    """The first line of `statement`, with its decorators and the comment lines right above it."""
+    first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
+    while first > 1 and lines[first - 2].lstrip().startswith("#"):
+        first -= 1
+    return first
 
 
 def version_of(text: str) -> int | None:
@@ -57,8 +87,7 @@ def _sections() -> dict[str, _Section]:
     lines = text.splitlines(keepends=True)
     found: dict[str, _Section] = {}
     for statement in ast.parse(text).body:
-        first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
-        body = "".join(lines[first - 1 : statement.end_lineno])
+        body = "".join(lines[_start(statement, lines) - 1 : statement.end_lineno])
         if isinstance(statement, ast.Import):
             name = "import " + statement.names[0].name
         elif isinstance(statement, (ast.FunctionDef, ast.ClassDef)):

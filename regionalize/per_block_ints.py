@@ -34,7 +34,7 @@ from regionalize import cache_stand_in, class_graph, prescan
 from regionalize.nodes import segment, split_lines, walk
 from regionalize.report import Site
 
-# The runtime's helpers (regionalize/runtime.py) the fixes call.
+# The runtime's helpers (regionalize/runtime/) the fixes call.
 EAGER = "_regionalize_eager"
 SYMBOLIC = "_regionalize_symbolic_ints"
 PATTERN = "per-block-int"

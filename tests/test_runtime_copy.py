@@ -6,6 +6,7 @@ imported and run with torch alone.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 from pathlib import Path
@@ -143,3 +144,36 @@ def test_a_file_deep_in_a_package_imports_from_the_top_folder(package: Path) -> 
     result = transform_source(MODEL, path=str(path))
     assert result.runtime == package / "_regionalize.py"
     assert "from .._regionalize import _regionalize_blocks" in result.code
+
+
+def _defined(text: str) -> list[str]:
+    """The top-level definitions of a module's source: functions, classes and assigned names."""
+    names = []
+    for statement in ast.parse(text).body:
+        if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
+            names.append(statement.name)
+        elif isinstance(statement, ast.Assign):
+            names += [t.id for t in statement.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def test_the_runtime_parts_join_into_one_module_that_runs_with_torch_alone() -> None:
+    """The runtime is written in parts that import each other; the copy a rewrite gets is one module
+    holding each part's definitions once, without those imports, and it runs on its own."""
+    text = helpers.runtime_text()
+    joined = _defined(text)
+    parts = [
+        name
+        for part in helpers.PARTS
+        for name in _defined((helpers.RUNTIME / f"{part}.py").read_text(encoding="utf-8"))
+    ]
+    assert sorted(joined) == sorted(parts) and len(set(joined)) == len(joined)
+    assert not [s for s in ast.parse(text).body if isinstance(s, ast.ImportFrom)]
+    assert helpers.version_of(text) == helpers.VERSION > 0
+    namespace: dict[str, object] = {"__name__": "_regionalize"}
+    exec(compile(text, "_regionalize.py", "exec"), namespace)
+    for part in helpers.PARTS:  # the same objects as the parts', by name
+        module = importlib.import_module(f"regionalize.runtime.{part}")
+        assert {n for n in vars(module) if n.startswith("_regionalize") or n == "_RegionalizeLayerKV"} <= set(
+            namespace
+        )

@@ -6,11 +6,15 @@ Torch-free on purpose: the CLI resolves and reports a bad --factory before payin
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -194,9 +198,24 @@ def _runtime_copy(target: Target, source: str) -> None:
         return
     name = f"{target.module_name.split('.')[0]}.{helpers.MODULE}"
     module = ModuleType(name)
-    module.__file__ = str(helpers.RUNTIME)
-    exec(compile(helpers.runtime_text(), str(helpers.RUNTIME), "exec"), module.__dict__)
+    path = _runtime_file()
+    module.__file__ = str(path)
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)
     sys.modules[name] = module
+
+
+@functools.cache
+def _runtime_file() -> Path:
+    """The joined runtime in a file of its own (named by its content, so processes share it): Dynamo,
+    tracebacks and `inspect` read a module's lines back from its file, and its parts are other files."""
+    text = helpers.runtime_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"regionalize_runtime_{helpers.VERSION}_{digest}.py"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False) as file:
+            file.write(text)
+        os.replace(file.name, path)
+    return path
 
 
 def load_factory(target: Target) -> Callable[[ModuleType], Any]:

@@ -1,0 +1,20 @@
+# regionalize runtime 5: written by regionalize, which updates it on a later run; do not edit.
+"""What a model rewritten by regionalize calls at run time. It needs torch only.
+
+Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
+compiled whole, and while it is traced each block's `forward` is a nested compile region, which Inductor
+compiles once and stamps out for the other blocks. A call is one compiled frame with one guard check, as
+with a full `torch.compile`, and the start is close to compiling one block.
+
+A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
+the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then
+warns once and runs eagerly with each block compiled on its own (per-block regional compilation, which
+allows graph breaks): the original's result, never an error the original would not raise.
+
+A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
+values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every
+layer.
+
+One file, unlike the rest of regionalize: it is the text the codemod copies whole into each package it
+rewrites (`_regionalize.py`), or in part into a lone file, and a rewritten model imports nothing else.
+"""

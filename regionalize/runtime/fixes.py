@@ -1,0 +1,39 @@
+"""What the codemod's fixes call: a cache update kept out of a block's graph (RGZ003), and integer
+attributes traced symbolically (RGZ004)."""
+
+import torch
+
+from .regions import _regionalize_tracing
+
+
+def _regionalize_eager(call):
+    """regionalize: run `call` outside the compiled region. It takes a per-block integer (a KV cache
+    indexed by layer): traced in a block compiled on its own, it would give every block a graph of its
+    own. Inside an owner compiled whole there is one frame, so it is traced there."""
+    if _regionalize_tracing[0]:
+        return call()
+    return _regionalize_run(call)
+
+
+@torch.compiler.disable
+def _regionalize_run(call):
+    return call()
+
+
+def _regionalize_symbolic_ints(forward):
+    """regionalize: trace `forward` with the integer attributes of modules symbolic, so that blocks that
+    differ only in such an integer (a layer index) share graphs: one per outcome of a branch on it, not
+    one per block. Eager calls compute the same; the setting holds only while this function is traced."""
+    if not hasattr(torch._dynamo, "patch_dynamo_config"):  # torch < 2.8: compiled per block, still right
+        return forward
+    patch = torch._dynamo.patch_dynamo_config(allow_unspec_int_on_nn_module=True)
+
+    def traced(*args, **kwargs):
+        with patch:
+            return forward(*args, **kwargs)
+
+    # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object.
+    traced.__code__ = traced.__code__.replace(co_name=forward.__name__)
+    traced.__name__, traced.__doc__ = forward.__name__, forward.__doc__
+    traced.__qualname__, traced._regionalize_forward = forward.__qualname__, forward  # its parameters
+    return traced

@@ -1,0 +1,234 @@
+"""The owner of the blocks compiled whole, its blocks nested regions; per block where it cannot be."""
+
+import copy
+import functools
+import warnings
+import weakref
+
+import torch
+
+from .bypass import _regionalize_direct, _regionalize_guard_filter
+from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
+from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_tracing
+
+_regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
+_regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> the function its calls are compiled as
+
+
+def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
+    """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
+
+    Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
+    nested compile regions (before 2.8). Blocks that update a cache of their own: with
+    `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
+    `past_key_values` parameter), each block is a region that returns its layer's new keys and values,
+    the cache written outside it. Otherwise (`nested=False`, or another cache) a region would be traced
+    again for every block, so the owner is compiled whole without regions, as a full compile would be.
+    (Not with Dynamo's graph deduplication: in torch 2.13 it generated other tokens than eager on
+    transformers' GPT-2, a full compile with it too.)
+
+    `guard_bypass="filter"` or `"depyf"` applies that guard bypass to the owner's one frame (and to the
+    blocks, where they fall back to per-block compilation).
+
+    With a CUDA-graph mode the owner's frame is one CUDA graph for the calls it can serve (no grad, no
+    hooks, CUDA tensors and plain values), its outputs copied out of the graph's memory pool; other calls
+    take the per-block path.
+    """
+    if guard_bypass == "filter":
+        compile_kwargs["options"] = {
+            **compile_kwargs.get("options", {}),
+            "guard_filter_fn": _regionalize_guard_filter,
+        }
+    state = owner.__dict__.setdefault(
+        "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
+    )
+    state["blocks"].append(block)
+    _regionalize_modules.update((owner, block))
+    if not hasattr(torch.compiler, "nested_compile_region"):
+        state["why"] = "this torch has no nested compile regions"
+    elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
+        state["why"] = "the eager backend cannot differentiate nested regions"
+    if "why" in state:
+        _regionalize_per_block(owner)
+        return
+    if owner._compiled_call_impl is None:
+        _regionalize_owner_compiled(owner, compile_kwargs)
+    cls = type(block)
+    if cache_index or not nested:  # traced in the owner's frame until its first call says how
+        block.__dict__["_regionalize_layer"] = None
+        state.setdefault("indexed", []).append((block, cache_index))
+    if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
+        # The parameter that takes a transformers cache, or None: read once from the forward's signature.
+        cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
+        cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
+        cls.forward = _regionalize_region(cls.forward, *cls._regionalize_kv_param, cls._regionalize_copies)
+
+
+def _regionalize_per_block(owner):
+    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
+    state = owner.__dict__["_regionalize_owner"]
+    if state.get("compiled", 0) < len(state["blocks"]):  # once per block, not on every training call
+        graphs = ("reduce-overhead", "max-autotune")
+        kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
+        for block in state["blocks"]:
+            if block._compiled_call_impl is None:
+                block.compile(**_regionalize_static(block, kwargs))
+                if state["direct"]:
+                    block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
+        state["compiled"] = len(state["blocks"])
+    return owner._call_impl
+
+
+def _regionalize_static(module, kwargs):
+    """The compile options for `module`, with `dynamic=False` when another module of its class set up here
+    holds parameters of other shapes (stages of growing width). Those share no graph, parameters being
+    static, and automatic dynamic shapes would only add a symbolic compile for each: on Swin's stages,
+    Inductor's CPU code generation then ran past 5 minutes, against half a minute for a full compile."""
+    if "dynamic" in kwargs:
+        return kwargs
+    kind = type(module)
+    shapes = {tuple(p.shape for p in m.parameters()) for m in list(_regionalize_modules) if type(m) is kind}
+    return {**kwargs, "dynamic": False} if len(shapes) > 1 else kwargs
+
+
+def _regionalize_owner_compiled(owner, compile_kwargs):
+    """Compile the owner whole, its calls routed through `_regionalize_owner_call` (with its guards skipped
+    under `guard_bypass="depyf"`), and return what that call runs.
+
+    Compiled as a function of the owner's class, not its `forward`: Dynamo keeps compiled code, and its
+    recompile limit, per code object, and transformers gives every `GradientCheckpointingLayer` subclass a
+    `forward` of one code object, so an owner such as Swin's stage would share its limit with every such
+    layer compiled in the process (and, past it, run uncompiled or raise under fullgraph)."""
+    cls = type(owner)
+    frame = _regionalize_frames.get(cls)
+    if frame is None:
+
+        def frame(self, *args, **kwargs):
+            return self._call_impl(*args, **kwargs)
+
+        frame.__code__ = frame.__code__.replace(co_name=f"{cls.__name__}_forward")
+        frame.__qualname__ = frame.__name__ = f"{cls.__name__}_forward"
+        _regionalize_frames[cls] = frame
+    whole = functools.partial(torch.compile(frame, **compile_kwargs, fullgraph=True), owner)
+    if owner.__dict__["_regionalize_owner"]["direct"]:
+        whole = _regionalize_direct(owner, whole, frame)
+    # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
+    owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
+    return whole
+
+
+def _regionalize_owner_call(owner, whole, *args, **kwargs):
+    state = owner.__dict__["_regionalize_owner"]
+    if "settled" not in state:  # by the first call, every module of the model is built and set up
+        state["settled"] = True
+        indexed = state.get("indexed", [])
+        kv = bool(indexed) and all(attribute for _, attribute in indexed)
+        kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
+        if kv and _regionalize_kv[0] is None:
+            _regionalize_kv[0] = _regionalize_kv_holds()
+        kv = kv and _regionalize_kv[0]
+        for block, attribute in indexed if kv else ():
+            block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
+        static = _regionalize_static(owner, state["kwargs"])
+        if static is not state["kwargs"]:
+            whole = _regionalize_owner_compiled(owner, static)
+    graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
+    # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
+    # regions returns wrong gradients (measured: 1e6 off on a
+    # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
+    if (
+        "why" in state
+        or torch.is_grad_enabled()
+        or (graphs and not _regionalize_graphable(owner, args, kwargs))
+    ):
+        return _regionalize_per_block(owner)(*args, **kwargs)
+    skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
+    before = skips.get("cudagraph_skips", 0)
+    _regionalize_tracing[0] = True
+    try:
+        out = _regionalize_run_whole(state, whole, args, kwargs)
+    finally:
+        _regionalize_tracing[0] = False
+    if "why" in state:
+        warnings.warn(
+            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
+            "its blocks are compiled one by one instead",
+            stacklevel=3,
+        )
+        return _regionalize_per_block(owner)(*args, **kwargs)
+    if not graphs:
+        return out
+    if skips.get("cudagraph_skips", 0) > before and not state.get("skipped"):
+        state["skipped"] = True
+        warnings.warn(
+            f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
+            "such calls run compiled without them",
+            stacklevel=3,
+        )
+    # Outputs kept from an earlier call must not be overwritten by the next replay: tensors are cloned,
+    # other objects (a cache the owner created) deep-copied, with the tensors they hold.
+    return torch.utils._pytree.tree_map(_regionalize_copied, out)
+
+
+def _regionalize_run_whole(state, whole, args, kwargs):
+    """The owner's compiled frame run, or None with `state["why"]` set when it cannot be compiled: a graph
+    break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
+    run nothing yet). Two failures are retried first: regions whose outputs alias (each block then
+    returns copies of its tensors), and caches stood in for (the block reads an attribute of its cache
+    that the stand-in lacks, or updates it other than once: each cache is then traced layer by layer in
+    the owner's frame, as a full compile would)."""
+    while True:
+        try:
+            return whole(*args, **kwargs)
+        except Exception as error:
+            if not _regionalize_compiling(error):
+                raise  # raised by the compiled code as it ran: the original raises it too
+            why = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
+            aliasing = "aliasing" in str(error)
+        uncopied = [
+            type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
+        ]
+        stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not None]
+        if aliasing and uncopied:
+            for flag in uncopied:
+                flag[0] = True
+        elif stood:
+            state["kv"] = why
+            for block in stood:
+                block.__dict__["_regionalize_layer"] = None
+        else:
+            state["why"] = why
+            return None
+
+
+def _regionalize_copied(value):
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return value if isinstance(value, (int, float, bool, str, type(None))) else copy.deepcopy(value)
+
+
+def _regionalize_compiling(error):
+    """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
+    if isinstance(error, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)):
+        return True
+    # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "torch._dynamo.convert_frame":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _regionalize_graphable(owner, args, kwargs):
+    """Can one CUDA graph serve this call: no hooks, only CUDA tensors and plain values."""
+    hooks = torch.nn.modules.module
+    if owner._forward_hooks or owner._forward_pre_hooks:
+        return False
+    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
+        return False
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    plain = (int, float, bool, str, type(None))
+    if not all(isinstance(x, plain) or (isinstance(x, torch.Tensor) and x.is_cuda) for x in leaves):
+        return False
+    return any(isinstance(x, torch.Tensor) for x in leaves)

@@ -1,0 +1,183 @@
+"""A block's `forward` as nested compile regions that Dynamo traces once and reuses for every block."""
+
+import functools
+import inspect
+
+import torch
+
+from .kv import _regionalize_kv_layer, _regionalize_kv_store, _RegionalizeLayerKV
+
+_regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
+
+
+def _regionalize_kv_name(forward):
+    """The parameter of a block's `forward` that takes a transformers cache, and its position after `self`."""
+    forward = inspect.unwrap(forward)
+    names = list(inspect.signature(getattr(forward, "_regionalize_forward", forward)).parameters)
+    name = next((n for n in ("past_key_values", "past_key_value") if n in names), None)
+    return name, names.index(name) - 1 if name else 0
+
+
+def _regionalize_region(plain, name, position, copies):
+    """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise.
+    A cache that its parameter `name` (at `position` after `self`) takes is stood in for. With `copies[0]`
+    the region returns copies of its tensors: a region's outputs must not alias each other or its inputs,
+    and Flux's single blocks return two views of one tensor."""
+    label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
+    region = _regionalize_nested(plain, label)
+
+    # Contiguous copies: with torch.clone's default (preserve_format) of a slice, Inductor computed other
+    # values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13).
+    def copy(tensor):
+        return tensor.clone(memory_format=torch.contiguous_format)
+
+    @functools.wraps(plain)
+    def copied(self, *args, **kwargs):
+        return torch.utils._pytree.tree_map_only(torch.Tensor, copy, plain(self, *args, **kwargs))
+
+    region_copied = _regionalize_nested(copied, f"{label}_copied")
+
+    def plain_region(self, *args, **kwargs):  # a block without a cache to stand in for
+        return (region_copied if copies[0] else region)(self, *args, **kwargs)
+
+    def body(self, keys, values, slot, *args, **kwargs):
+        cache = _RegionalizeLayerKV(keys, values)
+        if slot is None:
+            kwargs[name] = cache
+        else:
+            args = (*args[:slot], cache, *args[slot + 1 :])
+        out = (copied if copies[0] else plain)(self, *args, **kwargs)
+        if cache.updates != 1:  # raised while tracing: the owner falls back before anything ran
+            raise RuntimeError(f"regionalize: a block updated its cache {cache.updates} times, not once")
+        return cache.keys, cache.values, out
+
+    keyed = _regionalize_nested(body, f"{label}_keyed", extras=2)
+
+    @functools.wraps(plain)
+    def forward(self, *args, **kwargs):
+        if not _regionalize_tracing[0]:
+            return plain(self, *args, **kwargs)
+        if "_regionalize_layer" not in self.__dict__:
+            return plain_region(self, *args, **kwargs)
+        index = self.__dict__["_regionalize_layer"]  # a block that updates a cache: its layer, if a region
+        if index is None:
+            return plain(self, *args, **kwargs)
+        slot = None if name in kwargs or len(args) <= position else position
+        cache = kwargs.get(name) if slot is None else args[slot]
+        if cache is None:
+            return plain_region(self, *args, **kwargs)
+        layer = _regionalize_kv_layer(cache, index)
+        if layer is None:  # a cache of another kind: traced in the owner's frame, layer by layer
+            return plain(self, *args, **kwargs)
+        if slot is None:
+            kwargs = {**kwargs, name: None}
+        else:
+            args = (*args[:slot], None, *args[slot + 1 :])
+        past = (layer.keys, layer.values) if layer.is_initialized else (None, None)
+        keys, values, out = keyed(self, *past, slot, *args, **kwargs)
+        _regionalize_kv_store(layer, keys, values, 0 if past[0] is None else past[0].shape[-2])
+        return out
+
+    return forward
+
+
+def _regionalize_nested(fn, label, extras=0):
+    """`fn` as a nested compile region, its keyword arguments and tuples passed as positional arguments:
+    Dynamo's check that a traced region serves another block is cheap where each argument is a tensor or
+    a plain value, and otherwise flattens them with pytree as it traces each block (a second of a 32-layer
+    Llama's start). `fn` returns a block's output, after `extras` tensors where it has them; the region
+    returns them packed (`_regionalize_pack`) and the call unpacked. The regions' code is named `label`,
+    so that regions of other blocks are not candidates for their reuse."""
+
+    def as_given(self, *args, **kwargs):
+        return _regionalize_pack(fn(self, *args, **kwargs), extras)
+
+    as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
+    # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
+    # layer an error, and so a fallback): a deep stack needs as many as it has layers.
+    general = torch.compiler.nested_compile_region(as_given, max_reuse_entries=1024)
+
+    def flat(self, spec, *leaves):
+        args, kwargs, at = [], {}, 0
+        for item in spec.split(",") if spec else ():
+            name, _, count = item.partition(":")
+            value = tuple(leaves[at : at + int(count)]) if count else leaves[at]
+            at += int(count) if count else 1
+            if name == "*":
+                args.append(value)
+            else:
+                kwargs[name] = value
+        return _regionalize_pack(fn(self, *args, **kwargs), extras)
+
+    flat.__code__ = flat.__code__.replace(co_name=label)
+    flat_region = torch.compiler.nested_compile_region(flat, max_reuse_entries=1024)
+
+    # Traced for every block: kept to a few instructions per argument.
+    def call(self, *args, **kwargs):
+        leaves, spec, marks = [*args], ["*"] * len(args), 2 * len(args) - 1
+        for name, value in kwargs.items():
+            if type(value) is tuple:  # not a namedtuple, which `flat` would not rebuild
+                spec.append(f"{name}:{len(value)}")
+                leaves += value
+                marks += 2
+            else:
+                spec.append(name)
+                leaves.append(value)
+                marks += 1
+        text = ",".join(spec)
+        if text.count(",") + text.count(":") + text.count("*") != marks:  # a ** name `spec` cannot hold
+            return _regionalize_unpack(general(self, *args, **kwargs), extras)
+        return _regionalize_unpack(flat_region(self, text, *leaves), extras)
+
+    return call
+
+
+def _regionalize_pack(value, extras):
+    """What a region returns for `value`, a block's output after `extras` tensors. Dynamo reuses a region
+    only if it returns a tensor or a sequence of tensors, so a tensor, or without extras a sequence of
+    tensors, is returned as it is (nothing added to a call). Other outputs (a tuple holding None, an
+    object) are returned after a marker: a tensor of no elements whose shape says how to rebuild them,
+    static where the outputs' are symbolic, so the caller's trace reads it for free. An output that could
+    be taken for a marker is always returned after one."""
+    front, out = (value[:extras], value[extras]) if extras else ((), value)
+    if isinstance(out, torch.Tensor) and not _regionalize_marked(out):
+        return (*front, out) if extras else out
+    sequence = type(out) in (tuple, list)
+    tensors = sequence and all(isinstance(t, torch.Tensor) for t in out)
+    if tensors and not extras and not (out and _regionalize_marked(out[0])):
+        return out
+    items = out if sequence else (out,)
+    if all(t is None or isinstance(t, torch.Tensor) for t in items):
+        kind, parts = (1 if type(out) is tuple else 2) if sequence else 0, [t for t in items if t is not None]
+        codes = [1 if t is not None else 2 for t in items]
+    else:  # an object: the region is traced for each block, as Dynamo cannot reuse it
+        kind, codes, parts = 3, [], [out]
+    device = next((t.device for t in (*front, *parts) if isinstance(t, torch.Tensor)), "cpu")
+    marker = torch.empty((0, 82, kind, *codes), dtype=torch.uint8, device=device)
+    return (*front, marker, *parts)
+
+
+def _regionalize_unpack(result, extras):
+    """The block's output (after `extras` tensors) that `_regionalize_pack` returned as `result`."""
+    if extras:
+        front, rest = result[:extras], result[extras:]
+        if not _regionalize_marked(rest[0]):
+            return (*front, rest[0])
+    elif type(result) in (tuple, list) and result and _regionalize_marked(result[0]):
+        front, rest = (), result
+    else:
+        return result
+    kind, codes, parts = rest[0].shape[2], rest[0].shape[3:], list(rest[1:])
+    if kind == 3:
+        out = parts[0]
+    else:
+        items = [parts.pop(0) if code == 1 else None for code in codes]
+        out = items[0] if kind == 0 else tuple(items) if kind == 1 else items
+    return (*front, out) if extras else out
+
+
+def _regionalize_marked(tensor):
+    """Is `tensor` a marker of `_regionalize_pack`: no elements, uint8, its shape starting (0, 82)?"""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() < 3:
+        return False
+    return tensor.shape[0] == 0 and tensor.shape[1] == 82
