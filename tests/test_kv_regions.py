@@ -110,9 +110,22 @@ def held(cache: DynamicCache) -> list[tuple[Any, ...]]:
     return [(layer.keys, layer.values, layer.get_seq_length()) for layer in cache.layers]
 
 
+# As older transformers layers return `(hidden_states, None)`.
+RETURNING_NONE = SOURCE.replace(
+    "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()",
+    "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh(), None",
+).replace(
+    "x = layer(x, past_key_values)",
+    "x, nothing = layer(x, past_key_values)\n            assert nothing is None",
+)
+
+
+@pytest.mark.parametrize("source", [SOURCE, RETURNING_NONE], ids=["a tensor", "a tuple holding None"])
 @pytest.mark.parametrize("make", [DynamicCache, lambda: sliding(6, 3)], ids=["dynamic", "sliding"])
-def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: Any) -> None:
-    model, twin = pair()
+def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: Any, source: str) -> None:
+    """Whether the block returns a tensor or a tuple holding None (which comes back beside the keys and
+    values the region returns)."""
+    model, twin = pair(source=source)
     expected_cache, cache = make(), make()
     expected = steps(twin, expected_cache)
     with recording() as account:
@@ -126,28 +139,6 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: An
     # Prefill, the first token, then the token with the cache length symbolic: one trace each.
     assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
     assert not account.fell_back_to_eager
-
-
-def test_a_block_returning_none_beside_its_output_is_one_trace_too() -> None:
-    """As older transformers layers return `(hidden_states, None)`: the None comes back beside the keys and
-    values the region returns, and one trace serves every layer."""
-    source = SOURCE.replace(
-        "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()",
-        "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh(), None",
-    )
-    checked = "x, nothing = layer(x, past_key_values)\n            assert nothing is None"
-    source = source.replace("x = layer(x, past_key_values)", checked)
-    model, twin = pair(source=source)
-    expected_cache, cache = DynamicCache(), DynamicCache()
-    expected = steps(twin, expected_cache)
-    with recording() as account:
-        actual = steps(model, cache)
-    for got, want in zip(actual, expected, strict=True):
-        torch.testing.assert_close(got, want)
-    for got, want in zip(held(cache), held(expected_cache), strict=True):
-        torch.testing.assert_close(got[:2], want[:2])
-    assert served_forms(model) == {"Decoder": "whole"}
-    assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
 
 
 def test_without_a_cache_the_blocks_are_plain_regions() -> None:
