@@ -11,7 +11,6 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import os
 import re
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 
 from regionalize import helpers
 from regionalize.package import module_name_for
+from regionalize.runner import SourceFile, write_atomically
 
 REWRITTEN_SUFFIX = "__regionalized"
 # A stand-alone script is imported under a prefixed name: its bare stem ("model", "types") could be taken.
@@ -200,7 +200,7 @@ def _runtime_copy(target: Target, source: str) -> None:
     module = ModuleType(name)
     path = _runtime_file()
     module.__file__ = str(path)
-    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)
+    exec(compile(helpers.runtime_text(), str(path), "exec"), module.__dict__)
     sys.modules[name] = module
 
 
@@ -212,9 +212,7 @@ def _runtime_file() -> Path:
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(tempfile.gettempdir()) / f"regionalize_runtime_{helpers.VERSION}_{digest}.py"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False) as file:
-            file.write(text)
-        os.replace(file.name, path)
+        write_atomically(str(path), SourceFile(text, "utf-8", False), text)
     return path
 
 
