@@ -68,6 +68,45 @@ def map_params(init: ast.FunctionDef | None, positions: frozenset[int], keywords
     return params | {k for k in keywords if k in named}
 
 
+def receiver(
+    cls: ast.ClassDef, classes: dict[str, ast.ClassDef], positions: frozenset[int], keywords: frozenset[str]
+) -> tuple[ast.ClassDef, set[str]]:
+    """The class whose own `__init__` receives the arguments at `positions` and `keywords` of a call
+    building `cls`, and the parameters they land in. An `__init__(self, *args, **kwargs)` that hands
+    them on to `super().__init__(*args, **kwargs)` (a flash-attention subclass) is seen through."""
+    current, seen = cls, {cls.name}
+    while True:
+        init = own_method(current, "__init__")
+        if init is not None:
+            params = map_params(init, positions, keywords)
+            if params or not _hands_on(init):
+                return current, params
+        bases = base_classes(current, classes)
+        if not bases or bases[0].name in seen:
+            return current, set()
+        current = bases[0]
+        seen.add(current.name)
+
+
+def _hands_on(init: ast.FunctionDef) -> bool:
+    """Does `init` pass its `*args` (and `**kwargs`) on to `super().__init__` unchanged?"""
+    star = init.args.vararg and init.args.vararg.arg
+    for node in walk(init):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "__init__"
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "super"
+        ):
+            return any(
+                isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) and a.value.id == star
+                for a in node.args
+            )
+    return False
+
+
 def self_assignments(init: ast.FunctionDef) -> Iterator[tuple[str, ast.expr]]:
     for node in walk(init):
         if isinstance(node, ast.Assign):
@@ -81,17 +120,43 @@ def self_assignments(init: ast.FunctionDef) -> Iterator[tuple[str, ast.expr]]:
                 yield target.attr, value  # type: ignore[attr-defined]
 
 
+def class_tables(tree: ast.Module, classes: dict[str, ast.ClassDef]) -> dict[str, list[ast.ClassDef]]:
+    """Module-level dicts whose values are all classes of the file, by name: the classes one of them
+    may build (`FALCON_ATTENTION_CLASSES[config._attn_implementation](config, layer_idx)`)."""
+    tables: dict[str, list[ast.ClassDef]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and node.value.values):
+            continue
+        values = node.value.values
+        if all(isinstance(v, ast.Name) and v.id in classes for v in values):
+            built = [classes[v.id] for v in values]  # type: ignore[union-attr]
+            unique = list({id(c): c for c in built}.values())
+            tables.update((t.id, unique) for t in node.targets if isinstance(t, ast.Name))
+    return tables
+
+
 def calls(
-    init: ast.FunctionDef, classes: dict[str, ast.ClassDef], owner: ast.ClassDef
+    init: ast.FunctionDef,
+    classes: dict[str, ast.ClassDef],
+    owner: ast.ClassDef,
+    tables: dict[str, list[ast.ClassDef]] | None = None,
 ) -> Iterator[tuple[ast.Call, ast.ClassDef | None, bool]]:
     """Every call in `__init__`, with the class it builds when that class is in the file, and whether
-    it is `super().__init__(..)`, which runs the first base's __init__ on the same instance."""
+    it is `super().__init__(..)`, which runs the first base's __init__ on the same instance. A call of
+    an entry of one of `tables` (`class_tables`) comes once for each class the table holds."""
     for node in walk(init):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
         if isinstance(func, ast.Name) and func.id in classes:
             yield node, classes[func.id], False
+        elif (
+            isinstance(func, ast.Subscript)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in (tables or {})
+        ):
+            for built in (tables or {})[func.value.id]:
+                yield node, built, False
         elif (
             isinstance(func, ast.Attribute)
             and func.attr == "__init__"

@@ -106,11 +106,13 @@ class _File:
     classes: dict[str, ast.ClassDef]
     names: set[str]  # bound at module level (imports, functions, classes): a call on them is not a cache's
     imports: dict[str, str]  # imported name -> what it imports
+    tables: dict[str, list[ast.ClassDef]]  # module-level dicts of classes (class_graph.class_tables)
 
     @classmethod
     def read(cls, tree: ast.Module, source: str, imports: dict[str, str]) -> _File:
         classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-        return cls(source, classes, class_graph.module_names(tree), imports)
+        tables = class_graph.class_tables(tree, classes)
+        return cls(source, classes, class_graph.module_names(tree), imports, tables)
 
     @cached_property
     def lines(self) -> list[str]:
@@ -181,19 +183,17 @@ def _fix_class(cls: ast.ClassDef, params: set[str], file: _File, result: Plan) -
             for target, value in class_graph.self_assignments(init):
                 if class_graph.uses(value, current_params):
                     attrs.add(target)
-            for call, callee, is_super in class_graph.calls(init, classes, owner):
+            for call, callee, is_super in class_graph.calls(init, classes, owner, file.tables):
                 positions, keywords = class_graph.passed(call, current_params)
                 if not positions and not keywords:
                     continue
                 if callee is None:
                     if label := class_graph.callee_label(call, file.imports):
                         problems.append(f"it is passed to {label}, defined in another file")
-                elif sub_params := class_graph.map_params(
-                    class_graph.init_of(callee, classes), positions, keywords
-                ):
-                    pending.append(
-                        (current, callee, sub_params) if is_super else (callee, callee, sub_params)
-                    )
+                else:
+                    receiver, sub_params = class_graph.receiver(callee, classes, positions, keywords)
+                    if sub_params:
+                        pending.append((current if is_super else callee, receiver, sub_params))
         if attrs:
             if current.name not in result.fixed:
                 result.fixed[current.name] = _fix_reads(current, attrs, file, result)
