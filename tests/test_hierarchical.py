@@ -786,3 +786,73 @@ def test_outputs_holding_none_are_reused_regions_and_come_back_as_returned(how: 
     assert "why" not in model.__dict__["_regionalize_owner"]
     traced = len(model.blocks) if how == "dict" else 1
     assert (account.regions_traced, account.regions_stamped) == (traced, len(model.blocks) - traced)
+
+
+STRUCTURES = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d, i):
+        super().__init__()
+        self.norm = nn.Identity() if i == 0 else nn.LayerNorm(d)  # as ModernBERT's first layer
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(self.norm(x)).tanh()
+
+
+class Model(nn.Module):
+    def __init__(self, d=8, n=5):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d, i) for i in range(n)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+class ShiftedNorm(torch.nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + 1
+
+
+def test_blocks_whose_submodules_differ_in_class_share_no_region() -> None:
+    """torch 2.13 alone reuses the first block's region for the others here, which then skip their
+    norm. Each block's regions take the classes of its modules, so the first is traced on its own and
+    the others share one trace; a submodule replaced after the first call (an adapter on one layer) is
+    noticed as the owner compiles again."""
+    model, twin = build(mode="default", source=STRUCTURES, backend="aot_eager")
+    x = torch.randn(2, 8)
+    with torch.no_grad(), recording() as account:
+        torch.testing.assert_close(model(x), twin(x))
+    assert (account.regions_traced, account.regions_stamped) == (2, 3)
+    for m in (model, twin):  # what the others' trace reads of their norm, and another function
+        m.blocks[3].norm = ShiftedNorm(8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), twin(x))
+
+
+def test_the_replacement_hook_leaves_other_compiles_alone_when_its_module_is_gone() -> None:
+    """Dynamo traces module-registration hooks wherever a forward builds a `ModuleList` (transformers
+    slices its layers on every call): the runtime's hook must trace there even after the module that
+    defined it left `sys.modules` (verify's rewritten copies do)."""
+    model, _ = build(mode="default", source=STRUCTURES, backend="aot_eager")
+    del sys.modules[type(model).__module__]
+
+    class Sliced(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers[:2]:
+                x = layer(x)
+            return x
+
+    sliced = Sliced()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(torch.compile(sliced, fullgraph=True, backend="eager")(x), sliced(x))

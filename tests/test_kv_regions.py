@@ -119,12 +119,27 @@ RETURNING_NONE = SOURCE.replace(
     "x, nothing = layer(x, past_key_values)\n            assert nothing is None",
 )
 
+# As GPT-NeoX, Bloom, Falcon and GPT-J name the cache a layer takes.
+LAYER_PAST = (
+    SOURCE.replace("past_key_values=past_key_values", "layer_past=past_key_values")
+    .replace(
+        "def forward(self, x, past_key_values=None):\n        return self.mlp",
+        "def forward(self, x, layer_past=None):\n        return self.mlp",
+    )
+    .replace("self.attn(x, layer_past=past_key_values)", "self.attn(x, past_key_values=layer_past)")
+    .replace("x = layer(x, past_key_values)", "x = layer(x, layer_past=past_key_values)")
+)
 
-@pytest.mark.parametrize("source", [SOURCE, RETURNING_NONE], ids=["a tensor", "a tuple holding None"])
+
+@pytest.mark.parametrize(
+    "source",
+    [SOURCE, RETURNING_NONE, LAYER_PAST],
+    ids=["a tensor", "a tuple holding None", "a cache named layer_past"],
+)
 @pytest.mark.parametrize("make", [DynamicCache, lambda: sliding(6, 3)], ids=["dynamic", "sliding"])
 def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: Any, source: str) -> None:
     """Whether the block returns a tensor or a tuple holding None (which comes back beside the keys and
-    values the region returns)."""
+    values the region returns), and whatever the block calls the parameter that takes the cache."""
     model, twin = pair(source=source)
     expected_cache, cache = make(), make()
     expected = steps(twin, expected_cache)
@@ -147,6 +162,26 @@ def test_without_a_cache_the_blocks_are_plain_regions() -> None:
     with torch.no_grad(), recording() as account:
         torch.testing.assert_close(model(x), twin(x))
     assert account.regions_traced == 1 and account.regions_stamped == 5
+
+
+# As BART's encoder layers: no cache to take, but the attention class its decoder layers update one with.
+ENCODER = (
+    SOURCE.replace(
+        "def forward(self, x, past_key_values=None):\n        return self.mlp",
+        "def forward(self, x):\n        return self.mlp",
+    )
+    .replace("self.attn(x, past_key_values=past_key_values)", "self.attn(x)")
+    .replace("x = layer(x, past_key_values)", "x = layer(x)")
+)
+
+
+def test_blocks_of_a_class_that_updates_a_cache_are_regions_on_calls_without_one() -> None:
+    model, twin = pair(source=ENCODER)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad(), recording() as account:
+        torch.testing.assert_close(model(x), twin(x))
+    assert account.regions_traced == 1 and account.regions_stamped == 5
+    assert served_forms(model) == {"Decoder": "whole"}
 
 
 def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,6 +43,11 @@ def qwen2(m: ModuleType) -> Any:
     return _causal_lm(m.Qwen2ForCausalLM, transformers.Qwen2Config)
 
 
+def gpt_neox(m: ModuleType) -> Any:
+    """Its layers take the cache as `layer_past`."""
+    return _causal_lm(m.GPTNeoXForCausalLM, transformers.GPTNeoXConfig)
+
+
 def gpt2(m: ModuleType) -> Any:
     return m.GPT2LMHeadModel(
         transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=LAYERS, n_head=4)
@@ -65,6 +70,22 @@ def t5(m: ModuleType) -> Any:
         vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=LAYERS // 2, num_heads=4
     )
     return m.T5Model(config).eval(), (_ids(),), {"decoder_input_ids": _ids(8)}
+
+
+def bart(m: ModuleType) -> Any:
+    """Its encoder layers build the attention class whose layer index its decoder layers' caches take."""
+    config = transformers.BartConfig(
+        vocab_size=256, d_model=64, encoder_layers=LAYERS // 2, decoder_layers=LAYERS // 2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+    )  # fmt: skip
+    return m.BartModel(config).eval(), (_ids(),), {"decoder_input_ids": _ids(8)}
+
+
+def modernbert(m: ModuleType) -> Any:
+    """Its first layer has an `nn.Identity` where the others have a norm: they share no region."""
+    ids = {"pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2, "cls_token_id": 2, "sep_token_id": 1}
+    config = transformers.ModernBertConfig(**_TEXT, num_hidden_layers=LAYERS, **ids)
+    return m.ModernBertModel(config).eval(), (_ids(),)
 
 
 def vit(m: ModuleType) -> Any:

@@ -9,10 +9,11 @@ import torch
 
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
-from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_tracing
+from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_shape, _regionalize_tracing
 
 _regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> the function its calls are compiled as
+_regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -21,9 +22,10 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
     nested compile regions (before 2.8). Blocks that update a cache of their own: with
     `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
-    `past_key_values` parameter), each block is a region that returns its layer's new keys and values,
-    the cache written outside it. Otherwise (`nested=False`, or another cache) a region would be traced
-    again for every block, so the owner is compiled whole without regions, as a full compile would be.
+    `past_key_values` or `layer_past` parameter), each block is a region that returns its layer's new
+    keys and values, the cache written outside it. Otherwise (`nested=False`, or another cache) a region
+    would be traced again for every block, so the owner is compiled whole without regions, as a full
+    compile would be.
     (Not with Dynamo's graph deduplication: in torch 2.13 it generated other tokens than eager on
     transformers' GPT-2, a full compile with it too.)
 
@@ -44,6 +46,9 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     )
     state["blocks"].append(block)
     _regionalize_modules.update((owner, block))
+    if not _regionalize_version:
+        _regionalize_version.append(0)
+        torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
     if not hasattr(torch.compiler, "nested_compile_region"):
         state["why"] = "this torch has no nested compile regions"
     elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
@@ -62,6 +67,19 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
         cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
         cls.forward = _regionalize_region(cls.forward, *cls._regionalize_kv_param, cls._regionalize_copies)
+
+
+def _regionalize_registered(
+    module, name, submodule, counted=_regionalize_version, compiling=torch.compiler.is_compiling
+):
+    """A global hook on every submodule assignment, counting those that replace one: a block's structure
+    may have changed (an adapter put on some layers after the first call), which its owner's compiled
+    frame would not notice, as torch 2.13 guards the classes of a reused region's modules for the traced
+    block only. New names are not counted: transformers slices its layers into a new `ModuleList` on
+    every call (`self.layers[: self.config.num_hidden_layers]`), and Dynamo traces this hook there, in
+    any model. So it reads no globals, which Dynamo would look up in a module that may be gone."""
+    if not compiling() and module._modules.get(name, submodule) is not submodule:
+        counted[0] += 1
 
 
 def _regionalize_per_block(owner):
@@ -132,6 +150,11 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         static = _regionalize_static(owner, state["kwargs"])
         if static is not state["kwargs"]:
             whole = _regionalize_owner_compiled(owner, static)
+    if state.get("version") != _regionalize_version[0]:  # a module assigned somewhere since the last call
+        renamed = _regionalize_shape(state["blocks"]) and "version" in state
+        state["version"] = _regionalize_version[0]
+        if renamed:  # compiled again, the direct calls of a guard bypass forgotten
+            whole = _regionalize_owner_compiled(owner, _regionalize_static(owner, state["kwargs"]))
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
@@ -174,9 +197,10 @@ def _regionalize_run_whole(state, whole, args, kwargs):
     """The owner's compiled frame run, or None with `state["why"]` set when it cannot be compiled: a graph
     break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
     run nothing yet). Two failures are retried first: regions whose outputs alias (each block then
-    returns copies of its tensors), and caches stood in for (the block reads an attribute of its cache
-    that the stand-in lacks, or updates it other than once: each cache is then traced layer by layer in
-    the owner's frame, as a full compile would)."""
+    returns copies of its tensors), and blocks of a class that updates a cache made regions (a cache
+    stood in for, whose attribute the block reads that the stand-in lacks, or which it updates other than
+    once; or a call that hands the block no cache): each such block is then traced layer by layer in the
+    owner's frame, as a full compile would."""
     while True:
         try:
             return whole(*args, **kwargs)
@@ -188,14 +212,14 @@ def _regionalize_run_whole(state, whole, args, kwargs):
         uncopied = [
             type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
         ]
-        stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not None]
+        stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
             for flag in uncopied:
                 flag[0] = True
         elif stood:
             state["kv"] = why
             for block in stood:
-                block.__dict__["_regionalize_layer"] = None
+                block.__dict__["_regionalize_layer"] = False
         else:
             state["why"] = why
             return None

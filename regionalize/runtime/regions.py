@@ -14,8 +14,17 @@ def _regionalize_kv_name(forward):
     """The parameter of a block's `forward` that takes a transformers cache, and its position after `self`."""
     forward = inspect.unwrap(forward)
     names = list(inspect.signature(getattr(forward, "_regionalize_forward", forward)).parameters)
-    name = next((n for n in ("past_key_values", "past_key_value") if n in names), None)
+    name = next((n for n in ("past_key_values", "past_key_value", "layer_past") if n in names), None)
     return name, names.index(name) - 1 if name else 0
+
+
+def _regionalize_plain(value):
+    """Is `value` a tensor, a plain value, or a tuple, list or dict of those (nothing that holds state)?"""
+    if isinstance(value, (tuple, list)):
+        return all(_regionalize_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_regionalize_plain(v) for v in value.values())
+    return value is None or isinstance(value, (torch.Tensor, int, float, bool, str))
 
 
 def _regionalize_region(plain, name, position, copies):
@@ -59,8 +68,14 @@ def _regionalize_region(plain, name, position, copies):
             return plain(self, *args, **kwargs)
         if "_regionalize_layer" not in self.__dict__:
             return plain_region(self, *args, **kwargs)
-        index = self.__dict__["_regionalize_layer"]  # a block that updates a cache: its layer, if a region
-        if index is None:
+        # A block that updates a cache: its layer if a region stands in for it; None if none does, and then
+        # traced in the owner's frame unless nothing this call hands it can be a cache (BART's encoder
+        # layers build the attention class its decoder layers' caches are indexed in); False when that
+        # failed to compile.
+        index = self.__dict__["_regionalize_layer"]
+        if index is None and _regionalize_plain((*args, *kwargs.values())):
+            return plain_region(self, *args, **kwargs)
+        if index is None or index is False:
             return plain(self, *args, **kwargs)
         slot = None if name in kwargs or len(args) <= position else position
         cache = kwargs.get(name) if slot is None else args[slot]
@@ -89,7 +104,7 @@ def _regionalize_nested(fn, label, extras=0):
     returns them packed (`_regionalize_pack`) and the call unpacked. The regions' code is named `label`,
     so that regions of other blocks are not candidates for their reuse."""
 
-    def as_given(self, *args, **kwargs):
+    def as_given(self, structure, *args, **kwargs):
         return _regionalize_pack(fn(self, *args, **kwargs), extras)
 
     as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
@@ -97,7 +112,7 @@ def _regionalize_nested(fn, label, extras=0):
     # layer an error, and so a fallback): a deep stack needs as many as it has layers.
     general = torch.compiler.nested_compile_region(as_given, max_reuse_entries=1024)
 
-    def flat(self, spec, *leaves):
+    def flat(self, structure, spec, *leaves):
         args, kwargs, at = [], {}, 0
         for item in spec.split(",") if spec else ():
             name, _, count = item.partition(":")
@@ -114,6 +129,9 @@ def _regionalize_nested(fn, label, extras=0):
 
     # Traced for every block: kept to a few instructions per argument.
     def call(self, *args, **kwargs):
+        structure = self.__dict__.get("_regionalize_structure")
+        if structure is None:  # a block no owner set up: its classes, traced
+            structure = ",".join(f"{type(m).__module__}.{type(m).__qualname__}" for m in self.modules())
         leaves, spec, marks = [*args], ["*"] * len(args), 2 * len(args) - 1
         for name, value in kwargs.items():
             if type(value) is tuple:  # not a namedtuple, which `flat` would not rebuild
@@ -126,10 +144,29 @@ def _regionalize_nested(fn, label, extras=0):
                 marks += 1
         text = ",".join(spec)
         if text.count(",") + text.count(":") + text.count("*") != marks:  # a ** name `spec` cannot hold
-            return _regionalize_unpack(general(self, *args, **kwargs), extras)
-        return _regionalize_unpack(flat_region(self, text, *leaves), extras)
+            return _regionalize_unpack(general(self, structure, *args, **kwargs), extras)
+        return _regionalize_unpack(flat_region(self, structure, text, *leaves), extras)
 
     return call
+
+
+_regionalize_structures = {}  # the classes of a block's modules -> the name its regions take for them
+
+
+def _regionalize_shape(blocks):
+    """Name the structure of each of `blocks`: the classes of its modules, which its regions take as an
+    argument; whether a name changed. Dynamo (torch 2.13) reuses a region traced for one block for
+    another whose submodule is of another class, where the first reads nothing of it that the second
+    lacks (ModernBERT's first layer has an `nn.Identity` where the others have an `nn.LayerNorm`): the
+    others would compute the first one's function. Blocks that differ in it differ in an argument, which
+    the reuse check compares. Named eagerly: tracing `modules()` cost 30 ms a block."""
+    changed = False
+    for block in blocks:
+        classes = tuple(type(m) for m in block.modules())
+        name = _regionalize_structures.setdefault(classes, f"structure {len(_regionalize_structures)}")
+        changed |= block.__dict__.get("_regionalize_structure") != name
+        block.__dict__["_regionalize_structure"] = name
+    return changed
 
 
 def _regionalize_pack(value, extras):
