@@ -150,7 +150,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         static = _regionalize_static(owner, state["kwargs"])
         if static is not state["kwargs"]:
             whole = _regionalize_owner_compiled(owner, static)
-    if state.get("version") != _regionalize_version[0]:  # a module assigned somewhere since the last call
+    if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
         renamed = _regionalize_shape(state["blocks"]) and "version" in state
         state["version"] = _regionalize_version[0]
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
