@@ -139,7 +139,7 @@ def calls(
     init: ast.FunctionDef,
     classes: dict[str, ast.ClassDef],
     owner: ast.ClassDef,
-    tables: dict[str, list[ast.ClassDef]] | None = None,
+    tables: dict[str, list[ast.ClassDef]],
 ) -> Iterator[tuple[ast.Call, ast.ClassDef | None, bool]]:
     """Every call in `__init__`, with the class it builds when that class is in the file, and whether
     it is `super().__init__(..)`, which runs the first base's __init__ on the same instance. A call of
@@ -150,12 +150,8 @@ def calls(
         func = node.func
         if isinstance(func, ast.Name) and func.id in classes:
             yield node, classes[func.id], False
-        elif (
-            isinstance(func, ast.Subscript)
-            and isinstance(func.value, ast.Name)
-            and func.value.id in (tables or {})
-        ):
-            for built in (tables or {})[func.value.id]:
+        elif isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in tables:
+            for built in tables[func.value.id]:
                 yield node, built, False
         elif (
             isinstance(func, ast.Attribute)

@@ -820,12 +820,14 @@ class ShiftedNorm(torch.nn.LayerNorm):
         return super().forward(x) + 1
 
 
-def test_blocks_whose_submodules_differ_in_class_share_no_region() -> None:
+@pytest.mark.parametrize("bypass", [None, "depyf"])
+def test_blocks_whose_submodules_differ_in_class_share_no_region(bypass: str | None) -> None:
     """torch 2.13 alone reuses the first block's region for the others here, which then skip their
     norm. Each block's regions take the classes of its modules, so the first is traced on its own and
     the others share one trace; a submodule replaced after the first call (an adapter on one layer) is
-    noticed as the owner compiles again."""
-    model, twin = build(mode="default", source=STRUCTURES, backend="aot_eager")
+    noticed as the owner compiles again, also where a guard bypass called its compiled code directly."""
+    settings = {"guard_bypass": bypass} if bypass else {}
+    model, twin = build(mode="default", source=STRUCTURES, backend="aot_eager", **settings)
     x = torch.randn(2, 8)
     with torch.no_grad(), recording() as account:
         torch.testing.assert_close(model(x), twin(x))

@@ -212,13 +212,13 @@ def _regionalize_run_whole(state, whole, args, kwargs):
         uncopied = [
             type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
         ]
-        stood = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not False]
+        regions = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
             for flag in uncopied:
                 flag[0] = True
-        elif stood:
+        elif regions:
             state["kv"] = why
-            for block in stood:
+            for block in regions:
                 block.__dict__["_regionalize_layer"] = False
         else:
             state["why"] = why
