@@ -1,17 +1,22 @@
-"""Per-call speed and first call on a GPU: full compile, regional, and regional with CUDA graphs.
+"""Per-call speed and first call on a GPU: full compile, the rewrite's forms, and CUDA graphs.
 
-    python scripts/bench_cuda.py [--batches 1 8] [--repeats 5] [--models gpt llama] [--device cuda]
+    python scripts/bench_cuda.py [--batches 1 8] [--repeats 5] [--models gpt llama] [--variants ...]
+                                 [--device cuda] [--add]
 
 Models: a GPT-style stack of 32 blocks (defined here) and transformers' Llama with 16 layers (small
 config, random weights, nothing downloaded), each built from the codemod's own output of its source.
-Variants: eager; full (`model.compile()`), full `reduce-overhead`; regional (the default rewrite);
-regional with CUDA graphs (`--mode reduce-overhead`: the owner's forward is one graph around nested
-block regions); regional with the depyf dispatcher (`--guard-bypass depyf`).
+Variants: eager; full (`model.compile()`), full with Dynamo's graph deduplication, full
+`reduce-overhead`; hierarchical (the default rewrite: the blocks' owner compiled whole, each block a
+nested region); per-block (`--form per-block`: each block compiled on its own); hierarchical with CUDA
+graphs (`--mode reduce-overhead`: the owner's forward is one graph around the nested regions);
+hierarchical with the depyf dispatcher (`--guard-bypass depyf`).
 
 Each variant runs in a fresh process with an empty Inductor cache: first call (compile included), then
 per-call time in `--repeats` rounds of 50 calls (median, min and max of the rounds), peak GPU memory,
-and the largest difference from eager over six calls whose outputs are all kept alive until the end.
-Writes docs/bench_cuda.md and docs/bench_cuda.json. `--device cpu` runs the same on CPU as a smoke test.
+the largest difference from eager over six calls whose outputs are all kept alive until the end, and
+the form each owner of the rewrite ran in (whole, or per block after a fallback, and why).
+Writes docs/bench_cuda.md and docs/bench_cuda.json; `--add` keeps the rows already there, so that a table
+too long for one sitting can be measured in parts. `--device cpu` runs the same on CPU as a smoke test.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ DOCS = ROOT / "docs"
 VARIANTS = {
     "eager": None,
     "full": None,
+    "full_dedup": None,
     "full_reduce_overhead": None,
-    "regional": {},
-    "regional_cuda_graphs": {"mode": "reduce-overhead"},
-    "regional_depyf": {"guard_bypass": "depyf"},
+    "hierarchical": {},
+    "per_block": {"form": "per-block"},
+    "hierarchical_cuda_graphs": {"mode": "reduce-overhead"},
+    "hierarchical_depyf": {"guard_bypass": "depyf"},
 }
 
 GPT = """
@@ -87,7 +94,7 @@ def module_from(source: str, name: str, like: ModuleType | None = None) -> Modul
     module = ModuleType(name)
     if like is not None:  # a rewritten transformers file keeps its package for relative imports
         module.__package__, module.__file__ = like.__package__, like.__file__
-        sys.modules[name] = module
+    sys.modules[name] = module  # as an import would: Dynamo looks the regions' module up by name
     exec(compile(source, like.__file__ if like else name, "exec"), module.__dict__)
     return module
 
@@ -143,6 +150,8 @@ def worker(model: str, variant: str, batch: int, repeats: int, device: str) -> d
         expected = [run_eager(x) for x in inputs]
     del eager, run_eager
     net, run = build(model, variant, device)
+    if variant == "full_dedup":
+        torch._dynamo.config.use_graph_deduplication = True
     if variant.startswith("full"):
         net.compile(**({"mode": "reduce-overhead"} if variant == "full_reduce_overhead" else {}))
     if device == "cuda":
@@ -173,13 +182,17 @@ def worker(model: str, variant: str, batch: int, repeats: int, device: str) -> d
     result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     from torch._dynamo.utils import counters
 
+    from regionalize.verify.accounting import served_forms
+
     result["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
+    result["forms"] = served_forms(net)  # which form each owner ran in: whole, or per block and why
     return result
 
 
 def run_fresh(model: str, variant: str, batch: int, repeats: int, device: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONPATH": path}
         command = [sys.executable, __file__, "--worker", model, variant, str(batch), str(repeats), device]
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
@@ -192,29 +205,50 @@ def run_fresh(model: str, variant: str, batch: int, repeats: int, device: str) -
     return json.loads(lines[-1])
 
 
-def table(results: list[dict[str, Any]], device_name: str) -> str:
+def table(results: list[dict[str, Any]], device_name: str, torch_version: str) -> str:
     lines = [
-        f"# CUDA benchmark: {device_name}, torch {torch.__version__}",
+        f"# CUDA benchmark: {device_name}, torch {torch_version}",
         "",
-        f"Generated {datetime.date.today()} by `python scripts/bench_cuda.py`. Per call: median (min-max) of",
-        "rounds of 50 calls; first call in a fresh process with an empty Inductor cache; max diff over six",
-        "kept outputs against eager.",
+        f"Generated {datetime.date.today()} by `python scripts/bench_cuda.py` (rows of several sittings",
+        "joined with `--add`). Per call: median (min-max) of rounds of 50 calls; first call in a fresh",
+        "process with an empty Inductor cache; max diff over six outputs all kept alive, against eager.",
+        "*Hierarchical* is the default rewrite (the blocks' owner compiled whole, each block a nested",
+        "region); *owners ran* says whether it ran whole or fell back per block (not recorded: a row",
+        "measured before the script recorded it). A large max diff under full `reduce-overhead` is torch's",
+        "CUDA-graph memory reuse: a later call overwrites the outputs kept from earlier ones (torch asks",
+        "callers to clone them); the rewrite's CUDA-graph form returns copies.",
         "",
-        "| model | batch | variant | first call | per call | peak memory | max diff |",
-        "|---|---|---|---|---|---|---|",
+        "| model | batch | variant | first call | per call | peak memory | max diff | owners ran |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['batch']} | {r['variant']} | error: {r['error']} | | | |")
+            lines.append(f"| {r['model']} | {r['batch']} | {r['variant']} | error: {r['error']} | | | | |")
             continue
         ms = r["ms_per_call"]
         memory = "-" if r["peak_memory_mb"] is None else f"{r['peak_memory_mb']:.0f} MiB"
         skips = f" ({r['cudagraph_skips']} CUDA-graph skips)" if r["cudagraph_skips"] else ""
+        forms = "; ".join(f"{k}: {v}" for k, v in r.get("forms", {}).items())
+        settings = VARIANTS[r["variant"]]
+        owned = settings is not None and settings.get("form") != "per-block"
+        forms = forms or ("not recorded" if owned else "-")
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['variant']}{skips} | {r['first_call_s']:.2f} s | "
-            f"{ms['median']:.3f} ms ({ms['min']:.3f}-{ms['max']:.3f}) | {memory} | {r['max_abs_diff']:.2e} |"
+            f"{ms['median']:.3f} ms ({ms['min']:.3f}-{ms['max']:.3f}) | {memory} | {r['max_abs_diff']:.2e} | "
+            f"{forms} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def kept(path: Path, device_name: str) -> list[dict[str, Any]]:
+    """The rows of an earlier run on the same device, so that one table can be measured in parts."""
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    if earlier["device"] != device_name or earlier.get("torch") != torch.__version__:
+        where = f"{earlier['device']}, torch {earlier.get('torch')}"
+        sys.exit(f"error: {path} was measured on {where}: not adding to it")
+    return earlier["results"]
 
 
 def main() -> None:
@@ -231,21 +265,40 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--out", type=Path, default=DOCS / "bench_cuda")
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="keep the rows already in --out's JSON (from the same device) and replace those measured again",
+    )
+    parser.add_argument(
+        "--table-only", action="store_true", help="write --out's table again from its JSON, measuring nothing"
+    )
     args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available() and not args.table_only:
         sys.exit("error: no CUDA device (use --device cpu for a smoke test)")
+    if args.table_only:
+        measured = json.loads(args.out.with_suffix(".json").read_text())
+        args.out.with_suffix(".md").write_text(
+            table(measured["results"], measured["device"], measured["torch"])
+        )
+        return
     name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    results = []
+    results = kept(args.out.with_suffix(".json"), name) if args.add else []
     for model in args.models:
         for batch in args.batches:
             for variant in args.variants:
+                row = (model, variant, batch)
+                results = [r for r in results if (r["model"], r["variant"], r["batch"]) != row]
                 results.append(run_fresh(model, variant, batch, args.repeats, args.device))
                 print(json.dumps(results[-1]), flush=True)
-    args.out.with_suffix(".json").write_text(
-        json.dumps({"device": name, "results": results}, indent=2) + "\n"
-    )
-    args.out.with_suffix(".md").write_text(table(results, name))
-    print(table(results, name))
+                results.sort(key=lambda r: (r["model"], r["batch"], list(VARIANTS).index(r["variant"])))
+                # Written after every row: a sitting cut short keeps what it measured, for --add.
+                args.out.with_suffix(".json").write_text(
+                    json.dumps({"device": name, "torch": torch.__version__, "results": results}, indent=2)
+                    + "\n"
+                )
+                args.out.with_suffix(".md").write_text(table(results, name, torch.__version__))
+    print(table(results, name, torch.__version__))
 
 
 if __name__ == "__main__":

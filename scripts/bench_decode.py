@@ -198,6 +198,7 @@ LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block"
 
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    from regionalize.verify.render import regions_text
     from regionalize.verify.zoo_report import form
 
     device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
@@ -236,7 +237,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
             r["label"],
             "yes" if r["tokens_identical"] else "**NO**",
             form(r),
-            f"{account.get('regions_traced', '-')} / {account.get('regions_stamped', '-')}",
+            regions_text(account),
             " / ".join(_s(ttft.get(v)) for v in VARIANTS),
             _x(ttft.get("full"), ttft.get("regional")),
             " / ".join(_ms(decode.get(v)) for v in ("eager", *VARIANTS)),

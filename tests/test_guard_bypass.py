@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,27 @@ def test_dispatcher_calls_compiled_code_directly_and_respects_hooks() -> None:
     with torch.no_grad():
         model(x)
     assert seen == [torch.Size([2, 8])]  # a hooked block takes the guarded path, which runs hooks
+
+
+def test_a_key_whose_compiled_code_is_not_found_keeps_the_guarded_path_and_is_searched_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch._dynamo.reset()
+    searched = []
+
+    def no_entries(code: Any) -> list:  # as torch 2.11 has them for a function without a source file
+        searched.append(code)
+        return []
+
+    monkeypatch.setattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list", no_entries)
+    guarded, bypass = build("none").eval(), build("depyf").eval()
+    bypass.load_state_dict(guarded.state_dict())
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(bypass(x), guarded(x))
+        torch.testing.assert_close(bypass(x[:1]), guarded(x[:1]))
+    assert len(searched) == 2 * len(bypass.layers)  # once per block and key, not once per call
 
 
 def owner_table(model: torch.nn.Module) -> dict:

@@ -98,7 +98,13 @@ def graphed_spy(model: torch.nn.Module) -> list[int]:
     return calls
 
 
-def test_default_form_compiles_the_owner_whole_and_traces_the_block_once() -> None:
+@pytest.mark.parametrize("torch_regions", ["these", "torch 2.11's, which take no reuse limit"])
+def test_default_form_compiles_the_owner_whole_and_traces_the_block_once(
+    torch_regions: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if torch_regions != "these":
+        region = torch.compiler.nested_compile_region
+        monkeypatch.setattr(torch.compiler, "nested_compile_region", lambda fn=None: region(fn))
     GRAPHS.clear()
     model, twin = build(mode="default", backend="regionalize_test_recorder")
     calls = graphed_spy(model)
@@ -365,7 +371,9 @@ def test_cuda_replaced_parameters_are_used(change: str) -> None:
             model.load_state_dict(state, assign=True)
             twin.load_state_dict(state)
         for _ in range(3):
-            torch.testing.assert_close(model(x), twin(x))
+            # Inductor's CUDA kernels sum in another order than eager's (4e-5 apart on an H100, torch
+            # 2.11); a stale parameter would be off by about one.
+            torch.testing.assert_close(model(x), twin(x), atol=1e-4, rtol=1e-4)
 
 
 def test_with_autograd_the_gradients_are_the_originals() -> None:

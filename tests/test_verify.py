@@ -469,8 +469,10 @@ def test_cuda_requested_without_a_gpu_exits_2(tmp_path: Path) -> None:
 def test_cuda(tmp_path: Path) -> None:
     code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, device="auto")
     assert code == 0 and result["device"] == "cuda"
-    # The bypass variant needs the codemod's output, which a --rewritten file does not give.
-    assert all(us > 0 for name, us in result["steady_us"].items() if name != "regional_bypass")
+    # The per-block and bypass variants need the codemod's output, which a --rewritten file does not give.
+    measured = {name for name, us in result["steady_us"].items() if us is not None}
+    assert measured == {"eager", "full", "full_dedup", "regional"}
+    assert all(result["steady_us"][name] > 0 for name in measured)
 
 
 # --- the command ---------------------------------------------------------------------------------------
@@ -617,3 +619,23 @@ def test_model_named_by_module_path(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         resolve_target("rgz_dotpkg.nothing", "make")
     with pytest.raises(VerifyError, match=re.escape("no such file: missing.py")):
         resolve_target("missing.py", "make")
+
+
+@pytest.mark.parametrize("counted", [True, False])
+def test_regions_are_reported_as_not_counted_where_torch_does_not_count_them(
+    counted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from regionalize.verify import accounting
+
+    if not counted:  # as in torch 2.11, which traces every region and has no such module
+        real = accounting.importlib.util.find_spec
+        monkeypatch.setattr(
+            accounting.importlib.util,
+            "find_spec",
+            lambda name, *a: None if name.endswith(".invoke_subgraph") else real(name, *a),
+        )
+    region = torch.compiler.nested_compile_region(lambda x: x.sin() + 1)
+    with accounting.recording() as account:
+        torch.compile(lambda x: region(region(x)), backend="eager", fullgraph=True)(torch.randn(4))
+    text = render.regions_text(account.to_json())
+    assert text == ("1 / 1" if counted else "not counted by this torch")

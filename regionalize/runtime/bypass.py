@@ -97,8 +97,12 @@ def _regionalize_direct(module, guarded, frame=None):
             recorded[0] = _regionalize_watch(*recorded[1])
         compiled = direct.get(k)
         if compiled is not None:
-            return compiled(module, *args, **kwargs)
+            return compiled(module, *args, **kwargs) if compiled is not guarded else guarded(*args, **kwargs)
         out = guarded(*args, **kwargs)
+        # Where no entry of the frame's code passes its guards on the frame as rebuilt here, the key keeps
+        # the guarded path rather than searching again on every call: torch 2.11 compiles a function that
+        # has no source file through a wrapper of its own, whose entries these are not.
+        direct[k] = guarded
         bound = signature.bind(module, *args, **kwargs)
         bound.apply_defaults()
         # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.

@@ -207,7 +207,7 @@ def _regionalize_run_whole(state, whole, args, kwargs):
         except Exception as error:
             if not _regionalize_compiling(error):
                 raise  # raised by the compiled code as it ran: the original raises it too
-            why = f"{type(error).__name__}: {(str(error).strip() or '?').splitlines()[0][:200]}"
+            why = _regionalize_why(error)
             aliasing = "aliasing" in str(error)
         uncopied = [
             type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
@@ -223,6 +223,14 @@ def _regionalize_run_whole(state, whole, args, kwargs):
         else:
             state["why"] = why
             return None
+
+
+def _regionalize_why(error):
+    """`error` in a line. A backend's failure names the error it wraps, which its first line leaves out
+    ("backend='inductor' raised:")."""
+    inner = getattr(error, "inner_exception", None)
+    text = str(error).strip() if inner is None else f"{type(inner).__name__}: {str(inner).strip()}"
+    return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"
 
 
 def _regionalize_copied(value):

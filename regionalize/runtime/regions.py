@@ -96,6 +96,16 @@ def _regionalize_region(plain, name, position, copies):
     return forward
 
 
+def _regionalize_nested_region(fn):
+    """`fn` as a nested compile region that holds a variant per block where each reads its own integer:
+    torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
+    takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
+    where torch takes it."""
+    if "max_reuse_entries" in inspect.signature(torch.compiler.nested_compile_region).parameters:
+        return torch.compiler.nested_compile_region(fn, max_reuse_entries=1024)
+    return torch.compiler.nested_compile_region(fn)
+
+
 def _regionalize_nested(fn, label, extras=0):
     """`fn` as a nested compile region, its keyword arguments and tuples passed as positional arguments:
     Dynamo's check that a traced region serves another block is cheap where each argument is a tensor or
@@ -108,9 +118,7 @@ def _regionalize_nested(fn, label, extras=0):
         return _regionalize_pack(fn(self, *args, **kwargs), extras)
 
     as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
-    # A variant per block where each reads its own integer (torch's default of 8 would make the ninth
-    # layer an error, and so a fallback): a deep stack needs as many as it has layers.
-    general = torch.compiler.nested_compile_region(as_given, max_reuse_entries=1024)
+    general = _regionalize_nested_region(as_given)
 
     def flat(self, structure, spec, *leaves):
         args, kwargs, at = [], {}, 0
@@ -125,7 +133,7 @@ def _regionalize_nested(fn, label, extras=0):
         return _regionalize_pack(fn(self, *args, **kwargs), extras)
 
     flat.__code__ = flat.__code__.replace(co_name=label)
-    flat_region = torch.compiler.nested_compile_region(flat, max_reuse_entries=1024)
+    flat_region = _regionalize_nested_region(flat)
 
     # Traced for every block: kept to a few instructions per argument.
     def call(self, *args, **kwargs):

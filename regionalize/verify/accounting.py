@@ -9,6 +9,7 @@ expose this, is gone from recent releases.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 from collections import Counter
@@ -40,8 +41,10 @@ class GraphAccount:
     fell_back_to_eager: bool = False
     fallback: str = ""  # which function hit which limit, and the last recompile reason
     # Nested compile regions (the hierarchical form): traced, or stamped out from a region traced before.
-    regions_traced: int = 0
-    regions_stamped: int = 0
+    # None where torch records neither (before its stamp-out: torch 2.11 traces every region, then
+    # keeps one graph of those that came out the same).
+    regions_traced: int | None = 0
+    regions_stamped: int | None = 0
     # Per owner class of the hierarchical form: "whole", or "per-block: <why it fell back>".
     forms: dict[str, str] = field(default_factory=dict)
 
@@ -77,8 +80,11 @@ def recording() -> Iterator[GraphAccount]:
     yield account
     _fill(account, dynamo_utils.counters, dynamo_utils.get_compilation_metrics())
     timed = dynamo_utils.compilation_time_metrics
-    account.regions_traced = len(timed.get("invoke_subgraph_trace", []))
-    account.regions_stamped = len(timed.get("invoke_subgraph_reuse_stamp_out", []))
+    if importlib.util.find_spec("torch._dynamo.variables.invoke_subgraph") is None:
+        account.regions_traced = account.regions_stamped = None
+    else:
+        account.regions_traced = len(timed.get("invoke_subgraph_trace", []))
+        account.regions_stamped = len(timed.get("invoke_subgraph_reuse_stamp_out", []))
 
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:

@@ -125,7 +125,7 @@ def _compile(result: dict[str, Any]) -> list[str]:
         ("recompiles", lambda a: str(a["recompiles"])),
         ("graph breaks", lambda a: str(a["graph_breaks"])),
         ("fell back to eager", lambda a: "YES" if a["fell_back_to_eager"] else "no"),
-        ("regions traced / reused", lambda a: f"{a['regions_traced']} / {a['regions_stamped']}"),
+        ("regions traced / reused", regions_text),
     ):
         cells = "".join(f"{render(accounting[n]) if n in accounting else '-':>{width}}" for n in names)
         lines.append(f"  {label:<{_LABEL - 2}}{cells}")
@@ -190,3 +190,10 @@ def _micros(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value / 1000:.2f} ms" if value >= 10_000 else f"{value:.1f} us"
+
+
+def regions_text(account: dict[str, Any]) -> str:
+    """An account's nested regions for a table: traced / reused, or that this torch does not count them."""
+    if account.get("regions_traced", "-") is None:
+        return "not counted by this torch"
+    return f"{account.get('regions_traced', '-')} / {account.get('regions_stamped', '-')}"

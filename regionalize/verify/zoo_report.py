@@ -10,6 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from regionalize.verify.render import regions_text
 from regionalize.verify.zoo import Row
 
 _COLORS = {"pass": "#2e7d32", "fail": "#c62828"}
@@ -90,7 +91,7 @@ def _table_row(row: Row) -> str:
         name,
         "equivalent" if row.status == "pass" else "**FAIL**",
         form(r),
-        f"{account.get('regions_traced', '-')} / {account.get('regions_stamped', '-')}",
+        regions_text(account),
         " / ".join(_seconds(compile_s.get(v)) for v in _VARIANTS),
         f"{speedup:.2f}x" if speedup else "-",
         " / ".join(_micros(steady.get(v)) for v in ("eager", *_VARIANTS)),
