@@ -283,6 +283,24 @@ def test_a_block_with_a_graph_break_falls_back_to_regional_with_one_warning(
     assert caught[0].filename == __file__  # the warning points at the caller's line
 
 
+@torch._dynamo.register_backend
+def regionalize_test_no_regions(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """The eager backend, failing on a graph that holds nested regions."""
+    if any(n.target is torch.ops.higher_order.invoke_subgraph for n in gm.graph.nodes):
+        raise RuntimeError("no regions in this backend")
+    return gm.forward
+
+
+def test_a_backend_failure_is_named_by_the_error_it_wraps() -> None:
+    model, twin = build(mode="default", backend="regionalize_test_no_regions")
+    x = torch.randn(2, 16)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(model(x), twin(x))
+    (message,) = [str(w.message) for w in caught if "regionalize" in str(w.message)]
+    assert "(BackendCompilerFailed: RuntimeError: no regions in this backend)" in message
+
+
 def test_without_nested_compile_regions_blocks_are_compiled_regionally(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
