@@ -31,9 +31,10 @@ _CODEMOD_OPTIONS = [
         help="hierarchical (default where the blocks' owner is known): the owner compiled whole, each block "
         "a nested region traced once; one compiled frame per call. per-block: each block compiled on its "
         "own, a Dynamo frame per block call. Measured on a 2-core CPU against a full torch.compile "
-        "(docs/compile-forms.md): hierarchical starts 2.0-4.4x sooner and runs a forward in 1.01-1.13x its "
-        "time, a decode step in 1.06-1.13x; per-block starts 5.1-8.7x sooner but runs a forward in "
-        "1.05-1.38x its time and a decode step in 2.2-2.6x, often slower than eager. An owner that "
+        "(docs/compile-forms.md): hierarchical starts 2.0-4.5x sooner and runs a forward in 0.97-1.15x its "
+        "time, a decode step in 1.07-1.17x; per-block starts 5.0-8.5x sooner but runs a forward in "
+        "1.08-1.42x its time and a decode step in 2.3-2.8x, often slower than eager. On a GPU serve with "
+        "--mode reduce-overhead: without CUDA graphs a small batch is bound by work per call. An owner that "
         "cannot be compiled whole falls back to per-block at run time, with one warning.",
     ),
     click.option(
