@@ -508,6 +508,41 @@ def test_per_block_blocks_of_one_class_with_other_widths_compile_static_graphs()
     assert GRAPHS and not any(_symbolic(gm) for gm in GRAPHS)
 
 
+def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
+    # A UNet's Transformer2DModel holds one BasicTransformerBlock: nothing to stamp out, and one frame a
+    # call either way, so the owner's glue is not compiled with it.
+    from regionalize.verify.accounting import served_forms
+    from regionalize.verify.render import ALONE
+
+    GRAPHS.clear()
+    model, twin = build(
+        source=STAGES.replace("n=3", "n=1"), mode="default", backend="regionalize_test_recorder"
+    )
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), twin(x))
+        torch.testing.assert_close(model(x), twin(x))
+    assert all(stage.blocks[0]._compiled_call_impl is not None for stage in model.stages)
+    assert len(GRAPHS) == 3  # a block's graph per width, compiled once
+    subgraphs = [
+        n for gm in GRAPHS for n in gm.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph
+    ]
+    assert not subgraphs
+    assert served_forms(model) == {"Stage": ALONE}
+
+
+def test_an_owner_of_one_block_stays_whole_in_cuda_graphs(fake_cuda: None) -> None:
+    from regionalize.verify.accounting import served_forms
+
+    model, twin = build(source=STAGES.replace("n=3", "n=1"))
+    x = torch.randn(2, 4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CUDA graphs skipped for CPU tensors
+        torch.testing.assert_close(model(x), twin(x))
+    assert all(stage.blocks[0]._compiled_call_impl is None for stage in model.stages)
+    assert served_forms(model) == {"Stage": "whole"}
+
+
 def test_owners_of_one_width_keep_automatic_dynamic_shapes() -> None:
     GRAPHS.clear()
     model, twin = build(mode="default", backend="regionalize_test_recorder")

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import torch
 from torch._dynamo import utils as dynamo_utils
 
+from regionalize.verify.render import ALONE
+
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
 _LIMIT_HIT = re.compile(r"recompile limit exceeded", re.IGNORECASE)
@@ -89,13 +91,15 @@ def recording() -> Iterator[GraphAccount]:
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
-    traced layer by layer, and why, where their stand-ins failed to trace), or per block (and why)."""
+    traced layer by layer, and why, where their stand-ins failed to trace), its one block compiled on its
+    own (`ALONE`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
         if state is not None:
             why, kv = state.get("why"), state.get("kv")
             served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
+            served = ALONE if state.get("alone") else served
             forms[type(module).__name__] = served if why is None else f"per-block: {why}"
     return forms
 

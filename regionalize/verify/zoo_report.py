@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from regionalize.verify.render import regions_text
+from regionalize.verify.render import ALONE, regions_text
 from regionalize.verify.zoo import Row
 
 _COLORS = {"pass": "#2e7d32", "fail": "#c62828"}
@@ -107,8 +107,15 @@ def form(result: dict[str, Any]) -> str:
     forms = result.get("accounting", {}).get("regional", {}).get("forms", {})
     if not forms:
         return "per-block"
-    fallen = sorted(owner for owner, served in forms.items() if not served.startswith("whole"))
-    return f"per-block (fell back: {', '.join(fallen)})" if fallen else "hierarchical"
+    fallen = sorted(owner for owner, served in forms.items() if served.startswith("per-block:"))
+    if fallen:
+        return f"per-block (fell back: {', '.join(fallen)})"
+    alone = sorted(owner for owner, served in forms.items() if served == ALONE)
+    if alone:
+        if len(alone) == len(forms):
+            return "per-block (one block per owner)"
+        return f"hierarchical ({', '.join(alone)}: {ALONE})"
+    return "hierarchical"
 
 
 def _seconds(value: float | None) -> str:
