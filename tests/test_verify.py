@@ -198,6 +198,24 @@ def test_an_owner_that_cannot_be_compiled_whole_is_named_in_the_verdict(tmp_path
     assert "an owner could not be compiled whole" in table
 
 
+def test_an_owner_of_one_block_is_named_without_a_fallback_warning() -> None:
+    from regionalize.verify.zoo_report import form
+
+    def result(forms: dict[str, str]) -> dict[str, Any]:
+        accounting = {"regional": {"forms": forms}}
+        base = {"equivalent": True, "state_dict_compatible": True, "fell_back_to_eager": False}
+        return {**base, "accounting": accounting}
+
+    alone = result({"Transformer2DModel": render.ALONE})
+    assert render.verdict(alone) == "PASS: equivalent and checkpoint-compatible"
+    assert form(alone) == "per-block (one block per owner)"
+    mixed = result({"Transformer2DModel": render.ALONE, "Encoder": "whole"})
+    assert form(mixed) == f"hierarchical (Transformer2DModel: {render.ALONE})"
+    fallen = result({"Transformer2DModel": render.ALONE, "Encoder": "per-block: Unsupported: x"})
+    assert "could not be compiled whole" in render.verdict(fallen)
+    assert form(fallen) == "per-block (fell back: Encoder)"
+
+
 # --- workloads: (model, run) factories and --workload generate -------------------------------------------
 
 
