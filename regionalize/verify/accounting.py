@@ -98,9 +98,13 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
         state = module.__dict__.get("_regionalize_owner")
         if state is not None:
             why, kv = state.get("why"), state.get("kv")
-            served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
-            served = ALONE if state.get("alone") else served
-            forms[type(module).__name__] = served if why is None else f"per-block: {why}"
+            if why is not None:
+                served = f"per-block: {why}"
+            elif state.get("alone"):
+                served = ALONE
+            else:
+                served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
+            forms[type(module).__name__] = served
     return forms
 
 
