@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-from .kv import _regionalize_kv_layer, _regionalize_kv_store, _RegionalizeLayerKV
+from .kv import _regionalize_kv, _regionalize_kv_layer, _regionalize_kv_store, _RegionalizeLayerKV
 
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
 
@@ -90,7 +90,8 @@ def _regionalize_region(plain, name, position, copies):
             args = (*args[:slot], None, *args[slot + 1 :])
         past = (layer.keys, layer.values) if layer.is_initialized else (None, None)
         keys, values, out = keyed(self, *past, slot, *args, **kwargs)
-        _regionalize_kv_store(layer, keys, values, 0 if past[0] is None else past[0].shape[-2])
+        before = 0 if past[0] is None else past[0].shape[-2]
+        _regionalize_kv_store(layer, keys, values, before, _regionalize_kv[0])
         return out
 
     return forward
