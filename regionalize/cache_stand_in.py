@@ -1,8 +1,10 @@
 """May the runtime stand in for a block's layer of a transformers cache (`_regionalize_blocks(block, self,
 cache_index="layer_idx")`)? Judged per read of the block's integer in a call that per_block_ints moves out
 of the graph: the attribute the call indexes its cache by, and whether the method asks its cache's type in
-a way the stand-in would answer otherwise. The stand-in (`_RegionalizeLayerKV` in runtime/kv.py) has only
-`update`, `keys` and `values`: what it cannot answer alike it must fail on, while the block is traced.
+a way the stand-in would answer otherwise. The stand-ins (runtime/kv.py) answer for the block's own layer
+whatever index they are handed (`update(k, v, i)`, `is_updated.get(i)`, `cross_attention_cache.layers[i]`),
+so every index must be the one attribute; what they cannot answer alike they fail on, while the block is
+traced: a `DynamicCache`'s stand-in has only `update`, `keys` and `values`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ _CACHE_PARAMETERS = ("past_key_values", "past_key_value")
 # What the runtime's stand-in for a cache layer has: any other attribute of a cache raises when the block is
 # traced with the stand-in, and the runtime then traces that cache layer by layer instead.
 _STAND_IN = frozenset({"update", "keys", "values", "updates"})
-FAILS_CLOSED = ""  # an index read that does not decide the stand-in: it raises with it (see fails_closed)
 # transformers' caches that a `DynamicCache` is not an instance of: the stand-in, not one either, answers
 # `isinstance` as the cache it stands in for does.
 _OTHER_CACHES = frozenset(
@@ -41,8 +42,8 @@ def index_of(
     object called or of a cache parameter (`isinstance(past_key_values, DynamicCache)`): the runtime's
     stand-in for a cache layer would answer differently."""
     parent = parents.get(read)
-    if fails_closed(read, parent):
-        return FAILS_CLOSED
+    if indexes_another(read, parent):
+        return read.attr
     if isinstance(parent, ast.keyword):
         parent = parents.get(parent)
     if not isinstance(parent, ast.Call) or parent.func is read:
@@ -53,9 +54,10 @@ def index_of(
     return None if {receiver, *_CACHE_PARAMETERS} & asked else read.attr
 
 
-def fails_closed(read: ast.Attribute, parent: ast.AST | None) -> bool:
-    """`self.<attr>` indexing an attribute of another object that the stand-in lacks (GPT-2's
-    `cache.layers[self.layer_idx]`): traced with the stand-in it raises instead of answering otherwise."""
+def indexes_another(read: ast.Attribute, parent: ast.AST | None) -> bool:
+    """`self.<attr>` indexing an attribute of another object that a `DynamicCache`'s stand-in lacks
+    (`cache.cross_attention_cache.layers[self.layer_idx]`, `cache.is_updated[self.layer_idx] = True`): an
+    index like any other, which an encoder-decoder cache's stand-in answers for the block's own layer."""
     if not isinstance(parent, ast.Subscript) or parent.slice is not read:
         return False
     node = parent.value

@@ -69,8 +69,8 @@ class Plan:
     fixed: dict[str, list[str]] = field(default_factory=dict)
     moved: set[str] = field(default_factory=set)  # classes with a call (a cache's update) moved out
     # Per class with a moved call, the attributes those calls take directly as an argument (`self.layer_idx`
-    # in `past_key_values.update(k, v, self.layer_idx)`); None for one that takes it inside an expression;
-    # FAILS_CLOSED for a cache indexed through an attribute the runtime's stand-in lacks (cache_stand_in).
+    # in `past_key_values.update(k, v, self.layer_idx)`, or as a subscript's key); None for one that takes
+    # it inside an expression.
     indexes: dict[str, set[str | None]] = field(default_factory=dict)
     # Block classes whose integer reaches a moved call: each block updates a cache of its own, a side
     # effect that a nested compile region cannot stamp out as it is. Each maps to the attribute its cache
@@ -145,7 +145,6 @@ def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[Int
                 problems, reached = done[key]
                 if reached & result.moved:
                     indexes = set().union(*(result.indexes[c] for c in reached & result.moved))
-                    indexes.discard(cache_stand_in.FAILS_CLOSED)
                     only = indexes.pop() if len(indexes) == 1 else None
                     result.cache_blocks[name] = only if result.cache_blocks.get(name, only) == only else None
         if problems and args.warn:

@@ -12,6 +12,8 @@ variants are verify's: eager, full `torch.compile`, full with Dynamo's graph ded
     python scripts/bench_decode.py [--families llama qwen2 mistral phi3] [--depths 12 32] [--tokens 16]
                                    [--repeats 1] [--device auto|cpu|cuda] [--cold]
 
+`--families bart t5` measures encoder-decoders (an EncoderDecoderCache) the same way.
+
 writes docs/bench_decode.md and docs/bench_decode.json. Works with torch >= 2.5 and transformers >= 4.56.
 """
 
@@ -44,6 +46,31 @@ FAMILIES = {
     "phi3": ("Phi3", "transformers.models.phi3.modeling_phi3"),
     "gemma2": ("Gemma2", "transformers.models.gemma2.modeling_gemma2"),
 }
+# Encoder-decoders on request: the model class, their config's names for the sizes below, and for the depth
+# (of each side).
+ENCODER_DECODERS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    "bart": (
+        "BartForConditionalGeneration",
+        {
+            "d_model": 64,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128,
+            "decoder_start_token_id": 2,
+            "forced_eos_token_id": None,
+        },
+        ("encoder_layers", "decoder_layers"),
+    ),
+    "t5": (
+        "T5ForConditionalGeneration",
+        {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "decoder_start_token_id": 0},
+        ("num_layers",),
+    ),
+}
+FAMILIES.update(
+    bart=("Bart", "transformers.models.bart.modeling_bart"), t5=("T5", "transformers.models.t5.modeling_t5")
+)
 DEFAULT_FAMILIES = ("llama", "qwen2", "mistral", "phi3")
 DEPTHS = (12, 32)
 VOCAB = 128
@@ -71,8 +98,14 @@ def make(family: str, depth: int, module: ModuleType) -> tuple[Any, tuple[Any]]:
     import transformers
 
     prefix, _ = FAMILIES[family]
-    config = getattr(transformers, f"{prefix}Config")(num_hidden_layers=depth, **CONFIG)
-    model = getattr(module, f"{prefix}ForCausalLM")(config)
+    if family in ENCODER_DECODERS:
+        name, sizes, depths = ENCODER_DECODERS[family]
+        ids = {k: CONFIG[k] for k in ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id")}
+        config = getattr(transformers, f"{prefix}Config")(**ids, **sizes, **dict.fromkeys(depths, depth))
+    else:
+        name = f"{prefix}ForCausalLM"
+        config = getattr(transformers, f"{prefix}Config")(num_hidden_layers=depth, **CONFIG)
+    model = getattr(module, name)(config)
     prompt_len = int(os.environ.get("BENCH_DECODE_PROMPT_LEN", PROMPT_LEN))
     # The prompt avoids the special tokens, as a tokenized text would.
     ids = torch.randint(3, VOCAB, (1, prompt_len), generator=torch.Generator().manual_seed(0))
@@ -212,7 +245,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
         f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
         f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "
-        f"{meta['tokens']} tokens with a DynamicCache, verified by `regionalize verify "
+        f"{meta['tokens']} tokens with a DynamicCache (encoder-decoders: BART and T5 at d_model 64, 4 heads, "
+        "feed-forward 128, the depth on each side, an EncoderDecoderCache), verified by `regionalize verify "
         "<modeling_<family>.py> --workload generate`. *Hierarchical* is the codemod's default rewrite of "
         "transformers' own file (the decoder stack compiled whole, each layer a nested region), *per-block* "
         "its `--form per-block` (each layer compiled on its own), *full* `torch.compile` of the whole "

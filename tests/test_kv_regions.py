@@ -5,16 +5,15 @@ layer, and what the cache holds afterwards is what the original's holds.
 
 from __future__ import annotations
 
-import itertools
 import sys
 import warnings
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from kv_support import load, rewritten  # noqa: E402
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
@@ -70,14 +69,6 @@ TWICE = """
             k, v = past_key_values.update(k, v, self.layer_idx)
         return x + (k.mean(dim=-2) * v.mean(dim=-2))
 """
-_names = itertools.count()
-
-
-def load(source: str) -> ModuleType:
-    module = ModuleType(f"kv_regions_{next(_names)}")
-    sys.modules[module.__name__] = module
-    exec(compile(source, module.__name__, "exec"), module.__dict__)
-    return module
 
 
 def pair(body: str = "", source: str = SOURCE) -> tuple[Any, Any]:
@@ -108,9 +99,7 @@ def steps(model: Any, cache: DynamicCache, lengths: tuple[int, ...] = (5, 1, 1, 
 
 def held(cache: DynamicCache) -> list[tuple[Any, ...]]:
     """Per layer: its keys, its values, its length, and every other attribute it holds."""
-    return [
-        (layer.keys, layer.values, layer.get_seq_length(), attributes(layer)) for layer in cache.layers
-    ]
+    return [(layer.keys, layer.values, layer.get_seq_length(), attributes(layer)) for layer in cache.layers]
 
 
 def attributes(layer: Any) -> dict[str, Any]:
@@ -310,18 +299,9 @@ def test_a_block_that_asks_its_caches_type_gets_a_stand_in_only_if_it_answers_al
 
 
 def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer() -> None:
-    from pathlib import Path
-
     from transformers.models.llama import modeling_llama
 
-    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
-
-    path = Path(modeling_llama.__file__)
-    rewritten = transform_source(
-        path.read_text(encoding="utf-8"), Options(backend="aot_eager"), str(path)
-    ).code
-    with import_paths(target := resolve_target(str(path), "unused")):
-        module = import_rewritten(target, rewritten, path)
+    module, _ = rewritten(modeling_llama, Options(backend="aot_eager"))
     config = transformers.LlamaConfig(
         vocab_size=128,
         hidden_size=32,
@@ -351,17 +331,10 @@ def test_transformers_gpt2_generates_the_originals_tokens_from_one_traced_layer(
     that path only, so its layers get the stand-in too. Its keys and values are views of one projection:
     the stand-in keeps copies, as a region's outputs must not alias each other. (With Dynamo's graph
     deduplication, which runtime 2 used, Inductor generated other tokens than eager in torch 2.13.)"""
-    from pathlib import Path
-
     from transformers.models.gpt2 import modeling_gpt2
 
-    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
-
-    path = Path(modeling_gpt2.__file__)
-    rewritten = transform_source(path.read_text(encoding="utf-8"), Options(), str(path)).code
-    assert '_regionalize_blocks(block, self, cache_index="layer_idx")' in rewritten
-    with import_paths(target := resolve_target(str(path), "unused")):
-        module = import_rewritten(target, rewritten, path)
+    module, code = rewritten(modeling_gpt2)
+    assert '_regionalize_blocks(block, self, cache_index="layer_idx")' in code
     config = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=8, n_head=4)
     torch.manual_seed(0)
     model = module.GPT2LMHeadModel(config).eval()

@@ -1,4 +1,5 @@
-"""The stand-in for one layer of a transformers `DynamicCache`, and the cache written outside the region."""
+"""The stand-ins for a block's layer of a transformers `DynamicCache` or `EncoderDecoderCache`, and the
+caches written outside the region."""
 
 import sys
 
@@ -29,6 +30,54 @@ class _RegionalizeLayerKV:
         return key_states, value_states
 
 
+class _RegionalizeUpdated:
+    """An encoder-decoder cache's `is_updated` flags for one layer, as a block sees them on the call that
+    writes its cross-attention keys: read, whatever the key, as the cache's own flag for the layer reads;
+    what the block sets is kept, and checked against what it wrote."""
+
+    def __init__(self, written):
+        self.written, self.set = written, []
+
+    def get(self, key, default=None):
+        return default if self.written is None else self.written
+
+    def __getitem__(self, key):
+        if self.written is None:
+            raise KeyError(key)
+        return self.written
+
+    def __setitem__(self, key, value):
+        self.set.append(value)
+
+
+_regionalize_encoder_decoder_class = [
+    None
+]  # made eagerly, with `_regionalize_kv_holds`: Dynamo makes no class
+
+
+def _regionalize_encoder_decoder_kv(own, cross, written):
+    """A stand-in for a block's layer of a transformers `EncoderDecoderCache`, holding stand-ins for its
+    self- and cross-attention layers; an instance of that class, as blocks ask (`isinstance`). What it
+    inherits reaches its caches through those stand-ins, which have nothing else, so it fails closed
+    (`cross_attention_cache.layers[i]`, which a block reads once the keys are written, among them)."""
+    return _regionalize_encoder_decoder_class[0](own, cross, written)
+
+
+def _regionalize_encoder_decoder_made(utils):
+    """The class of `_regionalize_encoder_decoder_kv`'s stand-ins: `utils.EncoderDecoderCache`'s subclass."""
+
+    class _RegionalizeEncoderDecoderKV(utils.EncoderDecoderCache):
+        def __init__(self, own, cross, written):
+            self.self_attention_cache, self.cross_attention_cache = own, cross
+            self.is_updated = _RegionalizeUpdated(written)
+
+        def get_seq_length(self, layer_idx=0):
+            keys = self.self_attention_cache.keys
+            return 0 if keys is None or keys.numel() == 0 else keys.shape[-2]
+
+    return _RegionalizeEncoderDecoderKV
+
+
 def _regionalize_layer_idx(block, attribute):
     """The one value of `attribute` (the index the cache update takes) in the modules of `block`, or None."""
     found = {getattr(m, attribute) for m in block.modules() if isinstance(getattr(m, attribute, None), int)}
@@ -48,6 +97,19 @@ def _regionalize_kv_layer(cache, index):
     layer = cache.layers[index]
     sliding = type(layer) is utils.DynamicSlidingWindowLayer and not layer.record_past
     return layer if type(layer) is utils.DynamicLayer or sliding else None
+
+
+def _regionalize_kv_pair(cache, index):
+    """The self- and cross-attention layers of a transformers `EncoderDecoderCache` of two `DynamicCache`s
+    that a region can stand in for, else None."""
+    utils = sys.modules.get("transformers.cache_utils")
+    if utils is None or type(cache) is not getattr(utils, "EncoderDecoderCache", None):
+        return None
+    if _regionalize_encoder_decoder_class[0] is None or type(cache.is_updated) is not dict:
+        return None
+    own = _regionalize_kv_layer(cache.self_attention_cache, index)
+    cross = _regionalize_kv_layer(cache.cross_attention_cache, index)
+    return None if own is None or cross is None else (own, cross)
 
 
 def _regionalize_kv_init(layer, keys, values):
@@ -82,7 +144,26 @@ def _regionalize_kv_holds():
     first update: as `_regionalize_kv_init` does, where that leaves every attribute of a layer as
     transformers' own update does, else through the layer's `lazy_initialization`."""
     ways = (_regionalize_kv_init, _regionalize_kv_lazy)
-    return next((init for init in ways if _regionalize_kv_same(init)), False)
+    init = next((init for init in ways if _regionalize_kv_same(init)), False)
+    if init and _regionalize_encoder_decoder_alike(init):
+        utils = sys.modules["transformers.cache_utils"]
+        _regionalize_encoder_decoder_class[0] = _regionalize_encoder_decoder_made(utils)
+    return init
+
+
+def _regionalize_encoder_decoder_alike(init):
+    """Does transformers' `EncoderDecoderCache` hold what its stand-in assumes: a dict of flags, and the
+    length of its self-attention cache as its own? Checked once, eagerly, as `_regionalize_kv_same` is."""
+    utils = sys.modules.get("transformers.cache_utils")
+    try:
+        real = utils.EncoderDecoderCache(utils.DynamicCache(), utils.DynamicCache())
+        real.self_attention_cache.update(*torch.zeros(2, 1, 1, 3, 2).unbind(), 0)
+        own = _RegionalizeLayerKV(None, None)
+        own.update(*torch.zeros(2, 1, 1, 3, 2).unbind())
+        mine = _regionalize_encoder_decoder_made(utils)(own, _RegionalizeLayerKV(None, None), None)
+        return type(real.is_updated) is dict and real.get_seq_length(0) == mine.get_seq_length(0) == 3
+    except Exception:  # another transformers
+        return False
 
 
 def _regionalize_kv_same(init):

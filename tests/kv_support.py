@@ -1,0 +1,32 @@
+"""What the tests of cache-updating regions share: models loaded from source, and transformers' own
+modeling files rewritten by the codemod."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from regionalize.codemod import transform_source
+from regionalize.options import Options
+
+_names = itertools.count()
+
+
+def load(source: str) -> ModuleType:
+    module = ModuleType(f"kv_regions_{next(_names)}")
+    sys.modules[module.__name__] = module
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    return module
+
+
+def rewritten(original: ModuleType, options: Options | None = None) -> tuple[ModuleType, str]:
+    """transformers' modeling module `original` as the codemod rewrites it, imported in its package, and
+    its source."""
+    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
+
+    path = Path(str(original.__file__))
+    code = transform_source(path.read_text(encoding="utf-8"), options or Options(), str(path)).code
+    with import_paths(target := resolve_target(str(path), "unused")):
+        return import_rewritten(target, code, path), code
