@@ -317,6 +317,28 @@ def test_generate_worker_times_the_first_token(tmp_path: Path) -> None:
     assert run_worker(job, timeout_s=300)["first_call_s"] > 0
 
 
+def test_generate_workload_gives_an_encoder_decoder_the_cache_generate_would() -> None:
+    """An `EncoderDecoderCache` of two `DynamicCache`s, as generate makes for BART: handed one
+    `DynamicCache`, its cross-attention keys went into the self-attention cache, and a compiled decoder
+    failed on the second token (the mask one key short)."""
+    transformers = pytest.importorskip("transformers")
+    from regionalize.verify.workloads import Generate
+
+    config = transformers.BartConfig(
+        vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, forced_eos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config).eval()
+    workload = Generate(torch.randint(3, 64, (1, 6), generator=torch.Generator().manual_seed(0)), 3)
+    expected = workload.run(model)
+    torch._dynamo.reset()
+    model.compile(backend="eager", fullgraph=True)
+    actual = workload.run(model)
+    assert actual["tokens"].tolist() == expected["tokens"].tolist()
+    torch.testing.assert_close(actual["logits"], expected["logits"])
+
+
 def test_generate_workload_needs_a_generating_model(tmp_path: Path) -> None:
     code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, workload="generate")
     assert code == 2 and result["error"]["stage"] == "workload"

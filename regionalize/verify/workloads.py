@@ -59,7 +59,8 @@ class Custom(Workload):
 
 @dataclass
 class Generate(Workload):
-    """Greedy `model.generate` with a fresh DynamicCache: compares the new tokens and their raw logits."""
+    """Greedy `model.generate` with a fresh cache (`new_cache`): compares the new tokens and their raw
+    logits."""
 
     input_ids: torch.Tensor
     tokens: int
@@ -94,17 +95,25 @@ class Generate(Workload):
 
 
 def new_cache(model: torch.nn.Module) -> Any:
-    """transformers' default cache for these models, made explicitly.
+    """transformers' default cache for these models, made explicitly: a `DynamicCache`, or for an
+    encoder-decoder an `EncoderDecoderCache` of two, as generate makes them.
 
     Left to itself, generate may pick a static cache for some models (Gemma2 in older releases) and then
     compile the forward on its own on CUDA, which would blur eager, full and regional.
     """
     from transformers import DynamicCache
 
-    try:
-        return DynamicCache(config=model.config)  # per-layer kinds (sliding windows) from the config
-    except TypeError:  # releases whose DynamicCache takes no config
-        return DynamicCache()
+    def dynamic() -> Any:
+        try:
+            return DynamicCache(config=model.config)  # per-layer kinds (sliding windows) from the config
+        except TypeError:  # releases whose DynamicCache takes no config
+            return DynamicCache()
+
+    if getattr(model.config, "is_encoder_decoder", False):
+        from transformers import EncoderDecoderCache
+
+        return EncoderDecoderCache(dynamic(), dynamic())
+    return dynamic()
 
 
 def make_generate(
