@@ -96,7 +96,8 @@ model's status, a timeout or a crash counting as 2.
 @click.option(
     "--quick",
     is_flag=True,
-    help="Everyday preset: one fresh process per compile timing, warm start only (no cold process).",
+    help="Everyday preset: one fresh process per compile timing (unless --repeats is given), warm start "
+    "only (no cold process).",
 )
 @click.option(
     "--manifest",
@@ -153,12 +154,16 @@ def verify(
     # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
     local = [model] if model and Path(model).exists() else []
     options = flags.options(flags.settings(local, config_file, extra))
+    # --quick times one fresh process per variant unless --repeats is given too.
+    given = (
+        click.get_current_context().get_parameter_source("repeats") is not click.core.ParameterSource.DEFAULT
+    )
     code = run_verify(
         model,
         factory,
         rewritten,
         device,
-        repeats,
+        repeats if given or not quick else 1,
         json_out,
         options,
         cold_start=cold_start,

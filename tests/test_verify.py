@@ -168,6 +168,19 @@ def test_quick_preset_shows_progress_on_stderr_and_times_warm_processes_once(tmp
     assert not any(result["compile_cold_s"].values()) and result["compile_s"]["full"] > 0
 
 
+def test_quick_preset_takes_the_repeats_it_is_given(tmp_path: Path) -> None:
+    """As scripts/bench_decode.py asks: warm processes only, a median of several."""
+    out = tmp_path / "result.json"
+    args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(REWRITTEN), "--quick"]
+    run = CliRunner().invoke(
+        verify_command, [*args, "--repeats", "2", "--backend", "eager", "--json", str(out)]
+    )
+    assert run.exit_code == 0, run.output
+    result = json.loads(out.read_text())
+    assert all(len(result["compile_runs"][v]["warm"]) == 2 for v in ("full", "regional"))
+    assert not any(result["compile_cold_s"].values())
+
+
 def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     pytest.importorskip("regionalize.codemod", exc_type=ImportError)
     code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None)

@@ -95,7 +95,7 @@ def run_verify(
             factory,
             rewritten,
             device,
-            1 if quick else repeats,
+            repeats,
             options,
             cold_start,
             generate,
