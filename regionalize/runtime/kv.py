@@ -50,9 +50,9 @@ class _RegionalizeUpdated:
         self.set.append(value)
 
 
-_regionalize_encoder_decoder_class = [
-    None
-]  # made eagerly, with `_regionalize_kv_holds`: Dynamo makes no class
+# The class of the stand-ins for an `EncoderDecoderCache`, made eagerly by `_regionalize_kv_holds`: Dynamo
+# makes no class while it traces.
+_regionalize_encoder_decoder_class = [None]
 
 
 def _regionalize_encoder_decoder_kv(own, cross, written):
@@ -145,13 +145,13 @@ def _regionalize_kv_holds():
     transformers' own update does, else through the layer's `lazy_initialization`."""
     ways = (_regionalize_kv_init, _regionalize_kv_lazy)
     init = next((init for init in ways if _regionalize_kv_same(init)), False)
-    if init and _regionalize_encoder_decoder_alike(init):
+    if init and _regionalize_encoder_decoder_alike():
         utils = sys.modules["transformers.cache_utils"]
         _regionalize_encoder_decoder_class[0] = _regionalize_encoder_decoder_made(utils)
     return init
 
 
-def _regionalize_encoder_decoder_alike(init):
+def _regionalize_encoder_decoder_alike():
     """Does transformers' `EncoderDecoderCache` hold what its stand-in assumes: a dict of flags, and the
     length of its self-attention cache as its own? Checked once, eagerly, as `_regionalize_kv_same` is."""
     utils = sys.modules.get("transformers.cache_utils")
