@@ -111,6 +111,23 @@ def attributes(layer: Any) -> dict[str, Any]:
     }
 
 
+def against_twin(
+    model: Any, twin: Any, make: Any = DynamicCache, lengths: tuple[int, ...] = (5, 1, 1, 1)
+) -> Any:
+    """`steps` of `model` and of its `twin`, each with a fresh cache from `make`: asserts equal outputs and
+    caches that hold the same (every attribute of every layer); returns the model's accounting."""
+    expected_cache, cache = make(), make()
+    expected = steps(twin, expected_cache, lengths)
+    with recording() as account:
+        actual = steps(model, cache, lengths)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(held(cache), held(expected_cache), strict=True):
+        torch.testing.assert_close(got[:2], want[:2])
+        assert got[2:] == want[2:]
+    return account
+
+
 # As older transformers layers return `(hidden_states, None)`.
 RETURNING_NONE = SOURCE.replace(
     "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()",
@@ -142,15 +159,7 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: An
     """Whether the block returns a tensor or a tuple holding None (which comes back beside the keys and
     values the region returns), and whatever the block calls the parameter that takes the cache."""
     model, twin = pair(source=source)
-    expected_cache, cache = make(), make()
-    expected = steps(twin, expected_cache)
-    with recording() as account:
-        actual = steps(model, cache)
-    for got, want in zip(actual, expected, strict=True):
-        torch.testing.assert_close(got, want)
-    for got, want in zip(held(cache), held(expected_cache), strict=True):
-        torch.testing.assert_close(got[:2], want[:2])
-        assert got[2:] == want[2:]
+    account = against_twin(model, twin, make)
     assert served_forms(model) == {"Decoder": "whole"}
     # Prefill, the first token, then the token with the cache length symbolic: one trace each.
     assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
@@ -202,14 +211,7 @@ def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch:
 
     monkeypatch.setattr(DynamicLayer, "update", keeping_the_last_token)
     assert not check()
-    expected_cache, cache = DynamicCache(), DynamicCache()
-    expected = steps(twin, expected_cache)
-    with recording() as account:
-        actual = steps(model, cache)
-    for got, want in zip(actual, expected, strict=True):
-        torch.testing.assert_close(got, want)
-    for got, want in zip(held(cache), held(expected_cache), strict=True):
-        torch.testing.assert_close(got[:2], want[:2])
+    account = against_twin(model, twin)
     assert account.regions_traced == 0 and served_forms(model) == {"Decoder": "whole"}
 
 
@@ -231,15 +233,9 @@ def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
     monkeypatch.setattr(DynamicLayer, "lazy_initialization", noting_the_width)
     model, twin = pair()
     assert sys.modules[type(model).__module__]._regionalize_kv_holds().__name__ == "_regionalize_kv_lazy"
-    expected_cache, cache = DynamicCache(), DynamicCache()
-    expected = steps(twin, expected_cache)
-    with recording() as account:
-        actual = steps(model, cache)
-    for got, want in zip(actual, expected, strict=True):
-        torch.testing.assert_close(got, want)
-    for got, want in zip(held(cache), held(expected_cache), strict=True):
-        torch.testing.assert_close(got[:2], want[:2])
-        assert got[2:] == want[2:] and got[3]["width"] == 8
+    made: list[Any] = []  # the twin's cache, then the model's
+    account = against_twin(model, twin, lambda: made.append(DynamicCache()) or made[-1])
+    assert all(layer.width == 8 for layer in made[1].layers)
     assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
 
 
@@ -259,15 +255,9 @@ def test_a_block_that_fails_with_the_stand_in_has_its_cache_traced_layer_by_laye
     owner is traced, before anything ran: the owner is compiled whole again, the caches traced layer by
     layer, with no warning and the original's results."""
     model, twin = pair(body)
-    expected_cache, cache = DynamicCache(), DynamicCache()
-    expected = steps(twin, expected_cache, (5, 1, 1))
-    with warnings.catch_warnings(), recording() as account:
+    with warnings.catch_warnings():
         warnings.simplefilter("error")
-        actual = steps(model, cache, (5, 1, 1))
-    for got, want in zip(actual, expected, strict=True):
-        torch.testing.assert_close(got, want)
-    for got, want in zip(held(cache), held(expected_cache), strict=True):
-        torch.testing.assert_close(got[:2], want[:2])
+        account = against_twin(model, twin, lengths=(5, 1, 1))
     assert served_forms(model)["Decoder"].startswith("whole, caches traced layer by layer")
     # The one region traced is the failed attempt; none is stamped out.
     assert account.regions_stamped == 0 and not account.fell_back_to_eager
