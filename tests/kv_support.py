@@ -7,6 +7,7 @@ import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from regionalize.codemod import transform_source
 from regionalize.options import Options
@@ -30,3 +31,14 @@ def rewritten(original: ModuleType, options: Options | None = None) -> tuple[Mod
     code = transform_source(path.read_text(encoding="utf-8"), options or Options(), str(path)).code
     with import_paths(target := resolve_target(str(path), "unused")):
         return import_rewritten(target, code, path), code
+
+
+def attributes(layer: Any) -> dict[str, Any]:
+    """A cache layer's attributes but its keys and values, tensors as (dtype, device, values)."""
+    import torch
+
+    return {
+        name: (value.dtype, value.device, value.tolist()) if isinstance(value, torch.Tensor) else value
+        for name, value in vars(layer).items()
+        if name not in ("keys", "values")
+    }

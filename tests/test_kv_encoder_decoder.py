@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from kv_support import load, rewritten  # noqa: E402
+from kv_support import attributes, load, rewritten  # noqa: E402
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
@@ -103,10 +103,7 @@ def steps(model: Any, cache: EncoderDecoderCache, lengths: tuple[int, ...] = (5,
 def held(cache: EncoderDecoderCache) -> list[Any]:
     """Per layer of either cache: its keys, its values and every other attribute; and the flags."""
     layers = [*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers]
-    return [
-        (layer.keys, layer.values, {k: v for k, v in vars(layer).items() if k not in ("keys", "values")})
-        for layer in layers
-    ] + [cache.is_updated]
+    return [(layer.keys, layer.values, attributes(layer)) for layer in layers] + [cache.is_updated]
 
 
 def test_one_trace_serves_every_layer_and_the_caches_hold_the_originals() -> None:
@@ -134,6 +131,23 @@ OTHER_LAYER = SOURCE.replace(
     "is_updated = past_key_values.is_updated.get(self.layer_idx)",
     "is_updated = past_key_values.is_updated.get(self.layer_idx - 1)",
 )
+
+
+# The flag set through another per-block integer than the one the updates take.
+OTHER_INDEX = SOURCE.replace(
+    "        self.layer_idx = layer_idx\n",
+    "        self.layer_idx = layer_idx\n        self.flag_idx = layer_idx\n",
+).replace(
+    "past_key_values.is_updated[self.layer_idx] = True", "past_key_values.is_updated[self.flag_idx] = True"
+)
+
+
+def test_a_block_indexing_its_cache_by_another_attribute_is_compiled_without_regions() -> None:
+    """The stand-in would set the flag of the block's own layer whatever index it is handed."""
+    assert "is_updated[self.flag_idx]" in OTHER_INDEX
+    code = transform_source(OTHER_INDEX, Options(backend="aot_eager")).code
+    assert "__setitem__(self.flag_idx, True)" in code
+    assert "_regionalize_blocks(block, self, nested=False" in code
 
 
 def test_a_block_reading_another_layers_flag_is_compiled_without_regions() -> None:

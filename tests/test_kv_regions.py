@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from kv_support import load, rewritten  # noqa: E402
+from kv_support import attributes, load, rewritten  # noqa: E402
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
@@ -100,15 +100,6 @@ def steps(model: Any, cache: DynamicCache, lengths: tuple[int, ...] = (5, 1, 1, 
 def held(cache: DynamicCache) -> list[tuple[Any, ...]]:
     """Per layer: its keys, its values, its length, and every other attribute it holds."""
     return [(layer.keys, layer.values, layer.get_seq_length(), attributes(layer)) for layer in cache.layers]
-
-
-def attributes(layer: Any) -> dict[str, Any]:
-    """A cache layer's attributes but its keys and values, tensors as (dtype, device, values)."""
-    return {
-        name: (value.dtype, value.device, value.tolist()) if isinstance(value, torch.Tensor) else value
-        for name, value in vars(layer).items()
-        if name not in ("keys", "values")
-    }
 
 
 def against_twin(

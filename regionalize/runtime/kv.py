@@ -112,6 +112,15 @@ def _regionalize_kv_pair(cache, index):
     return None if own is None or cross is None else (own, cross)
 
 
+def _regionalize_kv_past(layer):
+    """A cache layer's keys and values, as a region takes them: None before its first update."""
+    return (layer.keys, layer.values) if layer.is_initialized else (None, None)
+
+
+def _regionalize_kv_length(past):
+    return 0 if past[0] is None else past[0].shape[-2]
+
+
 def _regionalize_kv_init(layer, keys, values):
     """What a layer's `lazy_initialization` sets, less the empty tensors that its `update` joins the first
     keys to and the store does not: Dynamo traced those at 11 ms a layer, a quarter of what a 32-layer
@@ -145,25 +154,27 @@ def _regionalize_kv_holds():
     transformers' own update does, else through the layer's `lazy_initialization`."""
     ways = (_regionalize_kv_init, _regionalize_kv_lazy)
     init = next((init for init in ways if _regionalize_kv_same(init)), False)
-    if init and _regionalize_encoder_decoder_alike():
-        utils = sys.modules["transformers.cache_utils"]
-        _regionalize_encoder_decoder_class[0] = _regionalize_encoder_decoder_made(utils)
+    if init:
+        _regionalize_encoder_decoder_class[0] = _regionalize_encoder_decoder_checked()
     return init
 
 
-def _regionalize_encoder_decoder_alike():
-    """Does transformers' `EncoderDecoderCache` hold what its stand-in assumes: a dict of flags, and the
-    length of its self-attention cache as its own? Checked once, eagerly, as `_regionalize_kv_same` is."""
+def _regionalize_encoder_decoder_checked():
+    """The class of the stand-ins for an `EncoderDecoderCache`, where transformers' holds what they assume (a
+    dict of flags, and the length of its self-attention cache as its own), else None. Checked once,
+    eagerly, as `_regionalize_kv_same` is."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
+        cls = _regionalize_encoder_decoder_made(utils)
         real = utils.EncoderDecoderCache(utils.DynamicCache(), utils.DynamicCache())
         real.self_attention_cache.update(*torch.zeros(2, 1, 1, 3, 2).unbind(), 0)
         own = _RegionalizeLayerKV(None, None)
         own.update(*torch.zeros(2, 1, 1, 3, 2).unbind())
-        mine = _regionalize_encoder_decoder_made(utils)(own, _RegionalizeLayerKV(None, None), None)
-        return type(real.is_updated) is dict and real.get_seq_length(0) == mine.get_seq_length(0) == 3
+        mine = cls(own, _RegionalizeLayerKV(None, None), None)
+        alike = type(real.is_updated) is dict and real.get_seq_length(0) == mine.get_seq_length(0) == 3
     except Exception:  # another transformers
-        return False
+        return None
+    return cls if alike else None
 
 
 def _regionalize_kv_same(init):
@@ -175,9 +186,9 @@ def _regionalize_kv_same(init):
             real, mine = make(), make()
             for step in (3, 1, 1):  # a prompt, then tokens past the window
                 new = torch.rand(2, 1, 1, step, 2, generator=torch.Generator().manual_seed(step)).unbind()
-                past = (mine.keys, mine.values) if mine.is_initialized else (None, None)
+                past = _regionalize_kv_past(mine)
                 returned = _RegionalizeLayerKV(*past).update(*new)
-                _regionalize_kv_store(mine, *returned, 0 if past[0] is None else past[0].shape[-2], init)
+                _regionalize_kv_store(mine, *returned, _regionalize_kv_length(past), init)
                 if not _regionalize_kv_alike((*real.update(*new), vars(real)), (*returned, vars(mine))):
                     return False
                 if real.get_seq_length() != mine.get_seq_length():

@@ -9,7 +9,9 @@ from .kv import (
     _regionalize_encoder_decoder_kv,
     _regionalize_kv,
     _regionalize_kv_layer,
+    _regionalize_kv_length,
     _regionalize_kv_pair,
+    _regionalize_kv_past,
     _regionalize_kv_store,
     _RegionalizeLayerKV,
 )
@@ -109,11 +111,12 @@ def _regionalize_region(plain, name, position, copies):
             return plain_region(self, *args, **kwargs)
         pair = _regionalize_kv_pair(cache, index)
         layer = _regionalize_kv_layer(cache, index) if pair is None else pair[0]
+        written = None if pair is None else cache.is_updated.get(index)
         # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
         # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, made
         # BART decode at 1.37x a full compile's time per token (measured on CPU, 12 layers), where tracing
         # them layer by layer, once, costs 1.06x.
-        if layer is None or (pair is not None and (cache.is_updated.get(index) or pair[1].is_initialized)):
+        if layer is None or (pair is not None and (written or pair[1].is_initialized)):
             return plain(self, *args, **kwargs)  # a cache of another kind: traced in the owner's frame
         if slot is None:
             kwargs = {**kwargs, name: None}
@@ -123,7 +126,6 @@ def _regionalize_region(plain, name, position, copies):
         if pair is None:
             keys, values, out = keyed(self, *past, slot, *args, **kwargs)
         else:
-            written = cache.is_updated.get(index)
             keys, values, cross_keys, cross_values, out = writing(self, *past, written, slot, *args, **kwargs)
             _regionalize_kv_store(pair[1], cross_keys, cross_values, 0, init)
             cache.is_updated[index] = True
@@ -131,15 +133,6 @@ def _regionalize_region(plain, name, position, copies):
         return out
 
     return forward
-
-
-def _regionalize_kv_past(layer):
-    """A cache layer's keys and values, as a region takes them: None before its first update."""
-    return (layer.keys, layer.values) if layer.is_initialized else (None, None)
-
-
-def _regionalize_kv_length(past):
-    return 0 if past[0] is None else past[0].shape[-2]
 
 
 def _regionalize_nested_region(fn):
