@@ -39,19 +39,15 @@ def _regionalize_plain(value):
 def _regionalize_region(plain, name, position, copies):
     """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise.
     A cache that its parameter `name` (at `position` after `self`) takes is stood in for. With `copies[0]`
-    the region returns copies of its tensors: a region's outputs must not alias each other or its inputs,
-    and Flux's single blocks return two views of one tensor."""
+    the region returns copies of all its tensors: the owner's retry where outputs alias in a way that
+    `_regionalize_unaliased` does not see."""
     label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
     region = _regionalize_nested(plain, label)
 
-    # Contiguous copies: with torch.clone's default (preserve_format) of a slice, Inductor computed other
-    # values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13).
-    def copy(tensor):
-        return tensor.clone(memory_format=torch.contiguous_format)
-
     @functools.wraps(plain)
     def copied(self, *args, **kwargs):
-        return torch.utils._pytree.tree_map_only(torch.Tensor, copy, plain(self, *args, **kwargs))
+        out = plain(self, *args, **kwargs)
+        return torch.utils._pytree.tree_map_only(torch.Tensor, _regionalize_copy, out)
 
     region_copied = _regionalize_nested(copied, f"{label}_copied")
 
@@ -150,11 +146,13 @@ def _regionalize_nested(fn, label, extras=0):
     Dynamo's check that a traced region serves another block is cheap where each argument is a tensor or
     a plain value, and otherwise flattens them with pytree as it traces each block (a second of a 32-layer
     Llama's start). `fn` returns a block's output, after `extras` tensors where it has them; the region
-    returns them packed (`_regionalize_pack`) and the call unpacked. The regions' code is named `label`,
-    so that regions of other blocks are not candidates for their reuse."""
+    returns them packed (`_regionalize_pack`) and the call unpacked, a tensor that aliases an input or
+    another output copied (`_regionalize_unaliased`). The regions' code is named `label`, so that regions
+    of other blocks are not candidates for their reuse."""
 
     def as_given(self, structure, *args, **kwargs):
-        return _regionalize_pack(fn(self, *args, **kwargs), extras)
+        inputs = torch.utils._pytree.tree_leaves((args, kwargs))
+        return _regionalize_pack(_regionalize_unaliased(inputs, fn(self, *args, **kwargs)), extras)
 
     as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
     general = _regionalize_nested_region(as_given)
@@ -169,7 +167,7 @@ def _regionalize_nested(fn, label, extras=0):
                 args.append(value)
             else:
                 kwargs[name] = value
-        return _regionalize_pack(fn(self, *args, **kwargs), extras)
+        return _regionalize_pack(_regionalize_unaliased(leaves, fn(self, *args, **kwargs)), extras)
 
     flat.__code__ = flat.__code__.replace(co_name=label)
     flat_region = _regionalize_nested_region(flat)
@@ -195,6 +193,40 @@ def _regionalize_nested(fn, label, extras=0):
         return _regionalize_unpack(flat_region(self, structure, text, *leaves), extras)
 
     return call
+
+
+def _regionalize_copy(tensor):
+    """A contiguous copy: with torch.clone's default (preserve_format) of a slice, Inductor computed other
+    values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13)."""
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
+def _regionalize_unaliased(inputs, value):
+    """`value`, a region's output, with a contiguous copy of each tensor that shares memory with one of
+    `inputs` or with another tensor of `value`; the others as they are. Dynamo compiles no region whose
+    outputs alias (T5's layers return the position bias they are handed, Flux's single blocks two slices
+    of one tensor), and knows as it traces which tensor is a view of which (`_base`), so this costs a
+    copy only where one is needed, and nothing to trace again. Both slices are copied, not only the
+    second, and an input handed on keeps its strides: the next block, handed other strides than the
+    first, would be traced again.
+    Memory shared other than through a view still fails the compile, and the owner's retry then copies
+    every output (`copies` of `_regionalize_region`)."""
+
+    def base(tensor):
+        return tensor if tensor._base is None else tensor._base
+
+    given = [base(t) for t in inputs if isinstance(t, torch.Tensor)]
+    made = [base(t) for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+    def own(tensor):
+        root = base(tensor)
+        if any(tensor is other for other in inputs):  # handed on: the next block takes this one's strides
+            return tensor.clone()
+        if any(root is other for other in given) or sum(root is other for other in made) > 1:
+            return _regionalize_copy(tensor)
+        return tensor
+
+    return torch.utils._pytree.tree_map_only(torch.Tensor, own, value)
 
 
 _regionalize_structures = {}  # the classes of a block's modules -> the name its regions take for them
