@@ -106,21 +106,21 @@ def _regionalize_per_block(owner):
 
 def _regionalize_static(module, kwargs):
     """The compile options for `module`, with `dynamic=False` when another module of its class set up here
-    holds the same parameters at other shapes (stages of growing width). Those share no graph, parameters
-    being static, and automatic dynamic shapes would only add a symbolic compile for each: on Swin's
-    stages, Inductor's CPU code generation then ran past 5 minutes, against half a minute for a full
-    compile. Not where the parameters differ (T5's encoder and decoder stacks, one class, the decoder's
-    layers holding a cross-attention): the decoder's cache grows every token, and static shapes would
-    compile it again for each, up to the recompile limit."""
+    holds a parameter of the same name at another shape (stages of growing width). Those share no graph,
+    parameters being static, and automatic dynamic shapes would only add a symbolic compile for each: on
+    Swin's stages, Inductor's CPU code generation then ran past 5 minutes, against half a minute for a
+    full compile, and torch 2.13 failed to stamp out a region in it. Compared by name, since the stages
+    differ in what they hold too (Swin's third has six blocks, its last no downsampling). Not where the
+    parameters they share agree (T5's encoder and decoder stacks, one class, the decoder's layers holding
+    a cross-attention too): the decoder's cache grows every token, and static shapes would compile it
+    again for each, up to the recompile limit."""
     if "dynamic" in kwargs:
         return kwargs
-    kind, names = type(module), [name for name, _ in module.named_parameters()]
-    shapes = {
-        tuple(p.shape for p in m.parameters())
-        for m in list(_regionalize_modules)
-        if type(m) is kind and [name for name, _ in m.named_parameters()] == names
-    }
-    return {**kwargs, "dynamic": False} if len(shapes) > 1 else kwargs
+    own = {name: p.shape for name, p in module.named_parameters()}
+    others = [m for m in list(_regionalize_modules) if type(m) is type(module) and m is not module]
+    if any(own.get(name, p.shape) != p.shape for m in others for name, p in m.named_parameters()):
+        return {**kwargs, "dynamic": False}
+    return kwargs
 
 
 def _regionalize_owner_compiled(owner, compile_kwargs):
