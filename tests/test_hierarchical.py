@@ -515,6 +515,73 @@ def test_per_block_blocks_of_one_class_with_other_widths_compile_static_graphs()
     assert GRAPHS and not any(_symbolic(gm) for gm in GRAPHS)
 
 
+UNEVEN_STAGES = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d, cross=False):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.cross = nn.Linear(d, d) if cross else None
+
+    def forward(self, x):
+        x = x + self.fc(x).tanh()
+        return x if self.cross is None else x + self.cross(x)
+
+
+class Stage(nn.Module):
+    def __init__(self, d, n, down=True, cross=False):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d, cross) for _ in range(n)])
+        self.down = nn.Linear(d, 2 * d) if down else None
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x if self.down is None else self.down(x)
+
+
+class Model(nn.Module):  # as Swin's stages: widths, depths, and the last without downsampling
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleList([Stage(8, 2), Stage(16, 4), Stage(32, 2, down=False)])
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+
+class Stacks(nn.Module):  # as T5's encoder and decoder: one width, the second's blocks hold more
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleList([Stage(8, 2, down=False), Stage(8, 2, down=False, cross=True)])
+
+    def forward(self, x):
+        return self.stages[1](self.stages[0](x))
+"""
+
+
+def test_owners_of_one_class_at_other_widths_compile_with_static_shapes() -> None:
+    """Stages of one class whose parameters of one name differ in shape share no graph: static shapes,
+    whatever else they hold (another depth, no downsampling). Stacks that agree on the parameters they
+    share keep dynamic shapes (T5's decoder cache grows every token)."""
+    model, twin = build(mode="default", source=UNEVEN_STAGES)
+    module = sys.modules[type(model).__module__]
+    # Loaded again: its own runtime, which sets up the stacks alone.
+    other = load(transform_source(UNEVEN_STAGES, Options(mode="default")).code)
+    stacks = other.Stacks().eval()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), twin(x))
+        stacks(x)
+    assert all("why" not in stage.__dict__["_regionalize_owner"] for stage in model.stages)
+    assert [module._regionalize_static(stage, {}) for stage in model.stages] == [{"dynamic": False}] * 3
+    assert [other._regionalize_static(stage, {}) for stage in stacks.stages] == [{}, {}]
+
+
 def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
     # A UNet's Transformer2DModel holds one BasicTransformerBlock: nothing to stamp out, and one frame a
     # call either way, so the owner's glue is not compiled with it.
@@ -624,72 +691,6 @@ def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() ->
             warnings.simplefilter("error")  # no fallback warning
             torch.testing.assert_close(model(x), twin(x))
     assert "why" not in model.__dict__["_regionalize_owner"]
-
-
-STAGES = """
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self, d, cross=False):
-        super().__init__()
-        self.fc = nn.Linear(d, d)
-        self.cross = nn.Linear(d, d) if cross else None
-
-    def forward(self, x):
-        x = x + self.fc(x).tanh()
-        return x if self.cross is None else x + self.cross(x)
-
-
-class Stage(nn.Module):
-    def __init__(self, d, n, down=True, cross=False):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(d, cross) for _ in range(n)])
-        self.down = nn.Linear(d, 2 * d) if down else None
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x if self.down is None else self.down(x)
-
-
-class Model(nn.Module):  # as Swin's stages: widths, depths, and the last without downsampling
-    def __init__(self):
-        super().__init__()
-        self.stages = nn.ModuleList([Stage(8, 2), Stage(16, 4), Stage(32, 2, down=False)])
-
-    def forward(self, x):
-        for stage in self.stages:
-            x = stage(x)
-        return x
-
-
-class Stacks(nn.Module):  # as T5's encoder and decoder: one width, the second's blocks hold more
-    def __init__(self):
-        super().__init__()
-        self.stages = nn.ModuleList([Stage(8, 2, down=False), Stage(8, 2, down=False, cross=True)])
-
-    def forward(self, x):
-        return self.stages[1](self.stages[0](x))
-"""
-
-
-def test_owners_of_one_class_at_other_widths_compile_with_static_shapes() -> None:
-    """Stages of one class whose parameters of one name differ in shape share no graph: static shapes,
-    whatever else they hold (another depth, no downsampling). Stacks that agree on the parameters they
-    share keep dynamic shapes (T5's decoder cache grows every token)."""
-    model, twin = build(mode="default", source=STAGES)
-    module = sys.modules[type(model).__module__]
-    other = load(transform_source(STAGES, Options(mode="default")).code)  # the modules it set up, alone
-    stacks = other.Stacks().eval()
-    x = torch.randn(2, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), twin(x))
-        stacks(x)
-    assert all("why" not in stage.__dict__["_regionalize_owner"] for stage in model.stages)
-    assert [module._regionalize_static(stage, {}) for stage in model.stages] == [{"dynamic": False}] * 3
-    assert [other._regionalize_static(stage, {}) for stage in stacks.stages] == [{}, {}]
 
 
 ALIASING = """
