@@ -202,15 +202,15 @@ def _regionalize_copy(tensor):
 
 
 def _regionalize_unaliased(inputs, value):
-    """`value`, a region's output, with a contiguous copy of each tensor that shares memory with one of
-    `inputs` or with another tensor of `value`; the others as they are. Dynamo compiles no region whose
-    outputs alias (T5's layers return the position bias they are handed, Flux's single blocks two slices
-    of one tensor), and knows as it traces which tensor is a view of which (`_base`), so this costs a
-    copy only where one is needed, and nothing to trace again. Both slices are copied, not only the
-    second, and an input handed on keeps its strides: the next block, handed other strides than the
-    first, would be traced again.
-    Memory shared other than through a view still fails the compile, and the owner's retry then copies
-    every output (`copies` of `_regionalize_region`)."""
+    """`value`, a region's output, with a copy of each tensor that shares memory with one of `inputs` or
+    with another tensor of `value` (contiguous, but an input handed on keeps its strides); the others as
+    they are. Dynamo compiles no region whose outputs alias (T5's layers return the position bias they
+    are handed, Flux's single blocks two slices of one tensor), and knows as it traces which tensor is a
+    view of which (`_base`), so this costs a copy only where one is needed, and nothing to trace again.
+    Both slices are copied, not only the second, and an input handed on keeps its strides: the next
+    block, handed other strides than the first, would be traced again. Memory shared other than through
+    a view still fails the compile, and the owner's retry then copies every output (`copies` of
+    `_regionalize_region`)."""
 
     def base(tensor):
         return tensor if tensor._base is None else tensor._base
