@@ -2,6 +2,7 @@
 
 import copy
 import functools
+import sys
 import warnings
 import weakref
 
@@ -11,8 +12,7 @@ from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
 from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_shape, _regionalize_tracing
 
-_regionalize_modules = weakref.WeakSet()  # the owners and blocks set up, to find those of one class
-_regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> the function its calls are compiled as
+_regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
@@ -52,7 +52,6 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
     )
     state["blocks"].append(block)
-    _regionalize_modules.update((owner, block))
     if not _regionalize_version:
         _regionalize_version.append(0)
         torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
@@ -63,8 +62,8 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     if "why" in state:
         _regionalize_per_block(owner)
         return
-    if owner._compiled_call_impl is None:
-        _regionalize_owner_compiled(owner, compile_kwargs)
+    if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
+        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, None)
     cls = type(block)
     if cache_index or not nested:  # traced in the owner's frame until its first call says how
         block.__dict__["_regionalize_layer"] = None
@@ -95,29 +94,47 @@ def _regionalize_per_block(owner):
     if state.get("compiled", 0) < len(state["blocks"]):  # once per block, not on every training call
         graphs = ("reduce-overhead", "max-autotune")
         kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
+        model = _regionalize_model(owner)
         for block in state["blocks"]:
             if block._compiled_call_impl is None:
-                block.compile(**_regionalize_static(block, kwargs))
+                block.compile(**_regionalize_static(block, kwargs, model))
                 if state["direct"]:
                     block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
         state["compiled"] = len(state["blocks"])
     return owner._call_impl
 
 
-def _regionalize_static(module, kwargs):
-    """The compile options for `module`, with `dynamic=False` when another module of its class set up here
-    holds a parameter of the same name at another shape (stages of growing width). Those share no graph,
-    parameters being static, and automatic dynamic shapes would only add a symbolic compile for each: on
-    Swin's stages, Inductor's CPU code generation then ran past 5 minutes, against half a minute for a
-    full compile, and torch 2.13 failed to stamp out a region in it. Compared by name, since the stages
-    differ in what they hold too (Swin's third has six blocks, its last no downsampling). Not where the
-    parameters they share agree (T5's encoder and decoder stacks, one class, the decoder's layers holding
-    a cross-attention too): the decoder's cache grows every token, and static shapes would compile it
-    again for each, up to the recompile limit."""
+def _regionalize_model(module):
+    """The model `module` runs in: the outermost module of the calls under way (the `self` of their
+    frames) that holds it, or `module` itself. Not every module of the process: a draft model and its
+    target of one family at two widths, or a model built twice at two sizes, are separate."""
+    model, frame, seen = module, sys._getframe(1), set()
+    while frame is not None:
+        caller = frame.f_locals.get("self")
+        # A module under construction (an `__init__` building the model) may not have its submodules yet.
+        if isinstance(caller, torch.nn.Module) and "_modules" in caller.__dict__ and id(caller) not in seen:
+            seen.add(id(caller))
+            if any(m is module for m in caller.modules()):
+                model = caller
+        frame = frame.f_back
+    return model
+
+
+def _regionalize_static(module, kwargs, model):
+    """The compile options for `module`, a block compiled on its own, with `dynamic=False` when another
+    module of its class in `model` holds a parameter of the same name at another shape (stages of
+    growing width). `block.compile()` compiles torch's `_call_impl`, one code object for every module, and
+    those blocks share no graph, parameters being static: automatic dynamic shapes would only add a
+    symbolic compile for each, which on Swin's stages kept Inductor's CPU code generation busy past 5
+    minutes, against half a minute for a full compile. Compared by name, since the stages differ in what
+    they hold too (Swin's third has six blocks, its last no downsampling). Not where the parameters they
+    share agree (T5's encoder and decoder stacks, one class, the decoder's layers holding a
+    cross-attention too), nor across models (`_regionalize_model`): a decoder's cache grows every token,
+    and static shapes would compile it again for each, up to the recompile limit."""
     if "dynamic" in kwargs:
         return kwargs
     own = {name: p.shape for name, p in module.named_parameters()}
-    others = [m for m in list(_regionalize_modules) if type(m) is type(module) and m is not module]
+    others = [m for m in model.modules() if type(m) is type(module) and m is not module]
     if any(own.get(name, p.shape) != p.shape for m in others for name, p in m.named_parameters()):
         return {**kwargs, "dynamic": False}
     return kwargs
@@ -127,20 +144,27 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     """Compile the owner whole, its calls routed through `_regionalize_owner_call` (with its guards skipped
     under `guard_bypass="depyf"`), and return what that call runs.
 
-    Compiled as a function of the owner's class, not its `forward`: Dynamo keeps compiled code, and its
-    recompile limit, per code object, and transformers gives every `GradientCheckpointingLayer` subclass a
-    `forward` of one code object, so an owner such as Swin's stage would share its limit with every such
-    layer compiled in the process (and, past it, run uncompiled or raise under fullgraph)."""
+    Compiled as a function of the owner's class and the shapes of its parameters, not its `forward`:
+    Dynamo keeps compiled code, its recompile limit and its automatic dynamic shapes per code object (its
+    name, file and line). transformers gives every `GradientCheckpointingLayer` subclass a `forward` of one
+    code object, so an owner such as Swin's stage would share its limit with every such layer compiled in
+    the process. And owners of one class at other widths (Swin's stages, a draft model and its target)
+    would mark their widths dynamic, which torch 2.13 cannot stamp a region out at (a `KeyError` naming
+    the width): they compile as functions of their own, each static at first as any new frame, and
+    owners alike (a model built again) share theirs."""
     cls = type(owner)
-    frame = _regionalize_frames.get(cls)
+    shapes = tuple((name, tuple(p.shape)) for name, p in owner.named_parameters())
+    frames = _regionalize_frames.setdefault(cls, {})
+    frame = frames.get(shapes)
     if frame is None:
 
         def frame(self, *args, **kwargs):
             return self._call_impl(*args, **kwargs)
 
-        frame.__code__ = frame.__code__.replace(co_name=f"{cls.__name__}_forward")
-        frame.__qualname__ = frame.__name__ = f"{cls.__name__}_forward"
-        _regionalize_frames[cls] = frame
+        name = f"{cls.__name__}_forward" + (f"_{len(frames)}" if frames else "")
+        frame.__code__ = frame.__code__.replace(co_name=name)
+        frame.__qualname__ = frame.__name__ = name
+        frames[shapes] = frame
     whole = functools.partial(torch.compile(frame, **compile_kwargs, fullgraph=True), owner)
     if owner.__dict__["_regionalize_owner"]["direct"]:
         whole = _regionalize_direct(owner, whole, frame)
@@ -164,14 +188,12 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
-        static = _regionalize_static(owner, state["kwargs"])
-        if static is not state["kwargs"]:
-            whole = _regionalize_owner_compiled(owner, static)
+        whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
     if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
         renamed = _regionalize_shape(state["blocks"]) and "version" in state
         state["version"] = _regionalize_version[0]
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
-            whole = _regionalize_owner_compiled(owner, _regionalize_static(owner, state["kwargs"]))
+            whole = _regionalize_owner_compiled(owner, state["kwargs"])
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
     # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
