@@ -582,31 +582,6 @@ def test_owners_of_one_class_at_other_widths_compile_with_static_shapes() -> Non
     assert len(GRAPHS) == 5 and not any(_symbolic(gm) for gm in GRAPHS)  # one for each, compiled once
 
 
-DECODER = """
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.fc = nn.Linear(d, d)
-
-    def forward(self, x):
-        return x + self.fc(x).tanh()
-
-
-class Model(nn.Module):
-    def __init__(self, d=8):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(d) for _ in range(3)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
-"""
-
-
 def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
     """A draft model and its target, one class at two widths in one process, are not stages of one model:
     each keeps dynamic shapes, so a sequence growing past the recompile limit stays compiled. Compared
@@ -614,10 +589,10 @@ def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
     torch._dynamo.reset()
     GRAPHS.clear()
     options = Options(mode="default", backend="regionalize_test_recorder")
-    rewritten, original = load(transform_source(DECODER, options).code), load(DECODER)
+    rewritten, original = load(transform_source(SOURCE, options).code), load(SOURCE)
     torch.manual_seed(0)
-    draft, target = rewritten.Model(8).eval(), rewritten.Model(16).eval()
-    twins = original.Model(8).eval(), original.Model(16).eval()
+    draft, target = rewritten.Model(8, 3).eval(), rewritten.Model(16, 3).eval()
+    twins = original.Model(8, 3).eval(), original.Model(16, 3).eval()
     for model, twin in zip((draft, target), twins, strict=True):
         twin.load_state_dict(model.state_dict())
     with torch.no_grad(), warnings.catch_warnings():
