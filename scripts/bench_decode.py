@@ -204,6 +204,8 @@ def main() -> None:
     import torch
     import transformers
 
+    from regionalize.helpers import VERSION
+
     meta = {
         "date": str(datetime.date.today()),
         "command": shlex.join(["python", "scripts/bench_decode.py", *sys.argv[1:]]),
@@ -214,6 +216,7 @@ def main() -> None:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "runtime": VERSION,
         "tokens": args.tokens,
         "prompt_len": args.prompt_len,
         "repeats": args.repeats,
@@ -240,8 +243,9 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "# Generation: each way of compiling transformers decoders",
         "",
         f"Measured by `{meta['command']}` on {meta['date']}: device {device}, torch {meta['torch']}, "
-        f"transformers {meta['transformers']}, {meta['cpu_cores']} CPU cores ({meta['processor']}), "
-        f"Python {meta['python']}; {meta['wall_s'] / 60:.0f} minutes in all.",
+        f"transformers {meta['transformers']}, regionalize runtime {meta['runtime']}, "
+        f"{meta['cpu_cores']} CPU cores ({meta['processor']}), Python {meta['python']}; "
+        f"{meta['wall_s'] / 60:.0f} minutes in all.",
         "",
         f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
         f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "

@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from regionalize.helpers import VERSION
+
 ROOT = Path(__file__).resolve().parent.parent
 COPIES = ROOT / ".downloads" / "rewritten"
 DOCS = ROOT / "docs"
@@ -294,6 +296,7 @@ def main() -> None:
             lib: importlib.metadata.version(lib)
             for lib in ("torch", "diffusers", "accelerate", "transformers", "regionalize")
         },
+        "runtime": VERSION,
     }
     args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     args.json.with_suffix(".md").write_text(markdown(meta, results))
@@ -306,10 +309,10 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "# regionalize against full compile and the libraries' own helpers",
         "",
         f"Measured by `python scripts/bench_libraries.py` on {meta['date']}: {meta['machine']}, Python "
-        f"{meta['python']}, {versions}. {_runs(meta)}; first call includes the compile (inductor caches "
-        "off); per call is the median of 7 rounds of 10 calls. `regionalize` is the "
-        "library's own source after `regionalize --apply` with default settings (the hierarchical form), "
-        "and with `--form per-block`.",
+        f"{meta['python']}, {versions} (runtime {meta['runtime']}). {_runs(meta)}; first call includes "
+        "the compile (inductor caches off); per call is the median of 7 rounds of 10 calls. `regionalize` "
+        "is the library's own source after `regionalize --apply` with default settings (the hierarchical "
+        "form), and with `--form per-block`.",
         "",
         "| model | eager per call | full: first / per call | library helper: first / per call | "
         "regionalize (default): first / per call | regionalize `--form per-block` | default's first call "

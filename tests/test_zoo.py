@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from regionalize.helpers import VERSION
+from regionalize.verify import zoo_report
 from regionalize.verify.manifest import ManifestError, load
+from regionalize.verify.zoo import Row
 from regionalize.verify_cli import verify
 
 MODELS = Path(__file__).parent / "models"
@@ -97,11 +100,21 @@ def make():
     time.sleep(600)
 """
 
+# Nothing to rewrite: no repeated blocks.
+PLAIN = """
+import torch
+
+
+def make():
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+"""
+
 
 def test_a_zoo_runs_every_entry_isolated_and_writes_its_table(tmp_path: Path) -> None:
     folder = tmp_path / "zoo"
     folder.mkdir()
     (folder / "hang.py").write_text(HANG)
+    (folder / "plain.py").write_text(PLAIN)
     write(
         folder,
         f"""
@@ -130,6 +143,11 @@ def test_a_zoo_runs_every_entry_isolated_and_writes_its_table(tmp_path: Path) ->
         model = "hang.py"
         factory = "make"
         timeout = 8
+
+        [[model]]
+        name = "plain"
+        model = "plain.py"
+        factory = "make"
         """,
     )
     out = tmp_path / "results"
@@ -146,22 +164,25 @@ def test_a_zoo_runs_every_entry_isolated_and_writes_its_table(tmp_path: Path) ->
     assert lines[1].split()[:4] == ["broken", "fail", "outputs", "differ"]
     assert lines[2].split()[:2] == ["missing", "error"] and "defines no function nowhere" in lines[2]
     assert lines[3].split() == ["hangs", "timeout", "killed", "after", "8", "s"]
+    # Nothing to rewrite is no error of the zoo's: the model is one its migration leaves alone.
+    assert lines[4].split()[:2] == ["plain", "unchanged"] and "leaves plain.py unchanged" in lines[4]
     # Progress names each entry as it goes, with the child's own steps.
-    assert "zoo [" in done.stderr and "[1/4 stack] " in done.stderr
-    assert "[2/4 broken]" in done.stderr and "comparing outputs" in done.stderr
+    assert "zoo [" in done.stderr and "[1/5 stack] " in done.stderr
+    assert "[2/5 broken]" in done.stderr and "comparing outputs" in done.stderr
 
     data = json.loads((out / "zoo.json").read_text())
-    assert data["counts"] == {"pass": 1, "fail": 1, "error": 1, "timeout": 1}
+    assert data["counts"] == {"pass": 1, "fail": 1, "error": 1, "timeout": 1, "unchanged": 1}
     stack = data["models"][0]
     assert stack["result"]["equivalent"] and stack["result"]["graphs"]["regional"] == 1
     assert data["models"][1]["result"]["equivalent"] is False
     assert data["models"][3]["result"] is None
     table = (out / "zoo.md").read_text()
+    assert f"regionalize runtime {VERSION};" in table.splitlines()[2]  # which runtime measured it
     assert "| [stack](zoo-reports/stack.txt) | equivalent |" in table
     assert "| [broken](zoo-reports/broken.txt) | **FAIL** |" in table
     assert "- **hangs**: timeout: killed after 8 s" in table
     assert "PASS: equivalent" in (out / "zoo-reports" / "stack.txt").read_text()
-    assert (out / "zoo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "zoo.png").exists() and "zoo.png" not in table  # no first call timed: no chart
     # The hanging factory's process was killed with its group, not left behind.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(folder / "hang.py") not in ps
@@ -184,3 +205,16 @@ def test_a_bad_manifest_exits_2_with_one_error_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: {manifest}: model 1 (a): factory is required"]
+
+
+def test_the_chart_draws_first_call_speedups_only_where_they_were_timed(tmp_path: Path) -> None:
+    timed = {"equivalent": True, "state_dict_compatible": True, "compile_speedup": 2.5, "device": "cpu"}
+    rows = [Row("a", "pass", "", 1.0, timed, "r/a.txt"), Row("b", "error", "x", 1.0, None, "r/b.txt")]
+    written = zoo_report.write(rows, tmp_path / "zoo.toml", tmp_path, "zoo")
+    assert (tmp_path / "zoo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and tmp_path / "zoo.png" in written
+    assert "![compile speedup per model](zoo.png)" in (tmp_path / "zoo.md").read_text()
+
+    untimed = [Row("a", "pass", "", 1.0, {**timed, "compile_speedup": None}, "r/a.txt")]
+    (tmp_path / "zoo.png").unlink()
+    written = zoo_report.write(untimed, tmp_path / "zoo.toml", tmp_path, "zoo")
+    assert not (tmp_path / "zoo.png").exists() and "zoo.png" not in (tmp_path / "zoo.md").read_text()

@@ -70,7 +70,7 @@ def run_verify(
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
     from regionalize.verify import render
-    from regionalize.verify.loading import VerifyError, resolve_target
+    from regionalize.verify.loading import Unchanged, VerifyError, resolve_target
 
     result: dict[str, Any] = {
         "model": model_path,
@@ -105,6 +105,7 @@ def run_verify(
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:
         result["error"] = {"stage": exc.stage, "message": exc.message, "traceback": exc.details}
+        result["error"]["unchanged"] = isinstance(exc, Unchanged)
         code = EXIT_ERROR
     result.setdefault("error", None)
     result["exit_code"] = code
@@ -146,7 +147,7 @@ def run_manifest(
     for row in rows:
         speedup = (row.result or {}).get("compile_speedup")
         figure = row.reason or "equivalent" + (_first_call(speedup) if speedup else "")
-        print(f"{row.name:<{width}}  {row.status:<7}  {figure}", file=stream)
+        print(f"{row.name:<{width}}  {row.status:<9}  {figure}", file=stream)
     written = zoo_report.write(rows, path, folder, path.stem)
     print("wrote " + ", ".join(str(p) for p in written), file=stream)
     return max(zoo.EXIT[row.status] for row in rows)

@@ -50,6 +50,11 @@ class VerifyError(Exception):
         return cls(stage, f"{type(exc).__name__}: {exc}", user_traceback(exc))
 
 
+class Unchanged(VerifyError):
+    """The codemod leaves the model as it is (every site skipped, or none found): there is nothing to
+    verify. An error of one verify; a zoo counts it apart, as a model its migration leaves alone."""
+
+
 def user_traceback(exc: BaseException) -> str:
     """The traceback without regionalize's and importlib's frames: only what the user can act on."""
     summary = traceback.extract_tb(exc.__traceback__)

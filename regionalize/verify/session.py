@@ -15,6 +15,7 @@ from regionalize.options import Options
 from regionalize.verify.loading import (
     REWRITTEN_SUFFIX,
     Target,
+    Unchanged,
     VerifyError,
     import_original,
     import_rewritten,
@@ -131,7 +132,7 @@ class Subject:
             raise VerifyError("rewrite", result.reason)
         if not result.changed:
             name = self.target.model_path.name
-            raise VerifyError("rewrite", f"the codemod leaves {name} unchanged: {result.reason}")
+            raise Unchanged("rewrite", f"the codemod leaves {name} unchanged: {result.reason}")
         suffix = key.replace("rewritten", "").replace(",", "_").replace("=", "-")
         path = self.workdir / f"{self.target.model_path.stem}{REWRITTEN_SUFFIX}{suffix}.py"
         path.write_text(result.code, encoding="utf-8")

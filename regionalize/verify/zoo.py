@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from regionalize.verify.manifest import Entry
 
 # Exit status of a whole zoo: the worst of its rows.
-EXIT = {"pass": 0, "fail": 1, "error": 2, "timeout": 2, "crashed": 2}
+EXIT = {"pass": 0, "unchanged": 0, "fail": 1, "error": 2, "timeout": 2, "crashed": 2}
 _CHILD_STEP = re.compile(r"verify \[\s*([\d.]+)s\] (.*)")
 _TAIL_LINES = 40
 _OWN_ROOT = str(Path(__file__).resolve().parents[2])
@@ -141,6 +141,8 @@ def _judge(
         return "crashed", f"exit status {code}: {last}"
     if result.get("error"):
         error = result["error"]
+        if error.get("unchanged"):
+            return "unchanged", error["message"]
         return "error", f"{error['stage']}: {error['message'].splitlines()[0] if error['message'] else ''}"
     problems = []
     if not result.get("equivalent"):

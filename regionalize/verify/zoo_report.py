@@ -10,6 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from regionalize.helpers import VERSION
 from regionalize.verify.render import ALONE, regions_text
 from regionalize.verify.zoo import Row
 
@@ -39,6 +40,7 @@ def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
         "device": first.get("device"),
         "torch_version": first.get("torch_version"),
         "date": datetime.date.today().isoformat(),
+        "runtime": VERSION,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}",
         "counts": dict(counts),
     }
@@ -50,7 +52,8 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
         f"# regionalize verify --manifest {meta['manifest']}",
         "",
         f"{len(rows)} models: {counts}. Device {meta['device'] or '-'}, torch "
-        f"{meta['torch_version'] or '-'}; {meta['machine']}; {meta['date']}.",
+        f"{meta['torch_version'] or '-'}, regionalize runtime {meta['runtime']}; {meta['machine']}; "
+        f"{meta['date']}.",
         "",
         "*First call*: compile and run once (with a generation workload: the first token), in a fresh "
         "process after an unrelated warm-up compile, median over the fresh processes. *Per call*: steady "
@@ -129,17 +132,20 @@ def _micros(value: float | None) -> str:
 
 
 def _chart(rows: list[Row], meta: dict[str, Any], path: Path) -> bool:
-    """Horizontal bars of compile speedup (full / regional first call); False without matplotlib."""
+    """Horizontal bars of compile speedup (full / regional first call); False without matplotlib, or
+    where no first call was timed (a manifest with `cold-start = false`): there is nothing to draw."""
+    ordered = rows[::-1]
+    speedups = [(row.result or {}).get("compile_speedup") or 0.0 for row in ordered]
     try:
         import matplotlib
     except ImportError:
+        return False
+    if not any(speedups):
         return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [row.name for row in rows][::-1]
-    ordered = rows[::-1]
-    speedups = [(row.result or {}).get("compile_speedup") or 0.0 for row in ordered]
     figure, axes = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.6))
     bars = axes.barh(names, speedups, color=[_COLORS.get(row.status, "#9e9e9e") for row in ordered])
     for bar, row, speedup in zip(bars, ordered, speedups, strict=True):
