@@ -104,8 +104,12 @@ def run_verify(
         )
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:
-        result["error"] = {"stage": exc.stage, "message": exc.message, "traceback": exc.details}
-        result["error"]["unchanged"] = isinstance(exc, Unchanged)
+        result["error"] = {
+            "stage": exc.stage,
+            "message": exc.message,
+            "traceback": exc.details,
+            "unchanged": isinstance(exc, Unchanged),  # a zoo's row "unchanged", not "error"
+        }
         code = EXIT_ERROR
     result.setdefault("error", None)
     result["exit_code"] = code
