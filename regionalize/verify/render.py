@@ -143,8 +143,10 @@ def _compile(result: dict[str, Any]) -> list[str]:
         if account["fallback"]:
             lines.append(f"  {name} fell back to eager: {account['fallback']}")
         for owner, form in account.get("forms", {}).items():
-            served = "compiled whole, blocks nested regions" if form == "whole" else form
-            served = served.replace("whole, caches", "compiled whole, blocks nested regions, caches", 1)
+            served = form
+            if form.startswith("whole"):
+                whole, comma, caches = form.partition(", caches")
+                served = f"compiled {whole}, blocks nested regions{comma}{caches}"
             lines.append(f"  {name} form: {owner} {served}")
     return lines
 
