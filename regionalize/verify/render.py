@@ -143,12 +143,16 @@ def _compile(result: dict[str, Any]) -> list[str]:
         if account["fallback"]:
             lines.append(f"  {name} fell back to eager: {account['fallback']}")
         for owner, form in account.get("forms", {}).items():
-            served = form
-            if form.startswith("whole"):
-                whole, comma, caches = form.partition(", caches")
-                served = f"compiled {whole}, blocks nested regions{comma}{caches}"
-            lines.append(f"  {name} form: {owner} {served}")
+            lines.append(f"  {name} form: {owner} {served(form)}")
     return lines
+
+
+def served(form: str) -> str:
+    """An owner's form (`accounting.served_forms`) in words."""
+    if not form.startswith("whole"):
+        return form
+    whole, comma, caches = form.partition(", caches")
+    return f"compiled {whole}, blocks nested regions{comma}{caches}"
 
 
 def _steady(result: dict[str, Any]) -> str:
