@@ -196,7 +196,7 @@ def _regionalize_compiled(module, state):
 
 def _regionalize_settle(owner):
     """Set up the owner's blocks on its first call (or its holder's), once every module of the model is
-    built; return the generation of their structure (`_regionalize_shaped`)."""
+    built."""
     state = owner.__dict__["_regionalize_owner"]
     if "settled" not in state:
         state["settled"] = True
@@ -210,7 +210,6 @@ def _regionalize_settle(owner):
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         if len(state["blocks"]) == 1 and not indexed and not _regionalize_graphed(state):
             state["alone"] = True
-    return _regionalize_shaped(state)
 
 
 def _regionalize_shaped(state):
@@ -257,24 +256,20 @@ def _regionalize_wide_call(parent, owner, whole, shaped, *args, **kwargs):
         if not _regionalize_widens(parent, owner):
             parent._compiled_call_impl = None
             return parent._call_impl(*args, **kwargs)
-    if whole is None or _regionalize_settle(owner) != shaped:
-        shaped, whole = _regionalize_settle(owner), _regionalize_compiled(parent, state)
+    if whole is None or _regionalize_shaped(state) != shaped:
+        shaped, whole = _regionalize_shaped(state), _regionalize_compiled(parent, state)
         parent._compiled_call_impl = functools.partial(_regionalize_wide_call, parent, owner, whole, shaped)
     if "why" in state or torch.is_grad_enabled():  # the owner's call takes the per-block path
         return parent._call_impl(*args, **kwargs)
     wide = {"blocks": state["blocks"], "indexed": state.get("indexed", [])}
-    _regionalize_tracing[0] = True
-    try:
-        out = _regionalize_run_whole(wide, whole, args, kwargs)
-    finally:
-        _regionalize_tracing[0] = False
+    out = _regionalize_run_whole(wide, whole, args, kwargs)
     if "kv" in wide:
         state["kv"] = wide["kv"]
     if "why" in wide:
-        state["wide"] = f"not with {type(parent).__name__} ({wide['why']})"
+        state["wide"] = f"(not with {type(parent).__name__} ({wide['why']}))"
         parent._compiled_call_impl = None
         return parent._call_impl(*args, **kwargs)
-    state["wide"] = type(parent).__name__
+    state["wide"] = f"with {type(parent).__name__}"
     return out
 
 
@@ -283,8 +278,10 @@ def _regionalize_owner_call(owner, whole, shaped, *args, **kwargs):
         return owner._call_impl(*args, **kwargs)
     state = owner.__dict__["_regionalize_owner"]
     graphs = _regionalize_graphed(state)
-    if whole is None or _regionalize_settle(owner) != shaped:  # its parameters all there by now
-        shaped, whole = _regionalize_settle(owner), _regionalize_compiled(owner, state)
+    if whole is None:  # its parameters all there by now
+        _regionalize_settle(owner)
+    if whole is None or _regionalize_shaped(state) != shaped:
+        shaped, whole = _regionalize_shaped(state), _regionalize_compiled(owner, state)
         # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
         owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole, shaped)
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
@@ -299,11 +296,7 @@ def _regionalize_owner_call(owner, whole, shaped, *args, **kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    _regionalize_tracing[0] = True
-    try:
-        out = _regionalize_run_whole(state, whole, args, kwargs)
-    finally:
-        _regionalize_tracing[0] = False
+    out = _regionalize_run_whole(state, whole, args, kwargs)
     if "why" in state:
         warnings.warn(
             f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
@@ -332,8 +325,9 @@ def _regionalize_run_whole(state, whole, args, kwargs):
     returns copies of its tensors), and blocks of a class that updates a cache made regions (a cache
     stood in for, whose attribute the block reads that the stand-in lacks, or which it updates other than
     once; or a call that hands the block no cache): each such block is then traced layer by layer in the
-    owner's frame, as a full compile would."""
+    owner's frame, as a full compile would. The blocks' forwards are nested regions while it runs."""
     while True:
+        _regionalize_tracing[0] = True
         try:
             return whole(*args, **kwargs)
         except Exception as error:
@@ -341,6 +335,8 @@ def _regionalize_run_whole(state, whole, args, kwargs):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = _regionalize_why(error)
             aliasing = "aliasing" in str(error)
+        finally:
+            _regionalize_tracing[0] = False
         uncopied = [
             type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
         ]

@@ -104,10 +104,8 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
             elif state.get("alone"):
                 served = ALONE
             else:
-                served = "whole"
-                wide = state.get("wide")  # the module whose frame took the owner's in, or why not
-                if wide is not None:
-                    served += f" ({wide})" if " " in wide else f" with {wide}"
+                wide = state.get("wide")  # "with <the module whose frame took the owner's in>", or why not
+                served = "whole" if wide is None else f"whole {wide}"
                 served += "" if kv is None else f", caches traced layer by layer: {kv}"
             forms[type(module).__name__] = served
     return forms
