@@ -1,12 +1,10 @@
-# regionalize runtime 12: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 11: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
 compiled whole, and while it is traced each block's `forward` is a nested compile region, which Inductor
 compiles once and stamps out for the other blocks. A call is one compiled frame with one guard check, as
-with a full `torch.compile`, and the start is close to compiling one block. Where the module that holds
-the owner adds little to it (a language model's head), that module's call is the one frame, the owner's
-inside it.
+with a full `torch.compile`, and the start is close to compiling one block.
 
 A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then

@@ -29,9 +29,6 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     (Not with Dynamo's graph deduplication: in torch 2.13 it generated other tokens than eager on
     transformers' GPT-2, a full compile with it too.)
 
-    The module that the owner is assigned to (a `LlamaForCausalLM`, around its `LlamaModel`) is compiled
-    whole with it, where it adds little (`_regionalize_widens`): its calls are then one frame too.
-
     `guard_bypass="filter"` or `"depyf"` applies that guard bypass to the owner's one frame (and to the
     blocks, where they fall back to per-block compilation).
 
@@ -52,13 +49,7 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
             "guard_filter_fn": _regionalize_guard_filter,
         }
     state = owner.__dict__.setdefault(
-        "_regionalize_owner",
-        {
-            "blocks": [],
-            "kwargs": compile_kwargs,
-            "direct": guard_bypass == "depyf",
-            "runtime": _regionalize_version,
-        },
+        "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
     )
     state["blocks"].append(block)
     if not _regionalize_version:
@@ -72,7 +63,7 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         _regionalize_per_block(owner)
         return
     if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
-        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, None, None)
+        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, None)
     cls = type(block)
     if cache_index or not nested:  # traced in the owner's frame until its first call says how
         block.__dict__["_regionalize_layer"] = None
@@ -92,25 +83,9 @@ def _regionalize_registered(
     frame would not notice, as torch 2.13 guards the classes of a reused region's modules for the traced
     block only. New names are not counted: transformers slices its layers into a new `ModuleList` on
     every call (`self.layers[: self.config.num_hidden_layers]`), and Dynamo traces this hook there, in
-    any model. So, traced, it reads no globals, which Dynamo would look up in a module that may be gone.
-    An owner assigned to a module is adopted by it (`_regionalize_adopted`)."""
-    if compiling():
-        return
-    if module._modules.get(name, submodule) is not submodule:
+    any model. So it reads no globals, which Dynamo would look up in a module that may be gone."""
+    if not compiling() and module._modules.get(name, submodule) is not submodule:
         counted[0] += 1
-    # An owner set up by this copy of the runtime: a process may hold several (packages, lone files).
-    if submodule.__dict__.get("_regionalize_owner", {}).get("runtime") is counted:
-        _regionalize_adopted(module, submodule)
-
-
-def _regionalize_adopted(parent, owner):
-    """`parent` holds `owner` now: its first call decides whether its frame takes in the owner's
-    (`_regionalize_wide_call`). Not a module torch defines (a `ModuleList`, a data-parallel wrapper), one
-    compiled or set up already, or an owner itself."""
-    if type(parent).__module__.startswith("torch.") or "_regionalize_owner" in parent.__dict__:
-        return
-    if parent._compiled_call_impl is None:
-        parent._compiled_call_impl = functools.partial(_regionalize_wide_call, parent, owner, None, None)
 
 
 def _regionalize_per_block(owner):
@@ -165,11 +140,11 @@ def _regionalize_static(module, kwargs, model):
     return kwargs
 
 
-def _regionalize_compiled(module, state):
-    """`module` (an owner, or the module that holds one) compiled whole, with the guard bypass of the
-    owner's `state`: a function of the module's arguments.
+def _regionalize_owner_compiled(owner, compile_kwargs):
+    """Compile the owner whole, its calls routed through `_regionalize_owner_call` (with its guards skipped
+    under `guard_bypass="depyf"`), and return what that call runs.
 
-    Compiled as a function of the module's class and the shapes of its parameters, not its `forward`:
+    Compiled as a function of the owner's class and the shapes of its parameters, not its `forward`:
     Dynamo keeps compiled code, its recompile limit and its automatic dynamic shapes per code object (its
     name, file and line). transformers gives every `GradientCheckpointingLayer` subclass a `forward` of one
     code object, so an owner such as Swin's stage would share its limit with every such layer compiled in
@@ -177,8 +152,8 @@ def _regionalize_compiled(module, state):
     would mark their widths dynamic, which torch 2.13 cannot stamp a region out at (a `KeyError` naming
     the width): they compile as functions of their own, each static at first as any new frame, and
     owners alike (a model built again) share theirs."""
-    cls = type(module)
-    shapes = tuple((name, tuple(p.shape)) for name, p in module.named_parameters())
+    cls = type(owner)
+    shapes = tuple((name, tuple(p.shape)) for name, p in owner.named_parameters())
     frames = _regionalize_frames.setdefault(cls, {})
     frame = frames.get(shapes)
     if frame is None:
@@ -190,15 +165,18 @@ def _regionalize_compiled(module, state):
         frame.__code__ = frame.__code__.replace(co_name=name)
         frame.__qualname__ = frame.__name__ = name
         frames[shapes] = frame
-    whole = functools.partial(torch.compile(frame, **state["kwargs"], fullgraph=True), module)
-    return _regionalize_direct(module, whole, frame) if state["direct"] else whole
+    whole = functools.partial(torch.compile(frame, **compile_kwargs, fullgraph=True), owner)
+    if owner.__dict__["_regionalize_owner"]["direct"]:
+        whole = _regionalize_direct(owner, whole, frame)
+    # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
+    owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
+    return whole
 
 
-def _regionalize_settle(owner):
-    """Set up the owner's blocks on its first call (or its holder's), once every module of the model is
-    built."""
+def _regionalize_owner_call(owner, whole, *args, **kwargs):
     state = owner.__dict__["_regionalize_owner"]
-    if "settled" not in state:
+    graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
+    if "settled" not in state:  # by the first call, every module of the model is built and set up
         state["settled"] = True
         indexed = state.get("indexed", [])
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
@@ -208,82 +186,14 @@ def _regionalize_settle(owner):
         kv = kv and _regionalize_kv[0]
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
-        if len(state["blocks"]) == 1 and not indexed and not _regionalize_graphed(state):
+        if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
-
-
-def _regionalize_shaped(state):
-    """The generation of the structure of the blocks: it grows when a submodule replaced somewhere since
-    the last call changed a block's (`_regionalize_shape`), and a frame compiled at an earlier one is
-    compiled again, the direct calls of a guard bypass forgotten."""
-    if state.get("version") != _regionalize_version[0]:
+        whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
+    if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
+        renamed = _regionalize_shape(state["blocks"]) and "version" in state
         state["version"] = _regionalize_version[0]
-        if _regionalize_shape(state["blocks"]):
-            state["shaped"] = state.get("shaped", -1) + 1
-    return state.get("shaped", 0)
-
-
-def _regionalize_graphed(state):
-    return state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
-
-
-def _regionalize_widens(parent, owner):
-    """Does `parent`, which holds `owner`, add so little to it that one frame should serve both: no
-    other owner, and no more modules outside it than one block holds (a language model's head, a
-    classifier's)? Its calls are then one compiled frame, not an eager forward around the owner's
-    (measured on CPU, a decode step of a 12-layer Llama, alternating in one process: 30 to 50 us less of
-    1.4 ms; the first token of a 32-layer one 1.0 to 1.5 s later, of 7 s). Not a UNet, whose compile is
-    mostly outside its blocks, nor with CUDA graphs, whose calls the owner's frame checks."""
-    state = owner.__dict__["_regionalize_owner"]
-    if "why" in state or "alone" in state or _regionalize_graphed(state):
-        return False
-    if [m for m in parent.modules() if "_regionalize_owner" in m.__dict__] != [owner]:
-        return False
-    inside = {id(m) for m in owner.modules()}
-    outside = sum(1 for m in parent.modules() if not m._modules and id(m) not in inside)
-    return outside <= sum(1 for m in state["blocks"][0].modules() if not m._modules)
-
-
-def _regionalize_wide_call(parent, owner, whole, shaped, *args, **kwargs):
-    """A call of `parent`, the module that holds `owner`: one frame compiled whole with it where it adds
-    little (`_regionalize_widens`), else eager around the owner's own. Where that frame cannot be
-    compiled, the owner's serves, as it would without `parent`."""
-    if _regionalize_tracing[0]:  # traced in a frame of a module that holds it
-        return parent._call_impl(*args, **kwargs)
-    state = owner.__dict__["_regionalize_owner"]
-    if whole is None:
-        _regionalize_settle(owner)
-        if not _regionalize_widens(parent, owner):
-            parent._compiled_call_impl = None
-            return parent._call_impl(*args, **kwargs)
-    if whole is None or _regionalize_shaped(state) != shaped:
-        shaped, whole = _regionalize_shaped(state), _regionalize_compiled(parent, state)
-        parent._compiled_call_impl = functools.partial(_regionalize_wide_call, parent, owner, whole, shaped)
-    if "why" in state or torch.is_grad_enabled():  # the owner's call takes the per-block path
-        return parent._call_impl(*args, **kwargs)
-    wide = {"blocks": state["blocks"], "indexed": state.get("indexed", [])}
-    out = _regionalize_run_whole(wide, whole, args, kwargs)
-    if "kv" in wide:
-        state["kv"] = wide["kv"]
-    if "why" in wide:
-        state["wide"] = f"(not with {type(parent).__name__} ({wide['why']}))"
-        parent._compiled_call_impl = None
-        return parent._call_impl(*args, **kwargs)
-    state["wide"] = f"with {type(parent).__name__}"
-    return out
-
-
-def _regionalize_owner_call(owner, whole, shaped, *args, **kwargs):
-    if _regionalize_tracing[0]:  # traced in the frame of the module that holds it
-        return owner._call_impl(*args, **kwargs)
-    state = owner.__dict__["_regionalize_owner"]
-    graphs = _regionalize_graphed(state)
-    if whole is None:  # its parameters all there by now
-        _regionalize_settle(owner)
-    if whole is None or _regionalize_shaped(state) != shaped:
-        shaped, whole = _regionalize_shaped(state), _regionalize_compiled(owner, state)
-        # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
-        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole, shaped)
+        if renamed:  # compiled again, the direct calls of a guard bypass forgotten
+            whole = _regionalize_owner_compiled(owner, state["kwargs"])
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
     # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
@@ -296,7 +206,11 @@ def _regionalize_owner_call(owner, whole, shaped, *args, **kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    out = _regionalize_run_whole(state, whole, args, kwargs)
+    _regionalize_tracing[0] = True
+    try:
+        out = _regionalize_run_whole(state, whole, args, kwargs)
+    finally:
+        _regionalize_tracing[0] = False
     if "why" in state:
         warnings.warn(
             f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
@@ -325,9 +239,8 @@ def _regionalize_run_whole(state, whole, args, kwargs):
     returns copies of its tensors), and blocks of a class that updates a cache made regions (a cache
     stood in for, whose attribute the block reads that the stand-in lacks, or which it updates other than
     once; or a call that hands the block no cache): each such block is then traced layer by layer in the
-    owner's frame, as a full compile would. The blocks' forwards are nested regions while it runs."""
+    owner's frame, as a full compile would."""
     while True:
-        _regionalize_tracing[0] = True
         try:
             return whole(*args, **kwargs)
         except Exception as error:
@@ -335,8 +248,6 @@ def _regionalize_run_whole(state, whole, args, kwargs):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = _regionalize_why(error)
             aliasing = "aliasing" in str(error)
-        finally:
-            _regionalize_tracing[0] = False
         uncopied = [
             type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
         ]

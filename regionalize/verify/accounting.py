@@ -47,7 +47,7 @@ class GraphAccount:
     # keeps one graph of those that came out the same).
     regions_traced: int | None = 0
     regions_stamped: int | None = 0
-    # Per owner class of the hierarchical form: "whole" (or "whole with <its holder>"), or "per-block: <why>".
+    # Per owner class of the hierarchical form: "whole", or "per-block: <why it fell back>".
     forms: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
@@ -90,10 +90,9 @@ def recording() -> Iterator[GraphAccount]:
 
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
-    """Which form each owner of the hierarchical form runs in: compiled whole (in one frame with the module
-    that holds it, or why not; with its blocks' caches traced layer by layer, and why, where their
-    stand-ins failed to trace), its one block compiled on its own (`ALONE`), or per block because it could
-    not be compiled whole (`per-block: <why>`)."""
+    """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
+    traced layer by layer, and why, where their stand-ins failed to trace), its one block compiled on its
+    own (`ALONE`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
@@ -104,9 +103,7 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
             elif state.get("alone"):
                 served = ALONE
             else:
-                wide = state.get("wide")  # "with <the module whose frame took the owner's in>", or why not
-                served = "whole" if wide is None else f"whole {wide}"
-                served += "" if kv is None else f", caches traced layer by layer: {kv}"
+                served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
             forms[type(module).__name__] = served
     return forms
 

@@ -143,16 +143,10 @@ def _compile(result: dict[str, Any]) -> list[str]:
         if account["fallback"]:
             lines.append(f"  {name} fell back to eager: {account['fallback']}")
         for owner, form in account.get("forms", {}).items():
-            lines.append(f"  {name} form: {owner} {served(form)}")
+            served = "compiled whole, blocks nested regions" if form == "whole" else form
+            served = served.replace("whole, caches", "compiled whole, blocks nested regions, caches", 1)
+            lines.append(f"  {name} form: {owner} {served}")
     return lines
-
-
-def served(form: str) -> str:
-    """An owner's form (`accounting.served_forms`) in words."""
-    if not form.startswith("whole"):
-        return form
-    whole, comma, caches = form.partition(", caches")
-    return f"compiled {whole}, blocks nested regions{comma}{caches}"
 
 
 def _steady(result: dict[str, Any]) -> str:
