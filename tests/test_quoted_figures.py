@@ -1,0 +1,93 @@
+"""The figures that the README and `--form`'s help quote are the benchmark tables' own.
+
+The tables are written by the scripts that measure them (docs/bench_forward/forward.json,
+docs/bench_decode.json, docs/encoder-decoders/bench_decode.json); the README and the help quote their
+ranges by hand. A table measured again with other figures fails here until the quotes follow it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from regionalize.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+Ratio = Callable[[dict[str, Any]], float]
+
+
+def _results(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "models" in data:  # the forward benchmark's manifest run
+        return [m["result"] for m in data["models"]]
+    return data["results"]
+
+
+def _sooner(key: str, form: str) -> Ratio:
+    return lambda r: r[key]["full"] / r[key][form]
+
+
+def _slower(key: str, form: str) -> Ratio:
+    return lambda r: r[key][form] / r[key]["full"]
+
+
+FORWARD = _results(DOCS / "bench_forward" / "forward.json")
+DECODERS = [r for r in _results(DOCS / "bench_decode.json") if r["depth"] == 32]
+ENCODER_DECODERS = {r["family"]: r for r in _results(DOCS / "encoder-decoders" / "bench_decode.json")}
+
+# (what the figure is, the runs it spans, the ratio, decimals)
+FIGURES: list[tuple[str, list[dict[str, Any]], Ratio, int]] = [
+    ("forward start, hierarchical", FORWARD, _sooner("compile_s", "regional"), 1),
+    ("forward per call, hierarchical", FORWARD, _slower("steady_us", "regional"), 2),
+    ("forward start, per-block", FORWARD, _sooner("compile_s", "per_block"), 1),
+    ("forward per call, per-block", FORWARD, _slower("steady_us", "per_block"), 2),
+    ("first token at 32 layers, hierarchical", DECODERS, _sooner("ttft_s", "regional"), 1),
+    ("decode at 32 layers, hierarchical", DECODERS, _slower("decode_ms_per_token", "regional"), 2),
+    ("first token at 32 layers, per-block", DECODERS, _sooner("ttft_s", "per_block"), 1),
+    ("decode at 32 layers, per-block", DECODERS, _slower("decode_ms_per_token", "per_block"), 1),
+]
+
+
+def span(runs: Iterable[dict[str, Any]], ratio: Ratio, decimals: int) -> tuple[str, str]:
+    values = [ratio(r) for r in runs]
+    return f"{min(values):.{decimals}f}", f"{max(values):.{decimals}f}"
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.mark.parametrize(("what", "runs", "ratio", "decimals"), FIGURES, ids=[f[0] for f in FIGURES])
+def test_readme_quotes_the_table(what: str, runs: list[dict[str, Any]], ratio: Ratio, decimals: int) -> None:
+    low, high = span(runs, ratio, decimals)
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert f"{low}x to {high}x" in readme, f"README: {what} is {low}x to {high}x in the table"
+
+
+@pytest.mark.parametrize(("what", "runs", "ratio", "decimals"), FIGURES, ids=[f[0] for f in FIGURES])
+def test_form_help_quotes_the_table(
+    what: str, runs: list[dict[str, Any]], ratio: Ratio, decimals: int
+) -> None:
+    low, high = span(runs, ratio, decimals)
+    forms = [p for command in main.commands.values() for p in command.params if p.name == "form"]
+    assert forms, "no command takes --form"
+    for form in forms:
+        assert f"{low}-{high}x" in flat(form.help or ""), f"--form help: {what} is {low}-{high}x in the table"
+
+
+@pytest.mark.parametrize("family", sorted(ENCODER_DECODERS))
+def test_readme_quotes_the_encoder_decoders(family: str) -> None:
+    run = ENCODER_DECODERS[family]
+    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
+    first = _sooner("ttft_s", "regional")(run)
+    decode = _slower("decode_ms_per_token", "regional")(run)
+    assert f"{first:.2f}x" in readme and f"{decode:.2f}x" in readme, (
+        f"README: {family}'s first token {first:.2f}x as soon, decode {decode:.2f}x in the table"
+    )
