@@ -338,6 +338,19 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "A rewrite with 0 graphs compiled nothing: every site was skipped (ResNet's declaration, "
         "`_no_split_modules`, names parts of its layers, not the layers), so it runs as written.",
     ]
+    swin = next((r for r in results if r["model"] == "swin"), None)
+    if swin and "error" in (swin["regionalize per-block"] or {}):
+        lines += [
+            "",
+            "Swin's `--form per-block` is the recipe, `block.compile()`, and its compiled frame is one code "
+            "object (transformers' `forward_with_checkpointing`) for the blocks of all four stages, each "
+            "stage at its own width. Dynamo "
+            "compiles the second width again with dynamic shapes, and Inductor's CPU code generation for "
+            "the shifted windows then runs in sympy's simplification for minutes (still running after 8 "
+            "minutes when let run, torch 2.13). The default form compiles each stage as a function of its "
+            "own, static, and where it falls back to compiling block by block it compiles those blocks "
+            "with `dynamic=False` ([compile forms](compile-forms.md#owners-of-one-class-at-several-widths)).",
+        ]
     return "\n".join(lines) + "\n"
 
 
