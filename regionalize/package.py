@@ -208,6 +208,8 @@ def _repeated_blocks(top: Path) -> list[declarations.Declaration]:
     found = []
     for folder, _, names in os.walk(top):
         for name in sorted(n for n in names if n.endswith(".py")):
+            if not (Path(folder) / name).is_file():  # a FIFO would wait for a writer
+                continue
             try:
                 source = (Path(folder) / name).read_bytes()
                 if len(source) > _MAX_BYTES or b"_repeated_blocks" not in source:

@@ -8,6 +8,7 @@ import difflib
 import fnmatch
 import gc
 import os
+import stat
 import subprocess
 import tempfile
 import tokenize
@@ -65,8 +66,18 @@ def _walk(root: Path) -> Iterator[str]:
             and not (Path(directory, d) / "pyvenv.cfg").exists()
         ]
         for name in filenames:
-            if name.endswith((".py", ".pyi")) and not name.startswith("."):
-                yield os.path.join(directory, name)
+            path = os.path.join(directory, name)
+            # A FIFO, socket or device named *.py is not source (reading a FIFO would wait forever); a
+            # link that leads nowhere is still yielded, and reported.
+            if name.endswith((".py", ".pyi")) and not name.startswith(".") and _regular_or_broken(path):
+                yield path
+
+
+def _regular_or_broken(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True
 
 
 def _selected(file: str, selection: Selection) -> bool:
@@ -119,7 +130,12 @@ class SourceFile:
 
 def read_source(path: str) -> SourceFile:
     """Raises ValueError with a one-line reason when the file is not usable Python source."""
-    with open(path, "rb") as handle:
+    # Opened without blocking and checked before reading: a FIFO named on the command line would
+    # otherwise hold the whole run until something writes to it.
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError("not a regular file")
         data = handle.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise ValueError(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB")

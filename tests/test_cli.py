@@ -136,6 +136,25 @@ def test_bad_files_are_reported_and_the_rest_still_processed(tmp_path: Path, mod
     assert "block.compile()" in model.read_text(encoding="utf-8")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_is_refused_named_and_skipped_walked(tmp_path: Path, model: Path) -> None:
+    """Reading a FIFO waits for a writer: named, it is one error line; under a walked folder, not taken."""
+    os.mkfifo(tmp_path / "pipe.py")
+    code, _, err = invoke(str(tmp_path / "pipe.py"), str(model))
+    assert code == 2
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: {tmp_path / 'pipe.py'}: not a regular file"
+    ]
+    code, out, err = invoke("--check", str(tmp_path))
+    assert code == 1 and "error:" not in err
+    assert {line.split(":")[0] for line in out.splitlines()} == {str(model)}
+    # In a package, the codemod reads its sibling modules (declarations, classes): never the FIFO.
+    (tmp_path / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "declared.py").write_text("class M:\n    _repeated_blocks = ['Layer']\n", encoding="utf-8")
+    code, out, err = invoke("--check", str(model))
+    assert code == 1 and "error:" not in err
+
+
 def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> None:
     for rel in ("pkg/a.py", ".hidden/b.py", "venv/lib/c.py", "pkg/__pycache__/d.py", "gen/e.py", "pkg/f.py"):
         path = tmp_path / rel
