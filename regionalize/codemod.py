@@ -54,6 +54,9 @@ class TransformResult:
         return self.status == "success"
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
 def might_have_sites(source: str, options: Options = DEFAULT_OPTIONS) -> bool:
     extra = (name.rsplit(".", 1)[-1] for name in options.containers)
     return any(word in source for word in (*TRIGGERS, *extra))
@@ -68,6 +71,10 @@ def transform_source(
     """
     if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
+    if _LONE_CR.search(source):
+        # Python reads a lone CR as a line end (classic Mac OS files); the edits and helpers write LF or
+        # CRLF, so a rewrite would mix them.
+        return TransformResult("failure", source, reason="lone CR line endings: convert them to LF or CRLF")
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:

@@ -121,13 +121,16 @@ def test_bad_files_are_reported_and_the_rest_still_processed(tmp_path: Path, mod
     (tmp_path / "broken.py").write_text("import torch.nn as nn\nnn.ModuleList([\n", encoding="utf-8")
     (tmp_path / "latin.py").write_bytes(b"# nn.ModuleList\nx = '\xe9'\n")
     (tmp_path / "huge.py").write_bytes(b"# nn.ModuleList\n" + b"x = 1\n" * (2 * 1024 * 1024))
+    (tmp_path / "mac.py").write_bytes(MODEL.replace("\n", "\r").encode())
     os.symlink(tmp_path / "loop_b.py", tmp_path / "loop_a.py")
     os.symlink(tmp_path / "loop_a.py", tmp_path / "loop_b.py")
-    args = [str(tmp_path / n) for n in ("broken.py", "latin.py", "huge.py", "loop_a.py", "nope.py")]
-    code, _, err = invoke("--apply", *args, str(model))
+    names = ("broken.py", "latin.py", "huge.py", "mac.py", "loop_a.py", "nope.py")
+    code, _, err = invoke("--apply", *(str(tmp_path / n) for n in names), str(model))
     assert code == 2
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 5, err
+    assert len(errors) == 6, err
+    assert any("mac.py: lone CR line endings" in line for line in errors)
+    assert (tmp_path / "mac.py").read_bytes() == MODEL.replace("\n", "\r").encode()
     assert any("broken.py: cannot parse" in line for line in errors)
     assert any("latin.py: not valid utf-8" in line for line in errors)
     assert any("huge.py: file is larger than 10 MiB" in line for line in errors)
