@@ -77,7 +77,12 @@ KEYS = {
 
 
 def find_pyproject(paths: list[str]) -> Path | None:
-    """The nearest pyproject.toml with a [tool.regionalize] table, above the common ancestor of paths."""
+    """The nearest pyproject.toml with a [tool.regionalize] table, above the common ancestor of paths.
+
+    Read as TOML, so that every spelling of the table counts (`[tool.regionalize]`, `[ tool.regionalize ]`,
+    dotted keys under `[tool]`). One that names regionalize but is not valid TOML is returned too, so
+    that `load` reports it instead of the run going on without its settings.
+    """
     if not paths:
         return None
     resolved = [Path(os.path.abspath(p)) for p in paths]
@@ -89,7 +94,14 @@ def find_pyproject(paths: list[str]) -> Path | None:
                 text = candidate.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
-            if "[tool.regionalize]" in text:
+            if "regionalize" not in text:  # no table of ours in any spelling: not parsed
+                continue
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:
+                return candidate
+            tool = data.get("tool")
+            if isinstance(tool, dict) and "regionalize" in tool:
                 return candidate
     return None
 
@@ -109,7 +121,9 @@ def load(path: Path) -> dict[str, Any]:
     """The checked settings of one file, keyed by option name (dashes become underscores)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     table = data.get("tool", {}).get("regionalize", {})
     if not isinstance(table, dict):

@@ -218,6 +218,31 @@ def test_bad_pyproject_is_a_clear_error(tmp_path: Path, model: Path, table: str,
     assert str(pyproject) in err and message in err
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[ tool.regionalize ]\nstyle = "wrap"\n',
+        '[tool]\nregionalize.style = "wrap"\n',
+        '[tool]\nregionalize = { style = "wrap" }\n',
+    ],
+)
+def test_pyproject_table_in_any_toml_spelling(tmp_path: Path, model: Path, text: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(text, encoding="utf-8")
+    _, out, _ = invoke(str(model))
+    assert "torch.compile(Layer(d))" in out
+
+
+def test_pyproject_that_is_not_toml_is_an_error_not_ignored(tmp_path: Path, model: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.regionalize\nstyle = "wrap"\n', encoding="utf-8")
+    code, _, err = invoke(str(model))
+    assert code == 2
+    assert f"{pyproject}: not valid TOML: Expected ']'" in err
+    pyproject.write_text("[project\nname = 'other'\n", encoding="utf-8")  # not ours: not read
+    code, _, err = invoke(str(model))
+    assert code == 1 and "error:" not in err
+
+
 def test_help_explains() -> None:
     code, out, _ = invoke("--help")
     assert code == 0
