@@ -16,7 +16,7 @@ from pathlib import Path
 from regionalize.config import tomllib
 from regionalize.runner import SourceFile, write_atomically
 
-_HEADER = re.compile(r"^\[tool\.regionalize\]\s*(#.*)?$")
+_HEADER = re.compile(r"^\[\s*tool\s*\.\s*regionalize\s*\]\s*(#.*)?$")
 _TABLE = re.compile(r"^\[")
 
 

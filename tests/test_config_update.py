@@ -47,6 +47,13 @@ def test_keys_are_replaced_in_place_single_and_multi_line(tmp_path: Path) -> Non
     assert path.stat().st_mode & 0o777 == 0o640
 
 
+def test_a_header_spelled_with_spaces_is_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[ tool.regionalize ]  # ours\nnever = ["Old"]\n')
+    update(path, {"never": ["Stage"]})
+    assert path.read_text() == '[ tool.regionalize ]  # ours\nnever = ["Stage"]\n'
+
+
 def test_windows_line_endings_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "pyproject.toml"
     path.write_bytes(b"[tool.regionalize]\r\njobs = 2\r\n")
