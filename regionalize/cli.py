@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from regionalize import __version__, flags, rules
-from regionalize.report import FileReport, site_line, summarize, summary_line, to_json, to_sarif
+from regionalize.report import FileReport, shown, site_line, summarize, summary_line, to_json, to_sarif
 from regionalize.runner import Job, Selection, discover, run
 from regionalize.tune_cli import tune
 from regionalize.verify_cli import verify
@@ -144,7 +144,7 @@ def _emit(reports: list[FileReport], fmt: str, check: bool, report_file: str | N
         for site in report.sites:
             click.echo(site_line(report.path, site))
         if report.error:
-            click.echo(f"error: {report.path}: {report.error}", err=True)
+            click.echo(f"error: {shown(report.path)}: {report.error}", err=True)
     if not quiet:
         summary = summarize(reports)
         line = summary_line(summary)

@@ -42,6 +42,12 @@ class FileReport:
         return sum(site.action == "rewrite" for site in self.sites)
 
 
+def shown(path: str) -> str:
+    """`path` as text any output stream takes: a file name that is not valid UTF-8 reaches Python with its
+    bytes as surrogates, which a strict stream (a UTF-8 locale other than C) refuses to print."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def site_line(path: str, site: Site) -> str:
     """One line per site, in the `path:line:col: CODE message` shape that editors and CI parse."""
     what = f"{site.pattern} of {site.block}" if site.block else site.pattern
@@ -49,7 +55,7 @@ def site_line(path: str, site: Site) -> str:
     text = {"rewrite": rewrite, "skip": f"skip {what}", "warn": f"warning for {what}"}[site.action]
     if site.reason:
         text += f": {site.reason}"
-    return f"{path}:{site.line}:{site.col}: {site.code} {text}"
+    return f"{shown(path)}:{site.line}:{site.col}: {site.code} {text}"
 
 
 def summarize(reports: list[FileReport]) -> dict[str, object]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from regionalize import helpers
 from regionalize.codemod import might_have_sites, transform_source
 from regionalize.options import Options
-from regionalize.report import FileReport
+from regionalize.report import FileReport, shown
 
 MAX_BYTES = 10 * 1024 * 1024  # larger "source" is generated data; parsing it would stall the run
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
@@ -100,7 +100,8 @@ def _git_ignored(root: Path, files: list[str]) -> set[str]:
     try:
         done = subprocess.run(
             ["git", "-C", str(root), "check-ignore", "--no-index", "-z", "--stdin"],
-            input="\0".join([".", *(os.path.relpath(f, root) for f in files)]).encode(),
+            # fsencode: a file name that is not valid UTF-8 goes to git as the bytes it is.
+            input=b"\0".join([b".", *(os.fsencode(os.path.relpath(f, root)) for f in files)]),
             capture_output=True,
             timeout=60,
             check=False,
@@ -109,7 +110,7 @@ def _git_ignored(root: Path, files: list[str]) -> set[str]:
         return set()
     if done.returncode not in (0, 1):  # 128: not a git repository
         return set()
-    ignored = [f for f in done.stdout.decode().split("\0") if f]
+    ignored = [os.fsdecode(f) for f in done.stdout.split(b"\0") if f]
     if "." in ignored:
         return set()
     return {os.path.join(root, f) for f in ignored}
@@ -226,7 +227,10 @@ def process_file(path: str, job: Job) -> FileReport:
 
 def unified_diff(path: str, before: str, after: str) -> str:
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        f"a/{shown(path)}",
+        f"b/{shown(path)}",
     )
     return "".join(
         line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines

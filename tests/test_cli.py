@@ -158,6 +158,17 @@ def test_a_fifo_is_refused_named_and_skipped_walked(tmp_path: Path, model: Path)
     assert code == 1 and "error:" not in err
 
 
+def test_a_file_name_that_is_not_utf8_goes_through(tmp_path: Path) -> None:
+    name = os.fsdecode(b"\xffmodel.py")
+    try:
+        (tmp_path / name).write_text(MODEL, encoding="utf-8")
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system takes only valid names")
+    code, out, err = invoke("--check", str(tmp_path))
+    assert code == 1 and "error:" not in err
+    assert out.count("RGZ001") == 1
+
+
 def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> None:
     for rel in ("pkg/a.py", ".hidden/b.py", "venv/lib/c.py", "pkg/__pycache__/d.py", "gen/e.py", "pkg/f.py"):
         path = tmp_path / rel
