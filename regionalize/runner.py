@@ -165,15 +165,17 @@ def write_atomically(path: str, source: SourceFile, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=".regionalize-", suffix=".tmp")
+    # Beside the file a symlink leads to: a rename is atomic only within one file system, and replaces
+    # the file, not the link.
+    target = os.path.realpath(path)
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".regionalize-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temp, mode & 0o7777)
-        os.replace(temp, os.path.realpath(path))
+        os.replace(temp, target)
     except BaseException:
         if os.path.exists(temp):
             os.unlink(temp)
@@ -222,6 +224,7 @@ def process_file(path: str, job: Job) -> FileReport:
             write_atomically(path, source, result.code)
         except OSError as exc:
             report.error = f"cannot write: {_os_error(exc)}"
+            report.changed = False  # the summary counts files changed on disk
     return report
 
 
@@ -300,8 +303,8 @@ def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
         text = helpers.pending_module(Path(path))
         if text is None:
             continue
-        shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
-        report = FileReport(shown, changed=True)
+        label = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+        report = FileReport(label, changed=True)
         try:
             before = read_source(path).text if os.path.exists(path) else ""
         except (OSError, ValueError) as exc:
@@ -309,7 +312,7 @@ def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
             out.append(report)
             continue
         if job.diff:
-            report.diff = unified_diff(shown, before, text)
+            report.diff = unified_diff(label, before, text)
         if job.apply:
             try:
                 write_atomically(path, SourceFile(before, "utf-8", False), text)

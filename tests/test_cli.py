@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from regionalize import runner
 from regionalize.cli import main
 
 MODEL = """\
@@ -167,6 +168,39 @@ def test_a_file_name_that_is_not_utf8_goes_through(tmp_path: Path) -> None:
     code, out, err = invoke("--check", str(tmp_path))
     assert code == 1 and "error:" not in err
     assert out.count("RGZ001") == 1
+
+
+def test_a_file_that_cannot_be_written_is_an_error_and_left_as_it_was(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    before = model.read_bytes()
+    monkeypatch.setattr(runner.os, "replace", refuse)
+    code, _, err = invoke("--apply", "-j", "1", str(model))
+    assert code == 2
+    assert f"error: {model}: cannot write: Permission denied" in err
+    assert "0 changed" in err and model.read_bytes() == before
+    assert [p.name for p in model.parent.iterdir()] == [model.name]  # no temporary file left
+
+
+def test_a_symlink_is_written_through_beside_its_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temporary file goes beside the target: a rename is atomic only within one file system."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    target = tmp_path / "real" / "model.py"
+    target.write_text(MODEL, encoding="utf-8")
+    (tmp_path / "links" / "model.py").symlink_to(target)
+    made = []
+    mkstemp = runner.tempfile.mkstemp
+    monkeypatch.setattr(runner.tempfile, "mkstemp", lambda **kw: made.append(kw["dir"]) or mkstemp(**kw))
+    code, _, _ = invoke("--apply", "-j", "1", str(tmp_path / "links" / "model.py"))
+    assert code == 0
+    assert made == [str(tmp_path / "real")]
+    assert (tmp_path / "links" / "model.py").is_symlink() and "block" in target.read_text(encoding="utf-8")
 
 
 def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> None:
