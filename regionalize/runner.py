@@ -38,6 +38,15 @@ def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterat
     Files named explicitly are always taken; directories are walked, skipping hidden, virtual-env,
     cache and git-ignored folders and files, then --include/--exclude globs are applied.
     """
+    seen: set[str] = set()  # a file named twice, or also under a folder named, is taken once
+
+    def first(file: str) -> bool:
+        key = os.path.realpath(file)
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
     for given in paths:
         path = Path(given)
         try:
@@ -46,12 +55,13 @@ def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterat
             yield given, _os_error(exc)
             continue
         if not path.is_dir():
-            yield given, None
+            if first(given):
+                yield given, None
             continue
         found = sorted(_walk(path))
         ignored = _git_ignored(path, found)
         for file in found:
-            if file in ignored or not _selected(file, selection):
+            if file in ignored or not _selected(file, selection) or not first(file):
                 continue
             yield file, None
 

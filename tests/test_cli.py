@@ -203,6 +203,12 @@ def test_a_symlink_is_written_through_beside_its_target(
     assert (tmp_path / "links" / "model.py").is_symlink() and "block" in target.read_text(encoding="utf-8")
 
 
+def test_a_file_named_twice_is_taken_once(model: Path) -> None:
+    code, out, err = invoke("--check", str(model), str(model.parent / "." / model.name), str(model.parent))
+    assert code == 1
+    assert out.count("RGZ001") == 1 and "1 files scanned" in err
+
+
 def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> None:
     for rel in ("pkg/a.py", ".hidden/b.py", "venv/lib/c.py", "pkg/__pycache__/d.py", "gen/e.py", "pkg/f.py"):
         path = tmp_path / rel
