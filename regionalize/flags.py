@@ -22,8 +22,9 @@ _CODEMOD_OPTIONS = [
     click.option(
         "--style",
         type=click.Choice(STYLES),
-        help="inplace (default): block.compile(), state_dict keys unchanged. wrap: torch.compile(Block(..)), "
-        "which prefixes every key with `_orig_mod.`.",
+        help="inplace (default): each block compiled where it is, after the container is built "
+        "(`_regionalize_blocks(block, self)`, or `block.compile()` with --form per-block); state_dict keys "
+        "unchanged. wrap: torch.compile(Block(..)), per block, which prefixes every key with `_orig_mod.`.",
     ),
     click.option(
         "--form",
