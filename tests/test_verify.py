@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import logging
 import math
 import re
 import subprocess
@@ -692,3 +693,34 @@ def test_regions_are_reported_as_not_counted_where_torch_does_not_count_them(
         torch.compile(lambda x: region(region(x)), backend="eager", fullgraph=True)(torch.randn(4))
     text = render.regions_text(account.to_json())
     assert text == ("1 / 1" if counted else "not counted by this torch")
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_the_compile_cache_goes_with_its_folder_after_an_error(tmp_path: Path, ours: bool) -> None:
+    """verify and tune compile in a fresh inductor cache inside their work folder. After an error torch
+    keeps its own folder and logs where: a line that would name a folder about to be removed. Torch's
+    loggers do not propagate to pytest's, so a handler of its own records what the logger lets out; the
+    plain `fresh_cache` shows the line is there to leave out."""
+    from torch._inductor.utils import fresh_cache
+
+    from regionalize.verify.session import compile_cache
+
+    logger, records = logging.getLogger("torch._inductor.utils"), _Records()
+    logger.addHandler(records)
+    try:
+        cache = compile_cache(str(tmp_path)) if ours else fresh_cache(dir=str(tmp_path))
+        with pytest.raises(RuntimeError, match="the user's error"), cache:
+            raise RuntimeError("the user's error")
+    finally:
+        logger.removeHandler(records)
+    assert any("kept" in m for m in records.messages) is not ours
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1  # torch's folder, inside the work folder

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
+from torch._inductor.utils import fresh_cache
 
 from regionalize.options import Options
 from regionalize.verify.loading import (
@@ -24,6 +28,24 @@ from regionalize.verify.loading import (
 from regionalize.verify.workloads import Custom, GenerateSpec, Workload, make_generate
 
 SEED = 0
+
+
+@contextlib.contextmanager
+def compile_cache(workdir: str) -> Iterator[None]:
+    """A fresh inductor cache inside `workdir`: compiles neither read nor fill the user's, and it goes with
+    `workdir` even after an error, where torch keeps its own folder and logs where; that line, naming a
+    folder about to be removed, is left out."""
+    log = logging.getLogger("torch._inductor.utils")
+
+    def kept(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("on error, temporary cache dir kept")
+
+    log.addFilter(kept)
+    try:
+        with fresh_cache(dir=workdir):
+            yield
+    finally:
+        log.removeFilter(kept)
 
 
 @dataclass(frozen=True)

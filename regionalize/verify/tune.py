@@ -28,14 +28,13 @@ from typing import Any
 
 import torch
 from torch._dynamo import utils as dynamo_utils
-from torch._inductor.utils import fresh_cache
 
 from regionalize.codemod import transform_source
 from regionalize.options import Options
 from regionalize.verify.accounting import recording
 from regionalize.verify.loading import Target, VerifyError, import_paths
 from regionalize.verify.progress import QUIET, Progress
-from regionalize.verify.session import BY_NAME, Subject, Variant, resolve_device
+from regionalize.verify.session import BY_NAME, Subject, Variant, compile_cache, resolve_device
 from regionalize.verify.timing import WorkerJob, call, options_to_json, run_worker, steady_us
 
 _ROUNDS = 3  # a setting can make an outer level a site; nesting is a few levels deep
@@ -89,7 +88,7 @@ def tune(
     with (
         tempfile.TemporaryDirectory(prefix="regionalize-tune-") as workdir,
         import_paths(target),
-        fresh_cache(),
+        compile_cache(workdir),
     ):
         subject = Subject(target, options, device, Path(workdir))
         never: set[str] = set()

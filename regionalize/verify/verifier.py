@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._inductor.utils import fresh_cache
 
 from regionalize.options import Options
 from regionalize.verify.accounting import GraphAccount, recording, served_forms
@@ -24,7 +23,15 @@ from regionalize.verify.checks import (
 from regionalize.verify.compare import Difference
 from regionalize.verify.loading import Target, import_paths, user_traceback
 from regionalize.verify.progress import QUIET, Progress
-from regionalize.verify.session import BY_NAME, VARIANTS, Built, Subject, VariantUnavailable, resolve_device
+from regionalize.verify.session import (
+    BY_NAME,
+    VARIANTS,
+    Built,
+    Subject,
+    VariantUnavailable,
+    compile_cache,
+    resolve_device,
+)
 from regionalize.verify.timing import (
     WorkerJob,
     call,
@@ -95,7 +102,7 @@ def verify(
     with (
         tempfile.TemporaryDirectory(prefix="regionalize-verify-") as workdir,
         import_paths(target),
-        fresh_cache(),  # keep compiles from reading or filling the user's inductor cache
+        compile_cache(workdir),
     ):
         sources = {"rewritten": str(Path(rewritten).resolve())} if rewritten else {}
         subject = Subject(
