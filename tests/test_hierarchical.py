@@ -1065,3 +1065,27 @@ def test_the_replacement_hook_leaves_other_compiles_alone_when_its_module_is_gon
     sliced = Sliced()
     x = torch.randn(2, 4)
     torch.testing.assert_close(torch.compile(sliced, fullgraph=True, backend="eager")(x), sliced(x))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_rewritten_model_compiled_whole_by_its_user_matches_eager(grad: bool) -> None:
+    """A serving stack that compiles the whole model (`torch.compile(model)`) on top of the rewrite: Dynamo
+    traces into the runtime's call of the owner, and the outputs and gradients stay the original's."""
+    source = SOURCE + "\n\nclass Served(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    source += "        self.model = Model()\n\n    def forward(self, x):\n        return self.model(x) * 2\n"
+    rewritten = transform_source(source, Options())
+    assert rewritten.status == "success" and "_regionalize_blocks(block, self)" in rewritten.code
+    torch.manual_seed(0)
+    served = load(rewritten.code).Served().eval()
+    twin = load(source).Served().eval()
+    twin.load_state_dict(served.state_dict())
+    compiled = torch.compile(served)
+    x = torch.randn(2, 16, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        for _ in range(2):
+            out, expected = compiled(x), twin(x)
+            torch.testing.assert_close(out, expected)
+    if grad:
+        (got,) = torch.autograd.grad(out.sum(), x)
+        (want,) = torch.autograd.grad(expected.sum(), x)
+        torch.testing.assert_close(got, want)
