@@ -75,6 +75,7 @@ def main() -> None:
     "--report",
     "report_file",
     type=click.Path(dir_okay=False, writable=True),
+    callback=flags.output_file,
     help="Also write the JSON report (or SARIF with --format sarif) to this file.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
@@ -114,7 +115,11 @@ def rewrite(
     wanted = (not apply) if show_diff is None else show_diff
     job = Job(options, apply, diff=fmt == "text" and not check and wanted)
     reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
-    _emit(reports, fmt, check, report_file, quiet)
+    unwritten = _write_report(reports, fmt, report_file) if report_file else None
+    _emit(reports, fmt, check, quiet)
+    if unwritten:
+        click.echo(f"error: {shown(report_file or '')}: cannot write the report: {unwritten}", err=True)
+        sys.exit(EXIT_ERROR)
     sys.exit(_exit_code(reports, apply))
 
 
@@ -127,11 +132,18 @@ def _run_with_progress(files: list[str], job: Job, jobs: int, show: bool) -> lis
         return run(files, job, jobs, on_done=lambda report: bar.update(1))
 
 
-def _emit(reports: list[FileReport], fmt: str, check: bool, report_file: str | None, quiet: bool) -> None:
-    if report_file:
+def _write_report(reports: list[FileReport], fmt: str, report_file: str) -> str | None:
+    """Write the --report file; the reason it could not be written, or None."""
+    try:
         Path(report_file).write_text(
             to_sarif(reports) if fmt == "sarif" else to_json(reports), encoding="utf-8"
         )
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _emit(reports: list[FileReport], fmt: str, check: bool, quiet: bool) -> None:
     if fmt == "json":
         click.echo(to_json(reports))
         return

@@ -77,6 +77,14 @@ _CODEMOD_OPTIONS = [
 ]
 
 
+def output_file(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    """A file option a command writes at its end (a report, JSON): its folder must exist, checked before a
+    run that can take minutes."""
+    if value is not None and not Path(value).resolve().parent.is_dir():
+        raise click.BadParameter(f"the folder of {value!r} does not exist", context, parameter)
+    return value
+
+
 def codemod_options(command: F) -> F:
     """Add the codemod's flags to a click command."""
     for option in reversed(_CODEMOD_OPTIONS):

@@ -45,6 +45,7 @@ model could not be imported, built or run, or the file could not be written.
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
+    callback=flags.output_file,
     help="Also write the measurement and settings as JSON to this file.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
@@ -78,7 +79,11 @@ def tune(
         sys.exit(2)
     click.echo(render(tuning), nl=False)
     if json_out:
-        Path(json_out).write_text(json.dumps(to_json(tuning), indent=2) + "\n", encoding="utf-8")
+        try:
+            Path(json_out).write_text(json.dumps(to_json(tuning), indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            click.echo(f"error: {json_out}: cannot write the JSON: {exc.strerror or exc}", err=True)
+            sys.exit(2)
     changed = bool(tuning.never or tuning.always)
     if write and changed:
         path = Path(config_file) if config_file else config.find_pyproject([str(target.model_path)])

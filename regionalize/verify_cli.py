@@ -91,6 +91,7 @@ model's status, a timeout or a crash counting as 2.
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
+    callback=flags.output_file,
     help="Also write the results as one JSON object to this file.",
 )
 @click.option(

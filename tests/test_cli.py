@@ -118,6 +118,32 @@ def test_sarif_report_file(model: Path, tmp_path: Path) -> None:
     assert json.loads(out) == sarif
 
 
+def test_a_report_file_that_cannot_be_written_is_an_error(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    target = tmp_path / "report.json"
+    code, out, err = invoke("--report", str(target), "-j", "1", str(model))
+    assert code == 2
+    assert f"error: {target}: cannot write the report: No space left on device" in err
+    assert "RGZ001" in out  # the run itself still reports its sites
+
+
+@pytest.mark.parametrize(
+    "command", [["--report"], ["verify", "--factory", "f", "--json"], ["tune", "--factory", "f", "--json"]]
+)
+def test_an_output_file_in_a_missing_folder_is_refused_before_the_run(
+    command: list[str], model: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "missing" / "out.json"
+    code, _, err = invoke(*command, str(target), str(model))
+    assert code == 2
+    assert f"the folder of '{target}' does not exist" in err
+
+
 def test_bad_files_are_reported_and_the_rest_still_processed(tmp_path: Path, model: Path) -> None:
     (tmp_path / "broken.py").write_text("import torch.nn as nn\nnn.ModuleList([\n", encoding="utf-8")
     (tmp_path / "latin.py").write_bytes(b"# nn.ModuleList\nx = '\xe9'\n")

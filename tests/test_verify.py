@@ -724,3 +724,16 @@ def test_the_compile_cache_goes_with_its_folder_after_an_error(tmp_path: Path, o
         logger.removeHandler(records)
     assert any("kept" in m for m in records.messages) is not ours
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1  # torch's folder, inside the work folder
+
+
+def test_a_json_file_that_cannot_be_written_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    target = tmp_path / "result.json"
+    code = run_verify(str(tmp_path / "missing.py"), "f", json_out=str(target), cold_start=False)
+    assert code == 2
+    assert f"error: {target}: cannot write the JSON: No space left on device" in capsys.readouterr().err

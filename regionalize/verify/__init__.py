@@ -116,7 +116,11 @@ def run_verify(
     print(render.table(result), end="", file=out or sys.stdout)
     if json_out:
         ordered = {key: result[key] for key in _LEADING if key in result} | result
-        Path(json_out).write_text(json.dumps(ordered, indent=2, default=str) + "\n", encoding="utf-8")
+        try:
+            Path(json_out).write_text(json.dumps(ordered, indent=2, default=str) + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(f"error: {json_out}: cannot write the JSON: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_ERROR
     return code
 
 
