@@ -22,7 +22,7 @@ ModuleDict) is compiled once and reused, instead of torch.compile inlining every
 
 By default prints a unified diff and one line per site, and changes nothing. --apply writes the
 files and prints the site lines (add --diff to see the diffs too); --check prints only the site lines
-(for CI and pre-commit).
+(for CI and pre-commit; --diff adds the diffs, as Black's --check --diff).
 
 \b
 Exit status: 0 nothing left to rewrite, 1 rewrites pending (without --apply), 2 an error.
@@ -52,7 +52,12 @@ def main() -> None:
 @main.command("rewrite", help=HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str), required=True)
 @click.option("--apply", is_flag=True, help="Write the rewritten files.")
-@click.option("--check", is_flag=True, help="Print only the site lines; exit 1 if rewrites are pending.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Print only the site lines (and the diffs with --diff, as Black's --check --diff); exit 1 if "
+    "rewrites are pending.",
+)
 @click.option(
     "--diff/--no-diff",
     "show_diff",
@@ -92,8 +97,6 @@ def rewrite(
 ) -> None:
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
-    if check and show_diff:
-        raise click.UsageError("--check prints only the site lines: drop --diff")
     settings = flags.settings(list(paths), config_file, extra)
     options = flags.options(settings)
     if options.style == "wrap" and fmt == "text":
@@ -111,12 +114,12 @@ def rewrite(
         else:
             reports.append(FileReport(path, error=error))
     jobs = settings.get("jobs") or os.cpu_count() or 1
-    # As Black and Ruff: a bulk --apply writes quietly; diffs are for the dry run, or asked for.
-    wanted = (not apply) if show_diff is None else show_diff
-    job = Job(options, apply, diff=fmt == "text" and not check and wanted)
+    # As Black and Ruff: a bulk --apply and --check print no diffs; the dry run does, and any run asked.
+    wanted = (not apply and not check) if show_diff is None else show_diff
+    job = Job(options, apply, diff=fmt == "text" and wanted)
     reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
     unwritten = _write_report(reports, fmt, report_file) if report_file else None
-    _emit(reports, fmt, check, quiet)
+    _emit(reports, fmt, quiet)
     if unwritten:
         click.echo(f"error: {shown(report_file or '')}: cannot write the report: {unwritten}", err=True)
         sys.exit(EXIT_ERROR)
@@ -143,7 +146,7 @@ def _write_report(reports: list[FileReport], fmt: str, report_file: str) -> str 
     return None
 
 
-def _emit(reports: list[FileReport], fmt: str, check: bool, quiet: bool) -> None:
+def _emit(reports: list[FileReport], fmt: str, quiet: bool) -> None:
     if fmt == "json":
         click.echo(to_json(reports))
         return
@@ -151,7 +154,7 @@ def _emit(reports: list[FileReport], fmt: str, check: bool, quiet: bool) -> None
         click.echo(to_sarif(reports))
         return
     for report in reports:
-        if report.diff and not check:
+        if report.diff:
             click.echo(report.diff, nl=False)
         for site in report.sites:
             click.echo(site_line(report.path, site))

@@ -77,7 +77,14 @@ def test_clean_file_exits_zero(tmp_path: Path) -> None:
 
 def test_apply_and_check_are_exclusive(model: Path) -> None:
     assert invoke("--apply", "--check", str(model))[0] == 2
-    assert invoke("--check", "--diff", str(model))[0] == 2
+
+
+def test_check_with_diff_prints_the_diffs_as_black_does(model: Path) -> None:
+    before = model.read_text(encoding="utf-8")
+    code, out, _ = invoke("--check", "--diff", str(model))
+    assert code == 1
+    assert "+++" in out and "RGZ001" in out
+    assert model.read_text(encoding="utf-8") == before
 
 
 def test_diff_on_request_with_apply_and_off_for_the_dry_run(model: Path, tmp_path: Path) -> None:
