@@ -113,3 +113,72 @@ def test_tune_bad_factory_is_one_error_line(model_file: Path) -> None:
     result = CliRunner().invoke(main, ["tune", str(model_file), "--factory", "nowhere", "-q", "--no-timing"])
     assert result.exit_code == 2
     assert result.output.startswith("error: ")
+
+
+# Every block reads a float of its own (a stochastic-depth rate, as Swin's layers do): a graph per block,
+# more blocks than torch's recompile limit of 8.
+RATES = """
+import torch
+import torch.nn as nn
+
+
+class Layer(nn.Module):
+    def __init__(self, dim, rate):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.rate = rate
+
+    def forward(self, x):
+        return self.fc(x) * (1.0 - self.rate)
+
+
+class Net(nn.Module):
+    def __init__(self, dim=4, depth=10):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(dim, i / 100) for i in range(depth)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def make():
+    return Net().eval(), (torch.randn(2, 4),)
+"""
+
+
+def test_a_float_per_block_is_shared_through_automatic_dynamic_shapes(tmp_path: Path) -> None:
+    """Blocks of one width keep torch's automatic dynamic shapes in the probe, as in the rewrite: the
+    second rate compiles the float symbolic, and the other blocks share that graph."""
+    path = tmp_path / "rates.py"
+    path.write_text(textwrap.dedent(RATES))
+    tuning = tune(resolve_target(str(path), "make"), "make", Options(backend="eager"), "cpu", time_it=False)
+    assert (tuning.classes["Layer"].blocks, tuning.classes["Layer"].graphs) == (10, 2)
+    assert tuning.never == []
+
+
+WIDTHS = RATES.replace("Layer(dim, i / 100)", "Layer(dim + i, 0.0)").replace(
+    "nn.Linear(dim, dim)", "nn.Linear(dim, dim + 1)"
+)
+
+
+def test_a_class_at_many_widths_is_counted_past_the_recompile_limit(tmp_path: Path) -> None:
+    """Ten blocks of one class, each at its own width (4 -> 5 -> ... -> 14): static shapes, as the runtime
+    compiles such blocks (no symbolic compile of a width, the compile that kept Inductor in sympy on Swin),
+    and a graph each, past torch's limit of 8."""
+    path = tmp_path / "widths.py"
+    path.write_text(textwrap.dedent(WIDTHS))
+    tuning = tune(resolve_target(str(path), "make"), "make", Options(backend="eager"), "cpu", time_it=False)
+    assert (tuning.classes["Layer"].blocks, tuning.classes["Layer"].graphs) == (10, 10)
+    assert tuning.never == ["Layer"]
+
+
+def test_no_class_judged_is_not_called_shared() -> None:
+    """transformers' layers compile as its gradient-checkpointing wrapper, one code for every class, so
+    tune finds no graphs of their own: it says so instead of calling them shared."""
+    from regionalize.verify.tune import ClassGraphs, Tuning, render
+
+    assert "no compiled class could be judged" in render(Tuning(Options()))
+    judged = Tuning(Options(), classes={"Layer": ClassGraphs(blocks=4, graphs=1)})
+    assert "every compiled class shares its graphs" in render(judged)

@@ -31,6 +31,7 @@ from torch._dynamo import utils as dynamo_utils
 
 from regionalize.codemod import transform_source
 from regionalize.options import Options
+from regionalize.runtime.owner import _regionalize_static
 from regionalize.verify.accounting import recording
 from regionalize.verify.loading import Target, VerifyError, import_paths
 from regionalize.verify.progress import QUIET, Progress
@@ -146,15 +147,31 @@ def _left_out(model: Path, options: Options) -> frozenset[str]:
     return frozenset(match[1] for match in hints if match)
 
 
+# Room for a graph per block in the probe: torch's limit of 8 would run the ninth block of a class eagerly
+# and count 8 graphs for 12 blocks as shared.
+_PROBE_DYNAMO = (("recompile_limit", 1024), ("accumulated_recompile_limit", 1024))
+
+
 def _probe(subject: Subject, options: Options) -> dict[str, ClassGraphs]:
-    """Build the per-block rewrite with `options`, call it once, count graphs per compiled block class."""
+    """Build the per-block rewrite with `options`, call it once, count graphs per compiled block class.
+
+    Blocks of a class held at other widths in the model compile with static shapes, as the runtime's
+    per-block fallback compiles them (`_regionalize_static`): `block.compile()` alone compiled Swin's
+    second width again with dynamic shapes, and Inductor's CPU code generation stayed in sympy for over 15
+    minutes, so tune never finished."""
     changes = {"form": "per-block", "never": options.never, "always": options.always}
     try:
-        built = subject.build(Variant("probe", changes))
+        built = subject.build(Variant("probe", changes, dynamo=_PROBE_DYNAMO))
     except VerifyError as exc:
         if "unchanged" in exc.message:
             return {}  # nothing left to compile
         raise
+    given = options.compile_kwargs()
+    for module in built.model.modules():
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            static = _regionalize_static(module, given, built.model)
+            if static is not given:
+                module.compile(**static)
     with recording():
         try:
             call(built, first=True)
@@ -239,7 +256,16 @@ def render(tuning: Tuning) -> str:
     if tuning.dropped:
         lines.append(f"always = {tuning.dropped} left out: measured slower to start than a full compile")
     changed = tuning.never or tuning.always
-    lines += ["", "settings:" if changed else "nothing to change: every compiled class shares its graphs"]
+    if changed:
+        lines += ["", "settings:"]
+    elif tuning.classes:
+        lines += ["", "nothing to change: every compiled class shares its graphs"]
+    else:
+        # transformers' layers compile as its gradient-checkpointing wrapper, one code for every class.
+        lines += [
+            "",
+            "nothing to change: no compiled class could be judged (none compiled as its own forward)",
+        ]
     if changed:
         lines.append(tuning.settings().rstrip("\n"))
     return "\n".join(lines) + "\n"
