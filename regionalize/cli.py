@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from regionalize import __version__, flags, rules
 from regionalize.report import FileReport, shown, site_line, summarize, summary_line, to_json, to_sarif
-from regionalize.runner import Job, Selection, discover, run
+from regionalize.runner import Job, Selection, discover, run, write_output
 from regionalize.tune_cli import tune
 from regionalize.verify_cli import verify
 
@@ -118,10 +117,11 @@ def rewrite(
     wanted = (not apply and not check) if show_diff is None else show_diff
     job = Job(options, apply, diff=fmt == "text" and wanted)
     reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
-    unwritten = _write_report(reports, fmt, report_file) if report_file else None
+    report = to_sarif(reports) if fmt == "sarif" else to_json(reports)
+    unwritten = write_output(report_file, report, "report") if report_file else None
     _emit(reports, fmt, quiet)
     if unwritten:
-        click.echo(f"error: {shown(report_file or '')}: cannot write the report: {unwritten}", err=True)
+        click.echo(unwritten, err=True)
         sys.exit(EXIT_ERROR)
     sys.exit(_exit_code(reports, apply))
 
@@ -133,17 +133,6 @@ def _run_with_progress(files: list[str], job: Job, jobs: int, show: bool) -> lis
         return run(files, job, jobs)
     with click.progressbar(length=len(files), label="regionalize", file=sys.stderr) as bar:
         return run(files, job, jobs, on_done=lambda report: bar.update(1))
-
-
-def _write_report(reports: list[FileReport], fmt: str, report_file: str) -> str | None:
-    """Write the --report file; the reason it could not be written, or None."""
-    try:
-        Path(report_file).write_text(
-            to_sarif(reports) if fmt == "sarif" else to_json(reports), encoding="utf-8"
-        )
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def _emit(reports: list[FileReport], fmt: str, quiet: bool) -> None:

@@ -71,7 +71,7 @@ def transform_source(
     """
     if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
-    if _LONE_CR.search(source):
+    if "\r" in source and _LONE_CR.search(source):  # the `in` test: a memchr, most files have no CR
         # Python reads a lone CR as a line end (classic Mac OS files); the edits and helpers write LF or
         # CRLF, so a rewrite would mix them.
         return TransformResult("failure", source, reason="lone CR line endings: convert them to LF or CRLF")

@@ -166,6 +166,15 @@ def read_source(path: str) -> SourceFile:
     return SourceFile(text, encoding, bom)
 
 
+def write_output(path: str, text: str, what: str) -> str | None:
+    """Write a command's output file (`what`: "report", "JSON"): None, or the error line saying why not."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        return f"error: {shown(path)}: cannot write the {what}: {exc.strerror or exc}"
+    return None
+
+
 def write_atomically(path: str, source: SourceFile, text: str) -> None:
     """Temp file in the same directory, then rename: a crash leaves the old file or the new one."""
     data = (codecs.BOM_UTF8 if source.bom else b"") + text.encode(source.encoding)

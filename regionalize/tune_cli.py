@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from regionalize import config, flags
+from regionalize.runner import write_output
 
 HELP = """Measure which repeated blocks of MODEL.py share a compiled graph, and write the settings that leave
 the others uncompiled.
@@ -79,10 +80,9 @@ def tune(
         sys.exit(2)
     click.echo(render(tuning), nl=False)
     if json_out:
-        try:
-            Path(json_out).write_text(json.dumps(to_json(tuning), indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            click.echo(f"error: {json_out}: cannot write the JSON: {exc.strerror or exc}", err=True)
+        unwritten = write_output(json_out, json.dumps(to_json(tuning), indent=2) + "\n", "JSON")
+        if unwritten:
+            click.echo(unwritten, err=True)
             sys.exit(2)
     changed = bool(tuning.never or tuning.always)
     if write and changed:

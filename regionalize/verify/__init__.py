@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from regionalize.options import Options
+from regionalize.runner import write_output
 from regionalize.verify.progress import QUIET, Progress
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
@@ -116,10 +117,9 @@ def run_verify(
     print(render.table(result), end="", file=out or sys.stdout)
     if json_out:
         ordered = {key: result[key] for key in _LEADING if key in result} | result
-        try:
-            Path(json_out).write_text(json.dumps(ordered, indent=2, default=str) + "\n", encoding="utf-8")
-        except OSError as exc:
-            print(f"error: {json_out}: cannot write the JSON: {exc.strerror or exc}", file=sys.stderr)
+        unwritten = write_output(json_out, json.dumps(ordered, indent=2, default=str) + "\n", "JSON")
+        if unwritten:
+            print(unwritten, file=sys.stderr)
             return EXIT_ERROR
     return code
 
