@@ -174,9 +174,43 @@ def test_a_class_at_many_widths_is_counted_past_the_recompile_limit(tmp_path: Pa
     assert tuning.never == ["Layer"]
 
 
+# Both block classes' forwards wrapped by one function their base class installs, as transformers'
+# GradientCheckpointingLayer does on every decoder layer: Dynamo compiles the wrapper's code for each.
+WRAPPED = (
+    MODEL.replace(
+        "class Same(nn.Module):",
+        """class Checkpointing(nn.Module):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        inner = cls.__dict__.get("forward")
+        if inner is not None:
+
+            @functools.wraps(inner)
+            def forward(self, *args, **kwargs):
+                return inner(self, *args, **kwargs)
+
+            cls.forward = forward
+
+
+class Same(Checkpointing):""",
+    )
+    .replace("class Stage(nn.Module):", "class Stage(Checkpointing):")
+    .replace("import torch\n", "import functools\n\nimport torch\n", 1)
+)
+
+
+def test_classes_whose_forward_one_wrapper_compiles_are_told_apart(tmp_path: Path) -> None:
+    """Each graph goes to the block running when Dynamo made it, not to the code it compiled."""
+    path = tmp_path / "wrapped.py"
+    path.write_text(textwrap.dedent(WRAPPED))
+    tuning = tune(resolve_target(str(path), "make"), "make", Options(backend="eager"), "cpu", time_it=False)
+    assert (tuning.classes["Same"].blocks, tuning.classes["Same"].graphs) == (4, 1)
+    assert (tuning.classes["Stage"].blocks, tuning.classes["Stage"].graphs) == (3, 3)
+    assert tuning.never == ["Stage"]
+
+
 def test_no_class_judged_is_not_called_shared() -> None:
-    """transformers' layers compile as its gradient-checkpointing wrapper, one code for every class, so
-    tune finds no graphs of their own: it says so instead of calling them shared."""
+    """A probe in which no compiled block made a graph says so instead of calling the classes shared."""
     from regionalize.verify.tune import ClassGraphs, Tuning, render
 
     assert "no compiled class could be judged" in render(Tuning(Options()))

@@ -17,7 +17,6 @@ in fresh processes, per call in this one.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 import sys
 import tempfile
@@ -167,29 +166,67 @@ def _probe(subject: Subject, options: Options) -> dict[str, ClassGraphs]:
             return {}  # nothing left to compile
         raise
     given = options.compile_kwargs()
+    attribution = _ByCall()
     for module in built.model.modules():
         if getattr(module, "_compiled_call_impl", None) is not None:
             static = _regionalize_static(module, given, built.model)
             if static is not given:
                 module.compile(**static)
+            attribution.watch(module)
     with recording():
         try:
             call(built, first=True)
         except Exception as exc:
             raise VerifyError.from_exception("probe", exc) from exc
-    records = [r for r in dynamo_utils.get_compilation_metrics() if getattr(r, "graph_op_count", None)]
-    compiled = Counter((r.co_filename, r.co_firstlineno, r.co_name) for r in records)
-    classes: dict[str, ClassGraphs] = {}
-    for module in built.model.modules():
-        if getattr(module, "_compiled_call_impl", None) is None:
-            continue
-        cls = type(module)
-        code = inspect.unwrap(cls.forward).__code__
-        entry = classes.setdefault(cls.__name__, ClassGraphs())
-        entry.blocks += 1
-        entry.graphs = compiled[(code.co_filename, code.co_firstlineno, code.co_name)]
-    # A class none of whose compiles could be found (a wrapper's frame) is not judged.
-    return {name: c for name, c in classes.items() if c.graphs}
+        attribution.flush()
+    # A class none of whose compiles made a graph is not judged.
+    return {name: c for name, c in attribution.classes.items() if c.graphs}
+
+
+class _ByCall:
+    """Graphs per class, each graph given to the compiled block that was running when Dynamo made it.
+
+    Dynamo's records name the code it compiled, not the module, and a decorator many classes share gives
+    their compiles one code: transformers' gradient-checkpointing wrapper on every decoder layer,
+    `deprecate_kwarg` on many forwards. A class's count is that of the code it compiled most often, so
+    the resume functions of a graph break count once, not once more per block."""
+
+    def __init__(self) -> None:
+        self.classes: dict[str, ClassGraphs] = {}
+        self._codes: dict[str, Counter[tuple[str, int, str]]] = {}
+        self._running: list[str] = []
+        self._seen = 0
+
+    def watch(self, module: torch.nn.Module) -> None:
+        """Wrap the block's compiled call, which Dynamo never traces (it inlines `_call_impl` when an
+        outer compile calls the block), so the wrapper runs only where the block is called eagerly."""
+        name = type(module).__name__
+        self.classes.setdefault(name, ClassGraphs()).blocks += 1
+        self._codes.setdefault(name, Counter())
+        compiled = module._compiled_call_impl
+        assert compiled is not None
+
+        def running(*args: Any, **kwargs: Any) -> Any:
+            self.flush()
+            self._running.append(name)
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                self.flush()
+                self._running.pop()
+
+        module._compiled_call_impl = running
+
+    def flush(self) -> None:
+        """Give the graphs made since the last flush to the innermost block running."""
+        records = dynamo_utils.get_compilation_metrics()
+        new, self._seen = records[self._seen :], len(records)
+        if not self._running:
+            return
+        name = self._running[-1]
+        codes = self._codes[name]
+        codes.update((r.co_filename, r.co_firstlineno, r.co_name) for r in new if r.graph_op_count)
+        self.classes[name].graphs = max(codes.values(), default=0)
 
 
 def _measure(tuning: Tuning, subject: Subject, factory: str, options: Options, progress: Progress) -> None:
@@ -261,10 +298,10 @@ def render(tuning: Tuning) -> str:
     elif tuning.classes:
         lines += ["", "nothing to change: every compiled class shares its graphs"]
     else:
-        # transformers' layers compile as its gradient-checkpointing wrapper, one code for every class.
+        # Every compiled block ran without Dynamo making a graph (all of them graph breaks, or no ops).
         lines += [
             "",
-            "nothing to change: no compiled class could be judged (none compiled as its own forward)",
+            "nothing to change: no compiled class could be judged (none made a graph)",
         ]
     if changed:
         lines.append(tuning.settings().rstrip("\n"))
