@@ -58,9 +58,17 @@ _CODEMOD_OPTIONS = [
         "docs/compile-forms.md#guard-bypass.",
     ),
     click.option(
-        "--always", multiple=True, help="Class name always treated as a repeated block (repeatable)."
+        "--always",
+        multiple=True,
+        help="Class always treated as a repeated block: its name, or the factory's or variable's that builds "
+        "it, as a site line names it (repeatable).",
     ),
-    click.option("--never", multiple=True, help="Class name never treated as a repeated block (repeatable)."),
+    click.option(
+        "--never",
+        multiple=True,
+        help="Class never treated as a repeated block: its name, or the factory's or variable's that builds "
+        "it, as a site line names it (repeatable).",
+    ),
     click.option(
         "--container",
         "containers",

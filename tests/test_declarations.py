@@ -121,6 +121,15 @@ def test_package_wide_repeated_blocks_skip_other_classes(tmp_path: Path) -> None
     assert _codes(USER, user, Options(always=frozenset({"Resnet"}))) == ["RGZ001"]
 
 
+def test_never_takes_the_name_a_site_line_shows() -> None:
+    """A factory's name, as the site line shows it, excludes its blocks as the class's name does."""
+    source = USER.replace("from .blocks import Resnet", "def make(dim):\n    return Resnet(dim)")
+    source = source.replace("[Resnet(dim)", "[make(dim)")
+    assert _codes(source) == ["RGZ001"]
+    for name in ("make", "Resnet"):
+        assert _codes(source, options=Options(never=frozenset({name}))) == ["RGZ105"]
+
+
 def test_declaring_the_class_compiles_it(tmp_path: Path) -> None:
     user = _package(tmp_path, "class Model:\n    _repeated_blocks = ['Resnet']\n")
     assert _codes(USER, user) == ["RGZ001"]

@@ -68,7 +68,9 @@ class Judge:
         if (kind := ctx.container_kind(expr)) is not None:
             return self._container_call(expr, kind, label, int_vars)
         dotted = ctx.dotted(expr.func) or label
-        last = dotted.rsplit(".", 1)[-1]
+        last = written = dotted.rsplit(".", 1)[-1]
+        if written in ctx.options.never:  # the name a site line shows: a factory, or a class handed in
+            return Element("excluded", label, expr)
         if isinstance(expr.func, cst.Name) and last in ctx.scopes[-1].params:
             # `block(..)`, `block_fn(..)`, `layer_cls(..)`: a class handed in, as in ResNet's _make_layer.
             return Element("leaf" if LEAF_PARAMETER.search(last) else "block", label, expr)
@@ -82,7 +84,7 @@ class Judge:
             dotted, last = returns[0], returns[0].rsplit(".", 1)[-1]
         element = self._by_class(expr, label, dotted, last)
         element.returns = (dotted,) if returns else ()
-        named = last in ctx.options.always or ctx.facts.declaring(last)
+        named = last in ctx.options.always or written in ctx.options.always or ctx.facts.declaring(last)
         if element.kind == "block" and not named and (declared := ctx.declaration()):
             return Element("undeclared", label, expr, declared=declared, returns=element.returns)
         return element
