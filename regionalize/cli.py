@@ -10,7 +10,16 @@ import click
 
 from regionalize import __version__, flags, rules
 from regionalize.report import FileReport, shown, site_line, summarize, summary_line, to_json, to_sarif
-from regionalize.runner import Job, Selection, discover, run, write_output
+from regionalize.runner import (
+    MAX_BYTES,
+    Job,
+    Selection,
+    discover,
+    process_stdin,
+    run,
+    runtime_reports,
+    write_output,
+)
 from regionalize.tune_cli import tune
 from regionalize.verify_cli import verify
 
@@ -82,6 +91,12 @@ def main() -> None:
     callback=flags.output_file,
     help="Also write the JSON report (or SARIF with --format sarif) to this file.",
 )
+@click.option(
+    "--stdin-filename",
+    type=click.Path(dir_okay=False, path_type=str),
+    help="With - (source on standard input): the file it stands for, which names it in the output and "
+    "places it in its package (declarations, the package's runtime module) and under its pyproject.toml.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
 def rewrite(
     paths: tuple[str, ...],
@@ -92,11 +107,21 @@ def rewrite(
     config_file: str | None,
     quiet: bool,
     show_diff: bool | None,
+    stdin_filename: str | None,
     **extra: Any,
 ) -> None:
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
-    settings = flags.settings(list(paths), config_file, extra)
+    stdin = "-" in paths
+    if stdin and len(paths) > 1:
+        raise click.UsageError("- (source on standard input) cannot be given with other paths")
+    if stdin_filename and not stdin:
+        raise click.UsageError("--stdin-filename goes with - (source on standard input)")
+    if stdin and apply and fmt != "text":
+        raise click.UsageError(
+            f"with - and --apply the code goes to standard output: write the {fmt} report with --report"
+        )
+    settings = flags.settings([stdin_filename] if stdin_filename else list(paths), config_file, extra)
     options = flags.options(settings)
     if options.style == "wrap" and fmt == "text":
         click.echo(
@@ -104,22 +129,26 @@ def rewrite(
             "checkpoints no longer load without remapping",
             err=True,
         )
-    selection = Selection(tuple(settings.get("include", ())), tuple(settings.get("exclude", ())))
-    files: list[str] = []
-    reports: list[FileReport] = []
-    for path, error in discover(paths, selection):
-        if error is None:
-            files.append(path)
-        else:
-            reports.append(FileReport(path, error=error))
-    jobs = settings.get("jobs") or os.cpu_count() or 1
     # As Black and Ruff: a bulk --apply and --check print no diffs; the dry run does, and any run asked.
     wanted = (not apply and not check) if show_diff is None else show_diff
     job = Job(options, apply, diff=fmt == "text" and wanted)
-    reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
+    if stdin:
+        reports = _rewrite_stdin(stdin_filename, job)
+    else:
+        selection = Selection(tuple(settings.get("include", ())), tuple(settings.get("exclude", ())))
+        files: list[str] = []
+        reports = []
+        for path, error in discover(paths, selection):
+            if error is None:
+                files.append(path)
+            else:
+                reports.append(FileReport(path, error=error))
+        jobs = settings.get("jobs") or os.cpu_count() or 1
+        reports += _run_with_progress(files, job, jobs, show=fmt == "text" and not quiet)
     report = to_sarif(reports) if fmt == "sarif" else to_json(reports)
     unwritten = write_output(report_file, report, "report") if report_file else None
-    _emit(reports, fmt, quiet)
+    # With - --apply, standard output carries the code, so the diffs and site lines go to stderr.
+    _emit(reports, fmt, quiet, err=stdin and apply)
     if unwritten:
         click.echo(unwritten, err=True)
         sys.exit(EXIT_ERROR)
@@ -135,7 +164,18 @@ def _run_with_progress(files: list[str], job: Job, jobs: int, show: bool) -> lis
         return run(files, job, jobs, on_done=lambda report: bar.update(1))
 
 
-def _emit(reports: list[FileReport], fmt: str, quiet: bool) -> None:
+def _rewrite_stdin(name: str | None, job: Job) -> list[FileReport]:
+    """Source from standard input. With --apply the rewritten code goes to standard output (the input
+    itself when there is nothing to rewrite, or on an error), as Black and Ruff do with `-`; the package's
+    runtime module the code imports is written as for a file."""
+    report, code = process_stdin(sys.stdin.buffer.read(MAX_BYTES + 1), name, job)
+    if job.apply:
+        sys.stdout.buffer.write(code)
+        sys.stdout.buffer.flush()
+    return [report, *runtime_reports([report], job)]
+
+
+def _emit(reports: list[FileReport], fmt: str, quiet: bool, err: bool = False) -> None:
     if fmt == "json":
         click.echo(to_json(reports))
         return
@@ -144,9 +184,9 @@ def _emit(reports: list[FileReport], fmt: str, quiet: bool) -> None:
         return
     for report in reports:
         if report.diff:
-            click.echo(report.diff, nl=False)
+            click.echo(report.diff, nl=False, err=err)
         for site in report.sites:
-            click.echo(site_line(report.path, site))
+            click.echo(site_line(report.path, site), err=err)
         if report.error:
             click.echo(f"error: {shown(report.path)}: {report.error}", err=True)
     if not quiet:

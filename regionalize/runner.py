@@ -148,6 +148,11 @@ def read_source(path: str) -> SourceFile:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise ValueError("not a regular file")
         data = handle.read(MAX_BYTES + 1)
+    return decode_source(data)
+
+
+def decode_source(data: bytes) -> SourceFile:
+    """Source bytes (a file's, or standard input's) as text; ValueError with a one-line reason."""
     if len(data) > MAX_BYTES:
         raise ValueError(f"file is larger than {MAX_BYTES // (1024 * 1024)} MiB")
     bom = data.startswith(codecs.BOM_UTF8)
@@ -218,33 +223,55 @@ def process_file(path: str, job: Job) -> FileReport:
     except (OSError, ValueError) as exc:
         report.error = _os_error(exc) if isinstance(exc, OSError) else str(exc)
         return report
-    if not might_have_sites(source.text, job.options):
-        return report
-    try:
-        result = transform_source(source.text, job.options, path)
-    except RecursionError:
-        report.error = "nested too deeply to parse"
-        return report
-    except Exception as exc:  # a bug of ours must not stop a run over a whole model zoo
-        report.error = f"internal error, please report it: {type(exc).__name__}: {exc}"
-        return report
-    report.sites = result.sites
-    report.runtime = str(result.runtime) if result.runtime else None
-    if result.status == "failure":
-        report.error = result.reason
-        return report
-    if not result.changed:
-        return report
-    report.changed = True
-    if job.diff:
-        report.diff = unified_diff(path, source.text, result.code)
-    if job.apply:
+    code = _rewrite(report, source, path, job)
+    if code is not None and job.apply:
         try:
-            write_atomically(path, source, result.code)
+            write_atomically(path, source, code)
         except OSError as exc:
             report.error = f"cannot write: {_os_error(exc)}"
             report.changed = False  # the summary counts files changed on disk
     return report
+
+
+def process_stdin(data: bytes, name: str | None, job: Job) -> tuple[FileReport, bytes]:
+    """Standard input's source rewritten: the report (its path `name`, the file the text stands for, or
+    `-`) and the bytes to print, in the input's encoding, BOM and line endings. On any error they are the
+    input unchanged, so that a pipe back into the file loses nothing."""
+    report = FileReport(name or "-")
+    try:
+        source = decode_source(data)
+    except ValueError as exc:
+        report.error = str(exc)
+        return report, data
+    code = _rewrite(report, source, name, job)
+    if code is None:
+        return report, data
+    return report, (codecs.BOM_UTF8 if source.bom else b"") + code.encode(source.encoding)
+
+
+def _rewrite(report: FileReport, source: SourceFile, path: str | None, job: Job) -> str | None:
+    """Fill in the report; the rewritten text, or None when there is nothing to write."""
+    if not might_have_sites(source.text, job.options):
+        return None
+    try:
+        result = transform_source(source.text, job.options, path)
+    except RecursionError:
+        report.error = "nested too deeply to parse"
+        return None
+    except Exception as exc:  # a bug of ours must not stop a run over a whole model zoo
+        report.error = f"internal error, please report it: {type(exc).__name__}: {exc}"
+        return None
+    report.sites = result.sites
+    report.runtime = str(result.runtime) if result.runtime else None
+    if result.status == "failure":
+        report.error = result.reason
+        return None
+    if not result.changed:
+        return None
+    report.changed = True
+    if job.diff:
+        report.diff = unified_diff(report.path, source.text, result.code)
+    return result.code
 
 
 def unified_diff(path: str, before: str, after: str) -> str:
