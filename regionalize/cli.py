@@ -75,6 +75,13 @@ def main() -> None:
 @flags.codemod_options
 @click.option("--include", multiple=True, help="Glob of files to take when walking directories (repeatable).")
 @click.option("--exclude", multiple=True, help="Glob of files to leave out when walking directories.")
+@click.option(
+    "--force-exclude",
+    is_flag=True,
+    default=None,
+    help="Leave out files that --exclude matches even when they are named on the command line, as "
+    "pre-commit names them (and the text of --stdin-filename, printed back unchanged).",
+)
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel processes (default: CPU cores).")
 @click.option(
     "--format",
@@ -132,10 +139,15 @@ def rewrite(
     # As Black and Ruff: a bulk --apply and --check print no diffs; the dry run does, and any run asked.
     wanted = (not apply and not check) if show_diff is None else show_diff
     job = Job(options, apply, diff=fmt == "text" and wanted)
+    selection = Selection(
+        tuple(settings.get("include", ())),
+        tuple(settings.get("exclude", ())),
+        bool(settings.get("force_exclude")),
+    )
     if stdin:
-        reports = _rewrite_stdin(stdin_filename, job)
+        left_out = bool(stdin_filename) and selection.force_exclude and selection.excluded(stdin_filename)
+        reports = _rewrite_stdin(stdin_filename, job, left_out)
     else:
-        selection = Selection(tuple(settings.get("include", ())), tuple(settings.get("exclude", ())))
         files: list[str] = []
         reports = []
         for path, error in discover(paths, selection):
@@ -164,11 +176,18 @@ def _run_with_progress(files: list[str], job: Job, jobs: int, show: bool) -> lis
         return run(files, job, jobs, on_done=lambda report: bar.update(1))
 
 
-def _rewrite_stdin(name: str | None, job: Job) -> list[FileReport]:
+def _rewrite_stdin(name: str | None, job: Job, left_out: bool) -> list[FileReport]:
     """Source from standard input. With --apply the rewritten code goes to standard output (the input
-    itself when there is nothing to rewrite, or on an error), as Black and Ruff do with `-`; the package's
-    runtime module the code imports is written as for a file."""
-    report, code = process_stdin(sys.stdin.buffer.read(MAX_BYTES + 1), name, job)
+    itself when there is nothing to rewrite, on an error, or where --force-exclude leaves the file out),
+    as Black and Ruff do with `-`; the package's runtime module the code imports is written as for a
+    file."""
+    data = sys.stdin.buffer.read(MAX_BYTES + 1)
+    if left_out:
+        if job.apply:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        return []
+    report, code = process_stdin(data, name, job)
     if job.apply:
         sys.stdout.buffer.write(code)
         sys.stdout.buffer.flush()

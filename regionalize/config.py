@@ -69,6 +69,7 @@ KEYS = {
     "guard-bypass": choice(GUARD_BYPASS),
     "include": _strings,
     "exclude": _strings,
+    "force-exclude": boolean,
     "always": _strings,
     "never": _strings,
     "containers": _strings,

@@ -30,6 +30,11 @@ SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 class Selection:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    # Exclude files named on the command line too: pre-commit names every file it hands over.
+    force_exclude: bool = False
+
+    def excluded(self, file: str) -> bool:
+        return _matches(file, self.exclude)
 
 
 def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterator[tuple[str, str | None]]:
@@ -55,7 +60,7 @@ def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterat
             yield given, _os_error(exc)
             continue
         if not path.is_dir():
-            if first(given):
+            if not (selection.force_exclude and selection.excluded(given)) and first(given):
                 yield given, None
             continue
         found = sorted(_walk(path))
@@ -91,12 +96,18 @@ def _regular_or_broken(path: str) -> bool:
 
 
 def _selected(file: str, selection: Selection) -> bool:
-    def matches(patterns: tuple[str, ...]) -> bool:
-        return any(fnmatch.fnmatch(file, p) or fnmatch.fnmatch(os.path.basename(file), p) for p in patterns)
-
-    if selection.include and not matches(selection.include):
+    if selection.include and not _matches(file, selection.include):
         return False
-    return not matches(selection.exclude)
+    return not selection.excluded(file)
+
+
+def _matches(file: str, patterns: tuple[str, ...]) -> bool:
+    """A glob matches the path as given, its file name, or the relative path spelled with or without `./`:
+    a walk of `.` gives `./legacy/a.py`, pre-commit names it `legacy/a.py`, and `*/legacy/*` means both."""
+    names = {file, os.path.basename(file)}
+    if not os.path.isabs(file):
+        names.add(file[2:] if file.startswith("./") else f"./{file}")
+    return any(fnmatch.fnmatch(name, p) for name in names for p in patterns)
 
 
 def _git_ignored(root: Path, files: list[str]) -> set[str]:

@@ -256,6 +256,21 @@ def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> No
     assert reported == {str(tmp_path / "pkg" / "a.py")}
 
 
+def test_force_exclude_leaves_out_files_named_on_the_command_line(tmp_path: Path) -> None:
+    """As pre-commit names them: without it a file named is always taken, whatever `exclude` says."""
+    legacy = tmp_path / "legacy" / "model.py"
+    legacy.parent.mkdir()
+    legacy.write_text(MODEL, encoding="utf-8")
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.regionalize]\nexclude = ["*/legacy/*"]\n', encoding="utf-8")
+    assert invoke("--check", "legacy/model.py", cwd=tmp_path)[0] == 1
+    code, out, err = invoke("--check", "--force-exclude", "legacy/model.py", cwd=tmp_path)
+    assert (code, out) == (0, "") and "0 files scanned" in err
+    pyproject.write_text(pyproject.read_text() + "force-exclude = true\n", encoding="utf-8")
+    assert invoke("--check", "legacy/model.py", cwd=tmp_path)[:2] == (0, "")
+    assert invoke("--check", "legacy/model.py", "--exclude", "*/other/*", cwd=tmp_path)[0] == 1
+
+
 def test_an_ignored_directory_named_explicitly_is_walked(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / ".gitignore").write_text("zoo/\n", encoding="utf-8")

@@ -62,6 +62,15 @@ def test_apply_hook_rewrites(repo: Path, pre_commit_home: Path) -> None:
     assert "block.compile()" in (repo / "model.py").read_text(encoding="utf-8")
 
 
+def test_hooks_leave_out_what_the_configuration_excludes(repo: Path, pre_commit_home: Path) -> None:
+    """pre-commit names every file; the hooks' --force-exclude makes `exclude` apply to them."""
+    (repo / "pyproject.toml").write_text('[tool.regionalize]\nexclude = ["model.py"]\n', encoding="utf-8")
+    for hook in ("regionalize", "regionalize-apply"):
+        done = try_repo(repo, hook, pre_commit_home)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert (repo / "model.py").read_text(encoding="utf-8") == MODEL
+
+
 def test_hook_install_pulls_no_torch(tmp_path: Path) -> None:
     """What pre-commit installs for the hooks: this package and its dependencies, resolved by pip."""
     report = tmp_path / "report.json"

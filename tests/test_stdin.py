@@ -101,3 +101,13 @@ def test_stdin_misuse_is_a_usage_error(tmp_path: Path) -> None:
         done = regionalize(*args, stdin=MODEL, cwd=tmp_path)
         assert done.returncode == 2, args
         assert done.stdout == b""
+
+
+def test_force_exclude_prints_an_excluded_file_back_unchanged(tmp_path: Path) -> None:
+    """As Ruff's --force-exclude with --stdin-filename: an editor's buffer of an excluded file is left as
+    it is."""
+    (tmp_path / "pyproject.toml").write_text('[tool.regionalize]\nexclude = ["legacy/*"]\n')
+    args = ("--apply", "--stdin-filename", "legacy/model.py", "-")
+    assert regionalize(*args, stdin=MODEL, cwd=tmp_path).stdout != MODEL
+    done = regionalize("--force-exclude", *args, stdin=MODEL, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, MODEL)

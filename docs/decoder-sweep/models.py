@@ -4,8 +4,9 @@ takes the model's module (original or rewritten) and builds from it.
 
 The zoo holds the families the codemod was developed against; these were chosen after it, to show what
 it does on decoders it was never tuned for: other norms and residual scalings (Granite, Cohere, OLMo2),
-mixtures of experts (Mixtral, Qwen3-MoE), sliding-window layers (Gemma3, SmolLM3), and older layouts
-(OPT, Falcon, GPT-J, BLOOM, CodeGen).
+mixtures of experts (Mixtral, Qwen3-MoE), layers of one class that differ in structure (Qwen2-MoE's
+experts on every other layer, DeepSeek-V3's dense first layers), sliding-window layers (Gemma3, SmolLM3),
+and older layouts (OPT, Falcon, GPT-J, BLOOM, CodeGen).
 """
 
 from __future__ import annotations
@@ -75,6 +76,40 @@ def qwen3_moe(m: ModuleType) -> Any:
         **_GQA, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32
     )
     return m.Qwen3MoeForCausalLM(config).eval()
+
+
+def qwen2_moe(m: ModuleType) -> Any:
+    """Layers of one class that differ in structure: a mixture of experts on every other layer
+    (`decoder_sparse_step`), a dense MLP on the rest."""
+    config = transformers.Qwen2MoeConfig(
+        **_GQA,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=64,
+        decoder_sparse_step=2,
+    )
+    return m.Qwen2MoeForCausalLM(config).eval()
+
+
+def deepseek_v3(m: ModuleType) -> Any:
+    """Multi-head latent attention, and dense MLPs on the first layers before the mixtures of experts
+    (`first_k_dense_replace`): one layer class of two structures."""
+    config = transformers.DeepseekV3Config(
+        **_GQA,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        first_k_dense_replace=2,
+        n_group=1,
+        topk_group=1,
+        q_lora_rank=32,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+    )
+    return m.DeepseekV3ForCausalLM(config).eval()
 
 
 def smollm3(m: ModuleType) -> Any:
