@@ -30,7 +30,9 @@ ModuleDict) is compiled once and reused, instead of torch.compile inlining every
 
 By default prints a unified diff and one line per site, and changes nothing. --apply writes the
 files and prints the site lines (add --diff to see the diffs too); --check prints only the site lines
-(for CI and pre-commit; --diff adds the diffs, as Black's --check --diff).
+(for CI and pre-commit; --diff adds the diffs, as Black's --check --diff). A PATH of - reads the source
+from standard input, and --apply then prints the rewritten code (as Black's and Ruff's -; see
+--stdin-filename).
 
 \b
 Exit status: 0 nothing left to rewrite, 1 rewrites pending (without --apply), 2 an error.
