@@ -11,7 +11,6 @@ import click
 from regionalize import __version__, flags, rules
 from regionalize.report import FileReport, shown, site_line, summarize, summary_line, to_json, to_sarif
 from regionalize.runner import (
-    MAX_BYTES,
     Job,
     Selection,
     discover,
@@ -183,7 +182,7 @@ def _rewrite_stdin(name: str | None, job: Job, left_out: bool) -> list[FileRepor
     itself when there is nothing to rewrite, on an error, or where --force-exclude leaves the file out),
     as Black and Ruff do with `-`; the package's runtime module the code imports is written as for a
     file."""
-    data = sys.stdin.buffer.read(MAX_BYTES + 1)
+    data = sys.stdin.buffer.read()  # all of it, even past the size limit: on an error it is printed back
     if left_out:
         if job.apply:
             sys.stdout.buffer.write(data)

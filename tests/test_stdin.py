@@ -64,6 +64,10 @@ def test_input_that_cannot_be_rewritten_comes_back_unchanged(tmp_path: Path) -> 
         assert done.returncode == 2
         assert done.stdout == bad
         assert done.stderr.startswith(b"error: -: " + why)
+    huge = b"x = 1\n" * (2 * 1024 * 1024)  # 12 MiB, past the 10 MiB limit: refused, and all of it back
+    done = regionalize("--apply", "-", stdin=huge, cwd=tmp_path)
+    assert (done.returncode, done.stdout == huge) == (2, True)
+    assert done.stderr.startswith(b"error: -: file is larger than 10 MiB")
     same = regionalize("--apply", "-", stdin=b"import torch\n", cwd=tmp_path)
     assert (same.returncode, same.stdout) == (0, b"import torch\n")
 
