@@ -20,7 +20,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize import helpers, package, per_block_ints, prescan, regions
+from regionalize import declarations, helpers, package, per_block_ints, prescan, regions
 from regionalize.declarations import Declaration
 from regionalize.nodes import Walked
 from regionalize.options import Options
@@ -83,7 +83,8 @@ def transform_source(
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
     lines = source.splitlines(keepends=True)
     outside = _packages(options).lookup(path) if path else prescan.nothing
-    declared = _packages(options).declared(path) if path else []
+    own = [d for d in declarations.read(tree) if d.attribute == "_repeated_blocks"]
+    declared = _packages(options).declared(path, own) if path else []
     found = _compile_containers(tree, lines, options, outside, declared)
     if isinstance(found, TransformResult):
         return found

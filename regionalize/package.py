@@ -71,7 +71,7 @@ class Packages:
         self._reading: list[Path] = []
         self._partial: set[Path] = set()
         self._read_again: set[Path] = set()
-        self._declared: dict[Path, list[declarations.Declaration]] = {}
+        self._declared: dict[Path, list[tuple[Path, declarations.Declaration]]] = {}
 
     def lookup(self, path: str | Path) -> prescan.Lookup:
         """Resolve the names a file imports (as `prescan.FileFacts.resolve` spells them) in its package."""
@@ -90,8 +90,12 @@ class Packages:
 
         return find
 
-    def declared(self, path: str | Path) -> list[declarations.Declaration]:
-        """The `_repeated_blocks` declared anywhere in the file's top package (read once per process)."""
+    def declared(
+        self, path: str | Path, own: list[declarations.Declaration] | None = None
+    ) -> list[declarations.Declaration]:
+        """The `_repeated_blocks` declared anywhere in the file's top package (read once per process).
+        `own`, the declarations of the text being rewritten, stand for the file's on disk: the two differ
+        for standard input (an editor's unsaved buffer) and for a caller's own text."""
         file = Path(os.path.abspath(path))
         if not (file.parent / "__init__.py").is_file():
             return []
@@ -99,7 +103,16 @@ class Packages:
         top = root / module.split(".")[0]
         if top not in self._declared:
             self._declared[top] = _repeated_blocks(top)
-        return self._declared[top]
+        if own is None:
+            return [d for _, d in self._declared[top]]
+        result: list[declarations.Declaration] = []
+        for where, declaration in self._declared[top]:
+            if where != file:
+                result.append(declaration)
+            elif own:  # in the place the file's came, so that messages cite the same first one
+                result += own
+                own = []
+        return result + own
 
     def _define(self, root: Path, here: list[str], name: str, hops: int) -> Definition | None:
         absolute = _absolute(here, name)
@@ -204,7 +217,7 @@ def _absolute_names(
     return tuple(found)
 
 
-def _repeated_blocks(top: Path) -> list[declarations.Declaration]:
+def _repeated_blocks(top: Path) -> list[tuple[Path, declarations.Declaration]]:
     found = []
     for folder, _, names in os.walk(top):
         for name in sorted(n for n in names if n.endswith(".py")):
@@ -217,7 +230,8 @@ def _repeated_blocks(top: Path) -> list[declarations.Declaration]:
                 tree = ast.parse(source)
             except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
                 continue
-            found += [d for d in declarations.read(tree) if d.attribute == "_repeated_blocks"]
+            file = Path(folder) / name
+            found += [(file, d) for d in declarations.read(tree) if d.attribute == "_repeated_blocks"]
     return found
 
 

@@ -130,6 +130,14 @@ def test_never_takes_the_name_a_site_line_shows() -> None:
         assert _codes(source, options=Options(never=frozenset({name}))) == ["RGZ105"]
 
 
+def test_the_text_rewritten_stands_for_its_file_on_disk(tmp_path: Path) -> None:
+    """An editor's buffer (standard input with --stdin-filename) that no longer declares: the package's
+    declarations are read from the other files, and from the text for its own."""
+    user = _package(tmp_path, "class Model:\n    _repeated_blocks = ['Attention']\n")
+    assert _codes(USER, user) == ["RGZ111"]
+    assert _codes(USER, user.parent / "model.py") == ["RGZ001"]
+
+
 def test_declaring_the_class_compiles_it(tmp_path: Path) -> None:
     user = _package(tmp_path, "class Model:\n    _repeated_blocks = ['Resnet']\n")
     assert _codes(USER, user) == ["RGZ001"]
