@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import re
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize import declarations, helpers, package, per_block_ints, prescan, regions
+from regionalize import helpers, package, per_block_ints, prescan, regions
 from regionalize.declarations import Declaration
 from regionalize.nodes import Walked
 from regionalize.options import Options
@@ -83,8 +84,7 @@ def transform_source(
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
     lines = source.splitlines(keepends=True)
     outside = _packages(options).lookup(path) if path else prescan.nothing
-    own = [d for d in declarations.read(tree) if d.attribute == "_repeated_blocks"]
-    declared = _packages(options).declared(path, own) if path else []
+    declared = partial(_packages(options).declared, path) if path else _undeclared
     found = _compile_containers(tree, lines, options, outside, declared)
     if isinstance(found, TransformResult):
         return found
@@ -133,12 +133,16 @@ class _Pass:
     holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
 
 
+def _undeclared(own: list[Declaration]) -> list[Declaration]:
+    return []  # a text with no file: no package to declare blocks for it
+
+
 def _compile_containers(
     tree: ast.Module,
     lines: list[str],
     options: Options,
     outside: prescan.Lookup,
-    declared: list[Declaration],
+    declared: Callable[[list[Declaration]], list[Declaration]],
     cache_blocks: dict[str, str | None] | None = None,
 ) -> _Pass | TransformResult:
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
@@ -147,7 +151,7 @@ def _compile_containers(
     walked = Walked(tree)  # one walk for the facts and the regions
     facts = prescan.scan(tree, options.containers, outside, walked=walked)
     facts.cache_blocks = cache_blocks or {}
-    facts.package_declarations = declared
+    facts.package_declarations = declared(facts.declarations)  # the file's own read from `tree`
     classes = facts.classes
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
     names = facts.container_names() | facts.imported_clone_helpers
@@ -233,9 +237,8 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     if not might_have_sites(source, options):
         return frozenset()
     packages = _packages(options)
-    found = _compile_containers(
-        tree, source.splitlines(keepends=True), options, packages.lookup(file), packages.declared(file)
-    )
+    lines = source.splitlines(keepends=True)
+    found = _compile_containers(tree, lines, options, packages.lookup(file), partial(packages.declared, file))
     return frozenset() if isinstance(found, TransformResult) else found.holders
 
 

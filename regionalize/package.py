@@ -91,11 +91,11 @@ class Packages:
         return find
 
     def declared(
-        self, path: str | Path, own: list[declarations.Declaration] | None = None
+        self, path: str | Path, own: list[declarations.Declaration]
     ) -> list[declarations.Declaration]:
-        """The `_repeated_blocks` declared anywhere in the file's top package (read once per process).
-        `own`, the declarations of the text being rewritten, stand for the file's on disk: the two differ
-        for standard input (an editor's unsaved buffer) and for a caller's own text."""
+        """The `_repeated_blocks` declared anywhere in the file's top package (read once per process),
+        the file's from `own`, the declarations of the text being rewritten, in place of those on disk:
+        the two differ for standard input (an editor's unsaved buffer) and for a caller's own text."""
         file = Path(os.path.abspath(path))
         if not (file.parent / "__init__.py").is_file():
             return []
@@ -103,8 +103,7 @@ class Packages:
         top = root / module.split(".")[0]
         if top not in self._declared:
             self._declared[top] = _repeated_blocks(top)
-        if own is None:
-            return [d for _, d in self._declared[top]]
+        own = [d for d in own if d.attribute == "_repeated_blocks"]
         result: list[declarations.Declaration] = []
         for where, declaration in self._declared[top]:
             if where != file:

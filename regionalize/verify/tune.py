@@ -180,7 +180,7 @@ def _probe(subject: Subject, options: Options) -> dict[str, ClassGraphs]:
             raise VerifyError.from_exception("probe", exc) from exc
         attribution.flush()
     # A class none of whose compiles made a graph is not judged.
-    return {name: c for name, c in attribution.classes.items() if c.graphs}
+    return {name: c for name, c in attribution.classes().items() if c.graphs}
 
 
 class _ByCall:
@@ -192,7 +192,7 @@ class _ByCall:
     the resume functions of a graph break count once, not once more per block."""
 
     def __init__(self) -> None:
-        self.classes: dict[str, ClassGraphs] = {}
+        self._blocks: Counter[str] = Counter()
         self._codes: dict[str, Counter[tuple[str, int, str]]] = {}
         self._running: list[str] = []
         self._seen = 0
@@ -201,7 +201,7 @@ class _ByCall:
         """Wrap the block's compiled call, which Dynamo never traces (it inlines `_call_impl` when an
         outer compile calls the block), so the wrapper runs only where the block is called eagerly."""
         name = type(module).__name__
-        self.classes.setdefault(name, ClassGraphs()).blocks += 1
+        self._blocks[name] += 1
         self._codes.setdefault(name, Counter())
         compiled = module._compiled_call_impl
         assert compiled is not None
@@ -223,10 +223,14 @@ class _ByCall:
         new, self._seen = records[self._seen :], len(records)
         if not self._running:
             return
-        name = self._running[-1]
-        codes = self._codes[name]
+        codes = self._codes[self._running[-1]]
         codes.update((r.co_filename, r.co_firstlineno, r.co_name) for r in new if r.graph_op_count)
-        self.classes[name].graphs = max(codes.values(), default=0)
+
+    def classes(self) -> dict[str, ClassGraphs]:
+        return {
+            name: ClassGraphs(blocks, max(self._codes[name].values(), default=0))
+            for name, blocks in self._blocks.items()
+        }
 
 
 def _measure(tuning: Tuning, subject: Subject, factory: str, options: Options, progress: Progress) -> None:
