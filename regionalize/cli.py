@@ -9,16 +9,9 @@ from typing import Any
 import click
 
 from regionalize import __version__, flags, rules
+from regionalize.discovery import Selection, discover
 from regionalize.report import FileReport, shown, site_line, summarize, summary_line, to_json, to_sarif
-from regionalize.runner import (
-    Job,
-    Selection,
-    discover,
-    process_stdin,
-    run,
-    runtime_reports,
-    write_output,
-)
+from regionalize.runner import Job, process_stdin, run, runtime_reports, write_output
 from regionalize.tune_cli import tune
 from regionalize.verify_cli import verify
 
@@ -189,10 +182,12 @@ def _rewrite_stdin(name: str | None, job: Job, left_out: bool) -> list[FileRepor
             sys.stdout.buffer.flush()
         return []
     report, code = process_stdin(data, name, job)
+    # The runtime copy before the code that imports it, which an editor writes into the file.
+    runtimes = runtime_reports([report], job)
     if job.apply:
         sys.stdout.buffer.write(code)
         sys.stdout.buffer.flush()
-    return [report, *runtime_reports([report], job)]
+    return [report, *runtimes]
 
 
 def _emit(reports: list[FileReport], fmt: str, quiet: bool, err: bool = False) -> None:

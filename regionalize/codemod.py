@@ -21,7 +21,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize import helpers, package, per_block_ints, prescan, regions
+from regionalize import collisions, helpers, package, per_block_ints, prescan, regions
 from regionalize.declarations import Declaration
 from regionalize.nodes import Walked
 from regionalize.options import Options
@@ -31,7 +31,7 @@ from regionalize.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, SKIP_COMM
 from regionalize.patterns.extend import ExtendSites
 from regionalize.patterns.loops import LoopSites
 from regionalize.patterns.model import Edits
-from regionalize.report import Site
+from regionalize.report import CODES, Site
 
 __all__ = ["SKIP_COMMENT", "TRIGGERS", "TransformResult", "might_have_sites", "transform_source"]
 
@@ -48,7 +48,9 @@ class TransformResult:
     code: str
     sites: list[Site] = field(default_factory=list)
     reason: str = ""
-    runtime: Path | None = None  # the package's runtime copy the code imports its helpers from
+    # The package's runtime copy the code imports its helpers from, or would but for a file or folder of
+    # the package's own in its place (`collisions.Clash.blocked`).
+    runtime: Path | None = None
 
     @property
     def changed(self) -> bool:
@@ -82,7 +84,7 @@ def transform_source(
         return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
     except (ValueError, MemoryError, RecursionError) as exc:
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
-    lines = source.splitlines(keepends=True)
+    original, lines = tree, source.splitlines(keepends=True)
     outside = _packages(options).lookup(path) if path else prescan.nothing
     declared = partial(_packages(options).declared, path) if path else _undeclared
     found = _compile_containers(tree, lines, options, outside, declared)
@@ -101,7 +103,13 @@ def transform_source(
         found = _compile_containers(tree, lines, options, outside, declared, fixes.cache_blocks)
         assert not isinstance(found, TransformResult)
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
-    code, runtime = _add_helpers(found, tree, path)
+    code, placed = _add_helpers(found, tree, path)
+    runtime = placed.module if placed else None
+    if placed and (taken := collisions.clash(original, source, placed, path)):
+        # Nothing is written: a rewrite that called or imported the wrong helper would claim a compile
+        # that never runs.
+        sites = [_not_placed(site, taken.hint) for site in sites]
+        return TransformResult("skip", source, sites, reason=taken.hint, runtime=taken.blocked)
     if code == source:
         return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
     try:
@@ -111,11 +119,21 @@ def transform_source(
     return TransformResult("success", code, sites, runtime=runtime)
 
 
+_TAKEN = "RGZ113"
+
+
+def _not_placed(site: Site, hint: str) -> Site:
+    if site.action != "rewrite":
+        return site
+    return dataclasses.replace(site, code=_TAKEN, action="skip", reason=f"{CODES[_TAKEN]}; {hint}")
+
+
 def _without_regions(site: Site, cache_blocks: dict[str, str | None]) -> Site:
     """An owner whose blocks update a cache the runtime cannot stand in for is compiled without regions
     (`nested=False`): its site line says so. The sites are the first pass's, made before that was known."""
     names = re.findall(r"\w+", site.block)
-    if site.code == "RGZ001" and site.reason == OWNED and any(cache_blocks.get(n, "") is None for n in names):
+    uncached = any(cache_blocks.get(n, "") is None for n in names)
+    if site.code == "RGZ001" and site.reason.startswith(OWNED) and uncached:
         return dataclasses.replace(site, reason=OWNED_WITHOUT_REGIONS)
     return site
 
@@ -242,7 +260,7 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     return frozenset() if isinstance(found, TransformResult) else found.holders
 
 
-def _add_helpers(found: _Pass, tree: ast.Module, path: str | None) -> tuple[str, Path | None]:
+def _add_helpers(found: _Pass, tree: ast.Module, path: str | None) -> tuple[str, helpers.Placed | None]:
     """The runtime helpers the code calls (imported, or inline) after the imports, and `import torch`
     where isort puts it. `tree` is the text before the containers' pass, whose positions still hold
     above the first rewritten region; module-level sites (one region from line 1) parse the text again."""
@@ -250,16 +268,16 @@ def _add_helpers(found: _Pass, tree: ast.Module, path: str | None) -> tuple[str,
     torch_at, helper_at = regions.insert_lines(tree)
     if found.first_region and found.first_region <= helper_at:
         torch_at, helper_at = regions.insert_lines(ast.parse(code))
-    runtime = None
+    placed = None
     if "_regionalize_" in code:
         placed = helpers.place(code, path, helper_at)
-        code, runtime = placed.code, placed.module
+        code = placed.code
     if found.needs_torch and not found.facts.torch_bound:
         newline = "\r\n" if "\r\n" in code else "\n"
         lines = code.splitlines(keepends=True)
         lines[torch_at:torch_at] = [f"import torch{newline}"]
         code = "".join(lines)
-    return code, runtime
+    return code, placed
 
 
 def _one_line(exc: Exception) -> str:

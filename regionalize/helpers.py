@@ -9,13 +9,18 @@ A file inside a package imports them, in one line, from `_regionalize.py`, a cop
 runner keeps once per package, at its top folder: over a whole zoo, the helpers are written once and
 fixed in one place. A file outside any package holds the helpers it calls inline, between two marker
 comments. Either way the helpers placed are found from the names the file calls, so a second pass
-places the same ones, and brings an outdated copy up to date, and otherwise changes nothing.
+places the same ones, and brings an outdated copy up to date, and otherwise changes nothing. Every copy
+starts with the runtime's header: a file of the name without it is the package's own (`foreign_module`),
+and the names a placement binds are checked free by `collisions.py`.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.machinery
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -32,9 +37,10 @@ _CHUNK = re.compile(
     r"(?P<blank>(?:^\r?\n){0,2})^# regionalize runtime \d+: begin.*?^# regionalize runtime: end[^\n]*\n",
     re.M | re.S,
 )
-_MARK = "# regionalize runtime "  # what every inline copy's first line starts with
+# What the first line of every copy, inline or the package's, starts with, whatever its version: a file of
+# that name without it is the package's own, never overwritten.
+_MARK = "# regionalize runtime "
 _VERSION = re.compile(r"# regionalize runtime (\d+)")
-_DEFINED = re.compile(r"^def (_regionalize_\w+)|^(_regionalize_\w+) *=(?!=)", re.M)
 
 
 @dataclass(frozen=True)
@@ -129,35 +135,80 @@ def package_root(path: Path) -> Path | None:
 class Placed:
     code: str
     module: Path | None = None  # the package's runtime copy this file imports from
+    # The names the placed helpers bind in the file: those imported, or each definition and import of the
+    # inline copy (`import torch` as `torch`).
+    binds: frozenset[str] = frozenset()
 
 
 def place(code: str, path: str | None, at: int) -> Placed:
     """`code` with the helpers it calls placed, at line index `at` (after the imports) unless already
-    there: one import in a package, else inline. A helper the file defines itself (an older rewrite's)
-    stays as it is."""
-    # The search tries its pattern at every position of the file; most files hold no copy at all.
-    chunk = _CHUNK.search(code) if _MARK in code else None
+    there: one import in a package, else inline. Whether the names it binds are free is for the caller
+    to judge (`collisions.py`)."""
+    chunk = _chunk(code)
     outside = code if chunk is None else code[: chunk.start()] + code[chunk.end() :]
-    importing = _import_line(outside)
+    root = package_root(Path(path)) if path else None
+    dots = import_dots(Path(path), root) if path and root else ""
+    importing = _import_line(outside, dots) if dots else None
     called = set(_NAME.findall(outside if importing is None else outside.replace(importing.group(0), "")))
-    called = (called & set(_sections())) - {a or b for a, b in _DEFINED.findall(outside)}
+    called &= set(_sections())
     if not called:  # nothing calls the helpers any more: an import or inline copy left is dead code
         return Placed(outside if importing is None else outside.replace(importing.group(0), "", 1))
-    root = package_root(Path(path)) if path else None
     newline = "\r\n" if "\r\n" in code else "\n"
     if root is not None:
-        line = f"from {_dots(Path(path), root)}{MODULE} import {', '.join(sorted(called))}{newline}"
+        line = f"from {dots}{MODULE} import {', '.join(sorted(called))}{newline}"
+        module, binds = root / f"{MODULE}.py", frozenset(called)
         if importing is not None:
-            return Placed(code.replace(importing.group(0), line, 1), root / f"{MODULE}.py")
-        return Placed(_insert(code, at, line), root / f"{MODULE}.py")
+            return Placed(code.replace(importing.group(0), line, 1), module, binds)
+        return Placed(_insert(code, at, line), module, binds)
     chosen = [_sections()[name] for name in _closure(called)]
+    binds = frozenset(c.name.removeprefix("import ") for c in chosen)
     imports = "".join(c.text for c in chosen if c.name.startswith("import "))
     defs = "\n\n\n".join(c.text.rstrip("\n") for c in chosen if not c.name.startswith("import "))
     body = imports + "\n\n" + defs
     text = f"{BEGIN.format(version=VERSION)}\n{body}\n{END}\n".replace("\n", newline)
     if chunk is not None:
-        return Placed(code[: chunk.start()] + chunk.group("blank") + text + code[chunk.end() :])
-    return Placed(_insert(code, at, newline * 2 + text))
+        return Placed(code[: chunk.start()] + chunk.group("blank") + text + code[chunk.end() :], binds=binds)
+    return Placed(_insert(code, at, newline * 2 + text), binds=binds)
+
+
+def _chunk(code: str) -> re.Match[str] | None:
+    # The search tries its pattern at every position of the file; most files hold no copy at all.
+    return _CHUNK.search(code) if _MARK in code else None
+
+
+def inline_lines(code: str) -> range:
+    """The lines (1-based) of the file's inline copy, written by regionalize; empty when it has none."""
+    chunk = _chunk(code)
+    if chunk is None:
+        return range(0)
+    first = code.count("\n", 0, chunk.start() + len(chunk.group("blank"))) + 1
+    return range(first, code.count("\n", 0, chunk.end()) + 1)
+
+
+def foreign_module(root: Path) -> tuple[Path, str] | None:
+    """What takes the runtime module's name in the top folder `root` without being a copy regionalize
+    wrote, and what it is: a file of the package's own (its first line is not a copy's), a folder (a
+    package, which Python imports before a module, or a namespace package, which a module would hide), or
+    a compiled module (an extension, which Python imports before a `.py`; a `.pyc`, which a `.py` hides)."""
+    if (root / MODULE).is_dir():
+        return root / MODULE, "folder"
+    for suffix in (*importlib.machinery.EXTENSION_SUFFIXES, *importlib.machinery.BYTECODE_SUFFIXES):
+        if os.path.lexists(root / f"{MODULE}{suffix}"):
+            return root / f"{MODULE}{suffix}", "compiled module"
+    copy = root / f"{MODULE}.py"
+    if os.path.lexists(copy) and not _written_by_us(copy):
+        return copy, "file"
+    return None
+
+
+def _written_by_us(path: Path) -> bool:
+    """Opened without blocking, as the runner reads source: a FIFO of the name would hold the run."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            return stat.S_ISREG(os.fstat(descriptor).st_mode) and handle.read(len(_MARK)) == _MARK.encode()
+    except OSError:  # unreadable: it cannot be told from the package's own, so it is not overwritten
+        return False
 
 
 def pending_module(file: Path) -> str | None:
@@ -172,11 +223,16 @@ def pending_module(file: Path) -> str | None:
     return runtime_text()
 
 
-def _import_line(code: str) -> re.Match[str] | None:
-    return re.search(rf"^from \.+{MODULE} import [\w, ]+\r?\n", code, re.M)
+def _import_line(code: str, dots: str) -> re.Match[str] | None:
+    """The import regionalize writes: from the top folder's copy, of its helpers alone. A module of the
+    user's of that name deeper in the package, or other names, are the user's own import."""
+    return re.search(
+        rf"^from {re.escape(dots)}{MODULE} import _regionalize_\w+(?:, _regionalize_\w+)*\r?\n", code, re.M
+    )
 
 
-def _dots(path: Path, root: Path) -> str:
+def import_dots(path: Path, root: Path) -> str:
+    """The dots of a relative import of the top folder `root` from the file at `path`."""
     return "." * len(path.resolve().parent.relative_to(root).parts) + "."
 
 

@@ -75,12 +75,10 @@ class Packages:
 
     def lookup(self, path: str | Path) -> prescan.Lookup:
         """Resolve the names a file imports (as `prescan.FileFacts.resolve` spells them) in its package."""
-        file = Path(os.path.abspath(path))
-        if not (file.parent / "__init__.py").is_file():
+        where = _package_of(path)
+        if where is None:
             return prescan.nothing  # a stand-alone script: no package to read
-        root, module = module_name_for(file)
-        # The package from the folders: a stem need not be a name (`model.in.py`, a fixture's input).
-        here = module.removesuffix("." + file.stem).split(".")
+        root, here = where
         found: dict[str, Definition | None] = {}
 
         def find(name: str) -> Definition | None:
@@ -185,6 +183,29 @@ class Packages:
         else:
             self._read[file] = (stamp, facts)
         return facts
+
+
+def _package_of(path: str | Path) -> tuple[Path, list[str]] | None:
+    """The import root and the dotted name of the package of the file at `path`; None outside any."""
+    file = Path(os.path.abspath(path))
+    if not (file.parent / "__init__.py").is_file():
+        return None
+    root, module = module_name_for(file)
+    # The package from the folders: a stem need not be a name (`model.in.py`, a fixture's input).
+    return root, module.removesuffix("." + file.stem).split(".")
+
+
+def module_file(path: str | Path, name: str) -> Path | None:
+    """The file of the module that the file at `path` imports as `name` (`.layers`, `lib.layers`), when it
+    is a module of the file's top package; None for any other."""
+    where = _package_of(path)
+    if where is None:
+        return None
+    root, here = where
+    absolute = _absolute(here, name)
+    if not absolute or absolute[0] != here[0]:
+        return None
+    return _module_file(root, absolute)
 
 
 def _absolute(here: list[str], name: str) -> list[str] | None:

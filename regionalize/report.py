@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -36,6 +37,9 @@ class FileReport:
     changed: bool = False
     diff: str = ""
     runtime: str | None = None  # the package's runtime copy (`_regionalize.py`) the file imports from
+    # What the runtime copy held ("" for none) before this file's --apply wrote it first; None when it did
+    # not write it.
+    runtime_before: str | None = None
 
     @property
     def rewrites(self) -> int:
@@ -46,6 +50,13 @@ def shown(path: str) -> str:
     """`path` as text any output stream takes: a file name that is not valid UTF-8 reaches Python with its
     bytes as surrogates, which a strict stream (a UTF-8 locale other than C) refuses to print."""
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def label(path: str | os.PathLike[str]) -> str:
+    """A path the run came to by itself (a package's runtime module), relative to the current folder
+    when it is under it, as paths given on the command line mostly are."""
+    relative = os.path.relpath(path)
+    return os.fspath(path) if relative.startswith("..") else relative
 
 
 def site_line(path: str, site: Site) -> str:

@@ -1,18 +1,17 @@
-"""The file runner: find files, read them faithfully, run the codemod, write results atomically."""
+"""The file runner: read files faithfully, run the codemod, write results atomically (the files of a run
+are found by `discovery.py`)."""
 
 from __future__ import annotations
 
 import codecs
 import contextlib
 import difflib
-import fnmatch
 import gc
 import os
 import stat
-import subprocess
 import tempfile
 import tokenize
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,125 +19,14 @@ from pathlib import Path
 from regionalize import helpers
 from regionalize.codemod import might_have_sites, transform_source
 from regionalize.options import Options
-from regionalize.report import FileReport, shown
+from regionalize.report import FileReport, label, shown
 
 MAX_BYTES = 10 * 1024 * 1024  # larger "source" is generated data; parsing it would stall the run
-SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 
 
-@dataclass(frozen=True)
-class Selection:
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    # Exclude files named on the command line too: pre-commit names every file it hands over.
-    force_exclude: bool = False
-
-    def excluded(self, file: str) -> bool:
-        return _matches(file, self.exclude)
-
-
-def discover(paths: Iterable[str], selection: Selection = Selection()) -> Iterator[tuple[str, str | None]]:
-    """Yield (path, error) for every Python file under `paths`; error is set for a path that is unusable.
-
-    Files named explicitly are always taken; directories are walked, skipping hidden, virtual-env,
-    cache and git-ignored folders and files, then --include/--exclude globs are applied.
-    """
-    seen: set[str] = set()  # a file named twice, or also under a folder named, is taken once
-
-    def first(file: str) -> bool:
-        key = os.path.realpath(file)
-        if key in seen:
-            return False
-        seen.add(key)
-        return True
-
-    for given in paths:
-        path = Path(given)
-        try:
-            path.stat()
-        except OSError as exc:
-            yield given, _os_error(exc)
-            continue
-        if not path.is_dir():
-            if not (selection.force_exclude and selection.excluded(given)) and first(given):
-                yield given, None
-            continue
-        found = sorted(_walk(path))
-        ignored = _git_ignored(path, found)
-        for file in found:
-            if file in ignored or not _selected(file, selection) or not first(file):
-                continue
-            yield file, None
-
-
-def _walk(root: Path) -> Iterator[str]:
-    for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = [
-            d
-            for d in dirnames
-            if not d.startswith(".")
-            and d not in SKIP_DIRS
-            and not (Path(directory, d) / "pyvenv.cfg").exists()
-        ]
-        for name in filenames:
-            path = os.path.join(directory, name)
-            # A FIFO, socket or device named *.py is not source (reading a FIFO would wait forever); a
-            # link that leads nowhere is still yielded, and reported.
-            if name.endswith((".py", ".pyi")) and not name.startswith(".") and _regular_or_broken(path):
-                yield path
-
-
-def _regular_or_broken(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return True
-
-
-def _selected(file: str, selection: Selection) -> bool:
-    if selection.include and not _matches(file, selection.include):
-        return False
-    return not selection.excluded(file)
-
-
-def _matches(file: str, patterns: tuple[str, ...]) -> bool:
-    """A glob matches the path as given, its file name, or the relative path spelled with or without `./`:
-    a walk of `.` gives `./legacy/a.py`, pre-commit names it `legacy/a.py`, and `*/legacy/*` means both."""
-    names = {file, os.path.basename(file)}
-    if not os.path.isabs(file):
-        names.add(file[2:] if file.startswith("./") else f"./{file}")
-    return any(fnmatch.fnmatch(name, p) for name in names for p in patterns)
-
-
-def _git_ignored(root: Path, files: list[str]) -> set[str]:
-    """Files git ignores under `root`; empty when git is missing or `root` is not in a work tree.
-
-    A directory named on the command line is walked even when git ignores it (a downloaded model zoo
-    under an ignored folder): then only what a user asked for is there, and nothing is left out.
-    """
-    if not files:
-        return set()
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(root), "check-ignore", "--no-index", "-z", "--stdin"],
-            # fsencode: a file name that is not valid UTF-8 goes to git as the bytes it is.
-            input=b"\0".join([b".", *(os.fsencode(os.path.relpath(f, root)) for f in files)]),
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return set()
-    if done.returncode not in (0, 1):  # 128: not a git repository
-        return set()
-    ignored = [os.fsdecode(f) for f in done.stdout.split(b"\0") if f]
-    if "." in ignored:
-        return set()
-    return {os.path.join(root, f) for f in ignored}
-
-
-def _os_error(exc: OSError) -> str:
-    return exc.strerror or str(exc)
+def _os_error(exc: OSError | ValueError) -> str:
+    """The reason an error gives, without the path an OSError repeats."""
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 @dataclass
@@ -232,16 +120,52 @@ def process_file(path: str, job: Job) -> FileReport:
     try:
         source = read_source(path)
     except (OSError, ValueError) as exc:
-        report.error = _os_error(exc) if isinstance(exc, OSError) else str(exc)
+        report.error = _os_error(exc)
         return report
     code = _rewrite(report, source, path, job)
     if code is not None and job.apply:
-        try:
-            write_atomically(path, source, code)
-        except OSError as exc:
-            report.error = f"cannot write: {_os_error(exc)}"
-            report.changed = False  # the summary counts files changed on disk
+        report.error = _write(report, source, code)
+        report.changed = report.error is None  # the summary counts files changed on disk
     return report
+
+
+def _write(report: FileReport, source: SourceFile, code: str) -> str | None:
+    """Write a rewritten file, its package's runtime copy first: a run stopped between the two writes
+    leaves a package that imports. The error, or None."""
+    if report.runtime:
+        try:
+            report.runtime_before = _runtime_copy(report.runtime, write=True)
+        except ValueError as exc:
+            return f"not written, as its runtime copy {shown(label(report.runtime))} is not: {exc}"
+    try:
+        write_atomically(report.path, source, code)
+    except OSError as exc:
+        return f"cannot write: {_os_error(exc)}"
+    return None
+
+
+def _runtime_copy(path: str, write: bool) -> str | None:
+    """What a package's runtime copy held ("" for none) when it is not up to date, and with `write` it
+    is then; None when it is up to date. ValueError when it cannot be read or written, or is a file or
+    folder of the package's own, which is never written over."""
+    if taken := helpers.foreign_module(Path(path).parent):
+        raise ValueError(_FOREIGN.format(what=taken[1]))
+    text = helpers.pending_module(Path(path))
+    if text is None:
+        return None
+    try:
+        before = read_source(path).text if os.path.exists(path) else ""
+        if write:
+            write_atomically(path, SourceFile(before, "utf-8", False), text)
+    except (OSError, ValueError) as exc:
+        raise ValueError(_os_error(exc)) from None
+    return before
+
+
+_FOREIGN = (
+    "the package's own {what} has the name of the runtime module that its rewritten files would import: "
+    "left as it is, and so are they (RGZ113); rename it to let them be rewritten"
+)
 
 
 def process_stdin(data: bytes, name: str | None, job: Job) -> tuple[FileReport, bytes]:
@@ -353,27 +277,27 @@ def _bulk_gc() -> Iterator[None]:
 
 
 def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
-    """The packages' runtime copies the rewritten files import, each written (or brought up to date)
-    once per run, after the files: a report of its own, so the diff and the exit status show it."""
+    """The packages' runtime copies the files import, each a report of its own, so that the diff and the
+    exit status show it: written by --apply before the first file that imports it (`process_file`), and
+    here brought up to date for the files rewritten before. A file or folder of the package's own in its
+    place is an error, and left as it is, as are the files that would import it (RGZ113)."""
     out = []
-    for path in sorted({r.runtime for r in reports if r.runtime and not r.error}):
-        text = helpers.pending_module(Path(path))
-        if text is None:
+    # A copy written before its file failed to be is reported too.
+    for path in sorted(
+        {r.runtime for r in reports if r.runtime and (not r.error or r.runtime_before is not None)}
+    ):
+        if taken := helpers.foreign_module(Path(path).parent):
+            out.append(FileReport(label(taken[0]), error=_FOREIGN.format(what=taken[1])))
             continue
-        label = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
-        report = FileReport(label, changed=True)
+        written = [r.runtime_before for r in reports if r.runtime == path and r.runtime_before is not None]
+        report = FileReport(label(path), changed=True)
         try:
-            before = read_source(path).text if os.path.exists(path) else ""
-        except (OSError, ValueError) as exc:
-            report.error = f"cannot read the runtime copy: {exc}"
+            before = written[0] if written else _runtime_copy(path, job.apply)
+        except ValueError as exc:
+            report.error = str(exc)
             out.append(report)
             continue
-        if job.diff:
-            report.diff = unified_diff(label, before, text)
-        if job.apply:
-            try:
-                write_atomically(path, SourceFile(before, "utf-8", False), text)
-            except OSError as exc:
-                report.error = f"cannot write: {_os_error(exc)}"
-        out.append(report)
+        if before is not None:
+            report.diff = unified_diff(report.path, before, helpers.runtime_text()) if job.diff else ""
+            out.append(report)
     return out

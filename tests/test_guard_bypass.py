@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch_support import needs_reuse  # noqa: E402
+
 from regionalize.codemod import transform_source  # noqa: E402
 from regionalize.guard_bypass import HELPER_NAMES  # noqa: E402
 from regionalize.options import Options  # noqa: E402
@@ -147,6 +149,7 @@ def owner_table(model: torch.nn.Module) -> dict:
     return next(c.cell_contents for c in dispatch.__closure__ or () if isinstance(c.cell_contents, dict))
 
 
+@needs_reuse
 def test_dispatcher_on_the_owner_frame_follows_hooks_as_the_guarded_frame_does() -> None:
     """A hook removed after the first calls no longer runs. One registered then runs as it would on the
     guarded frame: there not at all, since torch's default `skip_nnmodule_hook_guards` compiles no guard

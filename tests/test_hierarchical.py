@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 import torch
+from torch_support import needs_reuse
 
 from regionalize.codemod import transform_source
 from regionalize.options import Options
+from regionalize.runtime.regions import _regionalize_reuses
 from regionalize.verify.accounting import recording
 
 SOURCE = """
@@ -106,13 +108,8 @@ def clones(graph: torch.fx.GraphModule, region: torch.fx.Node) -> int:
     return sum(1 for n in body.graph.nodes if n.target in ("clone", torch.clone))
 
 
-@pytest.mark.parametrize("torch_regions", ["these", "torch 2.11's, which take no reuse limit"])
-def test_default_form_compiles_the_owner_whole_and_traces_the_block_once(
-    torch_regions: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if torch_regions != "these":
-        region = torch.compiler.nested_compile_region
-        monkeypatch.setattr(torch.compiler, "nested_compile_region", lambda fn=None: region(fn))
+@needs_reuse
+def test_default_form_compiles_the_owner_whole_and_traces_the_block_once() -> None:
     GRAPHS.clear()
     model, twin = build(mode="default", backend="regionalize_test_recorder")
     calls = graphed_spy(model)
@@ -269,6 +266,7 @@ def test_calls_the_graph_cannot_serve_take_the_guarded_path(fake_cuda: None, cas
     assert calls == []
 
 
+@needs_reuse
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_a_block_with_a_graph_break_falls_back_to_regional_with_one_warning(
     fake_cuda: None, mode: str
@@ -300,6 +298,7 @@ def regionalize_test_no_regions(gm: torch.fx.GraphModule, example_inputs: Any) -
     return gm.forward
 
 
+@needs_reuse
 def test_a_backend_failure_is_named_by_the_error_it_wraps() -> None:
     model, twin = build(mode="default", backend="regionalize_test_no_regions")
     x = torch.randn(2, 16)
@@ -434,13 +433,16 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
     ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
     for m in (twin, model):
         m(ids, use_cache=False).logits.sum().backward()
-    # The width and depth that show torch's error are too slow for a test; the path taken is what matters.
-    assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+    # The width and depth that show torch's error are too slow for a test; the path taken is what matters:
+    # each layer compiled on its own, its cache (none here) stood in for in a frame of its own.
+    frames = sys.modules[module._regionalize_blocks.__module__]._regionalize_block_frames
+    assert all(layer in frames for layer in model.model.layers)
     for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)
     with torch.no_grad():
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
-    assert model.model.__dict__["_regionalize_owner"].get("why") is None  # the no_grad call ran whole
+    if _regionalize_reuses():
+        assert model.model.__dict__["_regionalize_owner"].get("why") is None  # the no_grad call ran whole
 
 
 STAGES = """
@@ -566,6 +568,7 @@ class Stacks(nn.Module):  # as T5's encoder and decoder: one width, the second's
 """
 
 
+@needs_reuse
 def test_owners_of_one_class_at_other_widths_compile_with_static_shapes() -> None:
     """Stages of one class whose parameters differ in shape compile as frames of their own, static, whatever
     else they hold (another depth, no downsampling); stacks of one width in another model of the process
@@ -582,6 +585,7 @@ def test_owners_of_one_class_at_other_widths_compile_with_static_shapes() -> Non
     assert len(GRAPHS) == 5 and not any(_symbolic(gm) for gm in GRAPHS)  # one for each, compiled once
 
 
+@needs_reuse
 def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
     """A draft model and its target, one class at two widths in one process, are not stages of one model:
     each keeps dynamic shapes, so a sequence growing past the recompile limit stays compiled. Compared
@@ -700,6 +704,7 @@ class Model(Layer):
 '''
 
 
+@needs_reuse
 def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() -> None:
     """Others compiled on the owner's forward code past torch's recompile limit (each layer branching on its
     own integer) leave the owner compiled whole, not skipped by Dynamo (an error under fullgraph)."""
@@ -749,6 +754,7 @@ class Model(nn.Module):
 """
 
 
+@needs_reuse
 def test_outputs_that_alias_are_copied_in_the_one_trace_of_the_region() -> None:
     """A region may not return views of one tensor, nor an input. Dynamo knows while it traces which
     tensor is a view of which, so the region copies the two views and the input it returns, and is traced
@@ -796,6 +802,7 @@ class Model(nn.Module):
 """
 
 
+@needs_reuse
 def test_outputs_that_share_memory_unseen_are_all_copied_on_the_owners_retry() -> None:
     """An output that shares an input's memory other than as a view fails the first compile, before
     anything ran; the owner is compiled whole again with every output of the block copied, no warning."""
@@ -842,6 +849,7 @@ class Model(nn.Module):
 """
 
 
+@needs_reuse
 def test_copies_of_slices_are_right_under_inductor() -> None:
     """Copied in `clone()`'s default layout, the slices (batch 1, with the joined tensor's batch stride)
     corrupted the heap in Inductor's code for the region in torch 2.13; contiguous copies are right. Run in
@@ -909,6 +917,7 @@ class Model(nn.Module):
 """
 
 
+@needs_reuse
 @pytest.mark.parametrize("how", ["flat", "dict", "namedtuple", "odd names", "a star"])
 def test_region_arguments_pass_flat_where_they_can_and_as_given_otherwise(how: str) -> None:
     """Keyword arguments, tuples of tensors and plain values reach a region as positional leaves, for
@@ -976,6 +985,7 @@ class Model(nn.Module):
 """
 
 
+@needs_reuse
 @pytest.mark.parametrize("how", ["none", "list", "marker-like", "dict"])
 def test_outputs_holding_none_are_reused_regions_and_come_back_as_returned(how: str) -> None:
     """Dynamo reuses a region only if it returns tensors: a tuple or list holding None comes back from
@@ -1027,6 +1037,7 @@ class ShiftedNorm(torch.nn.LayerNorm):
         return super().forward(x) + 1
 
 
+@needs_reuse
 @pytest.mark.parametrize("bypass", [None, "depyf"])
 def test_blocks_whose_submodules_differ_in_class_share_no_region(bypass: str | None) -> None:
     """torch 2.13 alone reuses the first block's region for the others here, which then skip their

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from kv_support import attributes, load, rewritten  # noqa: E402
+from torch_support import needs_reuse  # noqa: E402
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
@@ -106,6 +107,7 @@ def held(cache: EncoderDecoderCache) -> list[Any]:
     return [(layer.keys, layer.values, attributes(layer)) for layer in layers] + [cache.is_updated]
 
 
+@needs_reuse
 def test_one_trace_serves_every_layer_and_the_caches_hold_the_originals() -> None:
     """The prompt writes the cross-attention keys: one region, traced once and stamped out for the other
     five layers. The tokens read them: traced layer by layer, without regions."""
@@ -157,6 +159,7 @@ def test_a_block_reading_another_layers_flag_is_compiled_without_regions() -> No
     assert "_regionalize_blocks(block, self, nested=False" in code
 
 
+@needs_reuse
 @pytest.mark.parametrize("family", ["bart", "t5"])
 def test_transformers_encoder_decoders_generate_the_originals_tokens_from_one_traced_layer(
     family: str,

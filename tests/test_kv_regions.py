@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from kv_support import attributes, load, rewritten  # noqa: E402
+from torch_support import needs_reuse  # noqa: E402
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
@@ -140,6 +141,7 @@ LAYER_PAST = (
 )
 
 
+@needs_reuse
 @pytest.mark.parametrize(
     "source",
     [SOURCE, RETURNING_NONE, LAYER_PAST],
@@ -157,6 +159,7 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: An
     assert not account.fell_back_to_eager
 
 
+@needs_reuse
 def test_without_a_cache_the_blocks_are_plain_regions() -> None:
     model, twin = pair()
     x = torch.randn(2, 5, 8)
@@ -176,6 +179,7 @@ ENCODER = (
 )
 
 
+@needs_reuse
 def test_blocks_of_a_class_that_updates_a_cache_are_regions_on_calls_without_one() -> None:
     model, twin = pair(source=ENCODER)
     x = torch.randn(2, 5, 8)
@@ -185,6 +189,7 @@ def test_blocks_of_a_class_that_updates_a_cache_are_regions_on_calls_without_one
     assert served_forms(model) == {"Decoder": "whole"}
 
 
+@needs_reuse
 def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache layers' update is checked once against what the regions assume; a transformers whose
     layers keep something else is not stood in for, and the blocks are traced in the owner's frame."""
@@ -206,6 +211,7 @@ def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch:
     assert account.regions_traced == 0 and served_forms(model) == {"Decoder": "whole"}
 
 
+@needs_reuse
 def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -240,6 +246,7 @@ READS_THE_LAYER = """
 """
 
 
+@needs_reuse
 @pytest.mark.parametrize("body", [TWICE, READS_THE_LAYER], ids=["updates-twice", "reads-cache-layers"])
 def test_a_block_that_fails_with_the_stand_in_has_its_cache_traced_layer_by_layer(body: str) -> None:
     """Updating the cache twice, or reading an attribute of it that the stand-in lacks, fails while the
@@ -279,6 +286,7 @@ def test_a_block_that_asks_its_caches_type_gets_a_stand_in_only_if_it_answers_al
     assert ("_regionalize_blocks(block, self, nested=False)" in rewritten) != stand_in
 
 
+@needs_reuse
 def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer() -> None:
     from transformers.models.llama import modeling_llama
 
@@ -307,6 +315,7 @@ def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer
     assert served_forms(model) == {"LlamaModel": "whole"}
 
 
+@needs_reuse
 def test_transformers_gpt2_generates_the_originals_tokens_from_one_traced_layer() -> None:
     """GPT-2's attention asks whether its cache is an `EncoderDecoderCache` and reads `cache.layers[i]` on
     that path only, so its layers get the stand-in too. Its keys and values are views of one projection:

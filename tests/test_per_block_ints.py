@@ -8,6 +8,7 @@ import textwrap
 import types
 
 import pytest
+from torch_support import needs_reuse
 
 from regionalize.codemod import transform_source
 from regionalize.options import Options
@@ -259,6 +260,7 @@ def test_symbolic_helper_leaves_forward_alone_on_a_torch_without_the_setting(mon
     assert len(generate(model, steps=2)) == 2
 
 
+@needs_reuse
 def test_hierarchical_decoder_updates_its_cache_in_one_frame_without_regions() -> None:
     """The default form: each block updates the cache, so the owner is compiled whole without nested
     regions, with graph deduplication for its own compiles only; the outputs are the original's."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from torch_support import needs_reuse
 
 from regionalize import helpers
 from regionalize.cli import main
@@ -95,6 +96,7 @@ def test_an_outdated_copy_is_brought_up_to_date_and_a_newer_one_left_alone(packa
     assert copy.read_text() == newer
 
 
+@needs_reuse
 def test_the_rewritten_package_runs_with_torch_alone(package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     original = {}
     exec(compile(MODEL, "original", "exec"), original)
@@ -132,11 +134,12 @@ def test_helpers_nothing_calls_any_more_are_taken_out() -> None:
     assert helpers.place(uncalled, None, 0).code == MODEL.replace("for _ in range(n)])\n", loop)
 
 
-def test_a_helper_the_file_defines_itself_is_not_placed_again() -> None:
-    legacy = "import torch\n\n\n@torch.compiler.disable\ndef _regionalize_eager(call):\n    return call()\n"
-    result = transform_source(legacy + "\n\n" + MODEL)
-    assert result.code.count("def _regionalize_eager(") == 1
-    assert "def _regionalize_blocks(" in result.code
+def test_a_helper_the_file_defines_outside_the_markers_is_its_own_and_the_file_is_left_as_it_is() -> None:
+    own = "import torch\n\n\n@torch.compiler.disable\ndef _regionalize_eager(call):\n    return call()\n"
+    result = transform_source(own + "\n\n" + MODEL)
+    assert result.code == own + "\n\n" + MODEL
+    assert [(s.code, s.action) for s in result.sites] == [("RGZ113", "skip")]
+    assert "`_regionalize_eager` is already bound at line 5" in result.sites[0].reason
 
 
 def test_a_file_deep_in_a_package_imports_from_the_top_folder(package: Path) -> None:

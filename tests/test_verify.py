@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from torch_support import needs_reuse
 
 from regionalize.options import Options
 from regionalize.verify import render, run_verify
@@ -193,6 +194,7 @@ def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     assert re.search(r"guard bypass +PASS", table)
 
 
+@needs_reuse
 def test_hierarchical_rewrite_reports_its_form_and_regions_beside_per_block(tmp_path: Path) -> None:
     options = Options(backend="aot_eager")
     code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=options)
@@ -675,7 +677,7 @@ def test_model_named_by_module_path(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         resolve_target("missing.py", "make")
 
 
-@pytest.mark.parametrize("counted", [True, False])
+@pytest.mark.parametrize("counted", [pytest.param(True, marks=needs_reuse), False])
 def test_regions_are_reported_as_not_counted_where_torch_does_not_count_them(
     counted: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

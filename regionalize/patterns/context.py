@@ -11,13 +11,15 @@ from libcst.metadata import CodePosition, PositionProvider
 
 from regionalize import per_block_ints, prescan, regions
 from regionalize.declarations import Declaration
-from regionalize.options import Options
+from regionalize.options import CUDA_GRAPH_MODES, Options
 from regionalize.patterns.ints import int_targets
 from regionalize.patterns.model import Edits, Scope, dotted_name
 from regionalize.report import CODES, Site
 
 # The end of an RGZ001 site line in the hierarchical form, and where the blocks' cache is not stood in for.
 OWNED = "nested regions of their owner, compiled whole"
+# Where torch reuses no traced region, the runtime compiles such blocks one by one (not in CUDA graphs).
+UNREUSED = " (per block on torch 2.11)"
 OWNED_WITHOUT_REGIONS = "their owner compiled whole, without regions (a cache not stood in for)"
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 
@@ -142,7 +144,8 @@ class Context(cst.CSTVisitor):
         def add(code: str, action: str, hint: str = "") -> None:
             reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
             if code == "RGZ001":
-                reason = OWNED if self.owned() else "per block"
+                graphs = self.options.mode in CUDA_GRAPH_MODES
+                reason = OWNED + ("" if graphs else UNREUSED) if self.owned() else "per block"
             self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add

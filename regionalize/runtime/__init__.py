@@ -1,10 +1,14 @@
-# regionalize runtime 11: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 12: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
 compiled whole, and while it is traced each block's `forward` is a nested compile region, which Inductor
 compiles once and stamps out for the other blocks. A call is one compiled frame with one guard check, as
 with a full `torch.compile`, and the start is close to compiling one block.
+
+Where torch does not reuse a traced region (2.11), the owner compiled whole would trace every block, a
+full compile's start: its blocks are compiled one by one instead, a block whose cache is stood in for as
+one frame a call.
 
 A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then

@@ -3,14 +3,15 @@ attributes traced symbolically (RGZ004)."""
 
 import torch
 
-from .regions import _regionalize_tracing
+from .regions import _regionalize_standing_in, _regionalize_tracing
 
 
 def _regionalize_eager(call):
     """regionalize: run `call` outside the compiled region. It takes a per-block integer (a KV cache
     indexed by layer): traced in a block compiled on its own, it would give every block a graph of its
-    own. Inside an owner compiled whole there is one frame, so it is traced there."""
-    if _regionalize_tracing[0]:
+    own. Inside an owner compiled whole there is one frame, so it is traced there, and so it is where a
+    block's own frame updates the stand-in for its cache, which takes no integer."""
+    if _regionalize_tracing[0] or _regionalize_standing_in[0]:
         return call()
     return _regionalize_run(call)
 

@@ -10,7 +10,16 @@ import torch
 
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
-from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_shape, _regionalize_tracing
+from .regions import (
+    _regionalize_block_compiled,
+    _regionalize_block_frames,
+    _regionalize_compiling,
+    _regionalize_kv_name,
+    _regionalize_region,
+    _regionalize_reuses,
+    _regionalize_shape,
+    _regionalize_tracing,
+)
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
@@ -19,8 +28,10 @@ _regionalize_version = []  # submodules replaced anywhere, counted once a block 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
 
-    Per block instead (`block.compile()`) where the owner cannot be compiled whole, and on torch without
-    nested compile regions (before 2.8). Blocks that update a cache of their own: with
+    Per block instead (`block.compile()`) where the owner cannot be compiled whole, on torch without
+    nested compile regions (before 2.8), and, but in CUDA graphs, where torch does not reuse a traced
+    region (2.11): there a block whose cache is stood in for is one frame a call
+    (`_regionalize_block_compiled`). Blocks that update a cache of their own: with
     `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
     `past_key_values` or `layer_past` parameter), each block is a region that returns its layer's new
     keys and values, the cache written outside it. Otherwise (`nested=False`, or another cache) a region
@@ -96,7 +107,11 @@ def _regionalize_per_block(owner):
         kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
         model = _regionalize_model(owner)
         for block in state["blocks"]:
-            if block._compiled_call_impl is None:
+            if block in _regionalize_block_frames:
+                continue
+            if type(block.__dict__.get("_regionalize_layer")) is int:  # its cache stood in for
+                _regionalize_block_compiled(block, _regionalize_static(block, kwargs, model))
+            elif block._compiled_call_impl is None:
                 block.compile(**_regionalize_static(block, kwargs, model))
                 if state["direct"]:
                     block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
@@ -174,6 +189,19 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
 
 
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
+    """A call of `owner`, where the warnings filter makes no warning an error; otherwise with torch's own
+    warnings kept at Python's default. torch warns as it compiles (2.11 and 2.13 import a module of
+    Inductor's passes that warns of a deprecation), and under `filterwarnings = error` a full compile
+    raises that warning as the first call's error: the owner would fall back to per-block compilation
+    for a reason that is not its own. Warnings of other modules (the model's) stay errors."""
+    if not any(action == "error" for action, *_ in warnings.filters):
+        return _regionalize_owner_serve(owner, whole, args, kwargs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", module=r"torch(\.|$)")
+        return _regionalize_owner_serve(owner, whole, args, kwargs)
+
+
+def _regionalize_owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
     graphs = state["kwargs"].get("mode") in ("reduce-overhead", "max-autotune")
     if "settled" not in state:  # by the first call, every module of the model is built and set up
@@ -188,6 +216,11 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
+        elif not graphs and all(attribute for _, attribute in indexed) and not _regionalize_reuses():
+            # Compiled whole, the owner would trace every block; not where it holds blocks without regions
+            # for their cache (`nested=False`), compiled whole as a full compile would be on every torch.
+            state["why"] = "this torch does not reuse a traced region (torch 2.12 and later do)"
+            state["unreused"] = True  # this torch's form, not a fallback
         whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
     if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
         renamed = _regionalize_shape(state["blocks"]) and "version" in state
@@ -215,7 +248,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         warnings.warn(
             f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
             "its blocks are compiled one by one instead",
-            stacklevel=3,
+            stacklevel=4,
         )
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
@@ -225,7 +258,7 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
-            stacklevel=3,
+            stacklevel=4,
         )
     # Outputs kept from an earlier call must not be overwritten by the next replay: tensors are cloned,
     # other objects (a cache the owner created) deep-copied, with the tensors they hold.
@@ -276,19 +309,6 @@ def _regionalize_copied(value):
     if isinstance(value, torch.Tensor):
         return value.clone()
     return value if isinstance(value, (int, float, bool, str, type(None))) else copy.deepcopy(value)
-
-
-def _regionalize_compiling(error):
-    """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
-    if isinstance(error, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)):
-        return True
-    # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") == "torch._dynamo.convert_frame":
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def _regionalize_graphable(owner, args, kwargs):

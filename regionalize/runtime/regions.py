@@ -2,6 +2,7 @@
 
 import functools
 import inspect
+import weakref
 
 import torch
 
@@ -17,6 +18,17 @@ from .kv import (
 )
 
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
+_regionalize_standing_in = [False]  # True while a block's own frame runs with its cache stood in for
+# Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
+# Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
+_regionalize_block_frames = weakref.WeakKeyDictionary()
+
+
+def _regionalize_reuses():
+    """Does Dynamo reuse a nested region traced for one block for the others ("stamping out", with its
+    limit `max_reuse_entries`)? Without it (torch 2.11) the owner compiled whole traces every block, as
+    a full compile does."""
+    return "max_reuse_entries" in inspect.signature(torch.compiler.nested_compile_region).parameters
 
 
 def _regionalize_kv_name(forward):
@@ -72,6 +84,7 @@ def _regionalize_region(plain, name, position, copies):
         expect(cache.updates == 1, f"updated its cache {cache.updates} times, not once")
         return cache.keys, cache.values, out
 
+    body.__code__ = body.__code__.replace(co_name=f"{label}_keyed")  # its own frame per class
     keyed = _regionalize_nested(body, f"{label}_keyed", extras=2)
 
     # An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its flag.
@@ -84,27 +97,30 @@ def _regionalize_region(plain, name, position, copies):
         expect(flags and all(flag is True for flag in flags), "did not set its cross-attention flag")
         return own.keys, own.values, cross.keys, cross.values, out
 
+    body_writing.__code__ = body_writing.__code__.replace(co_name=f"{label}_writing")
     writing = _regionalize_nested(body_writing, f"{label}_writing", extras=4)
 
-    @functools.wraps(plain)
-    def forward(self, *args, **kwargs):
-        if not _regionalize_tracing[0]:
-            return plain(self, *args, **kwargs)
-        if "_regionalize_layer" not in self.__dict__:
-            return plain_region(self, *args, **kwargs)
-        # A block that updates a cache: its layer if a region stands in for it; None if none does, and then
-        # traced in the owner's frame unless nothing this call hands it can be a cache (BART's encoder
-        # layers build the attention class its decoder layers' caches are indexed in); False when that
-        # failed to compile.
+    def whole(self, *args, **kwargs):
+        return plain(self, *args, **kwargs)
+
+    whole.__code__ = whole.__code__.replace(co_name=label)
+
+    def stood_in(self, args, kwargs, keyed, writing, uncached, traced):
+        """The call of a block that updates a cache: through `keyed` (or `writing`) with its layer's keys
+        and values, the cache written here, where its layer is stood in for; else through `uncached`
+        where the call hands it no cache, and `traced` where the stand-in cannot serve."""
+        # Its layer if a region stands in for it; None if none does, and then traced in the owner's frame
+        # unless nothing this call hands it can be a cache (BART's encoder layers build the attention
+        # class its decoder layers' caches are indexed in); False when that failed to compile.
         index = self.__dict__["_regionalize_layer"]
         if index is None and _regionalize_plain((*args, *kwargs.values())):
-            return plain_region(self, *args, **kwargs)
+            return uncached(self, *args, **kwargs)
         if index is None or index is False:
-            return plain(self, *args, **kwargs)
+            return traced(self, *args, **kwargs)
         slot = None if name in kwargs or len(args) <= position else position
         cache = kwargs.get(name) if slot is None else args[slot]
         if cache is None:
-            return plain_region(self, *args, **kwargs)
+            return uncached(self, *args, **kwargs)
         pair = _regionalize_kv_pair(cache, index)
         layer = _regionalize_kv_layer(cache, index) if pair is None else pair[0]
         written = None if pair is None else cache.is_updated.get(index)
@@ -113,22 +129,77 @@ def _regionalize_region(plain, name, position, copies):
         # BART decode at 1.37x a full compile's time per token (measured on CPU, 12 layers), where tracing
         # them layer by layer, once, costs 1.06x.
         if layer is None or (pair is not None and (written or pair[1].is_initialized)):
-            return plain(self, *args, **kwargs)  # a cache of another kind: traced in the owner's frame
+            return traced(self, *args, **kwargs)  # a cache of another kind
+        given = args, kwargs
         if slot is None:
             kwargs = {**kwargs, name: None}
         else:
             args = (*args[:slot], None, *args[slot + 1 :])
         init, past = _regionalize_kv[0], _regionalize_kv_past(layer)
-        if pair is None:
-            keys, values, out = keyed(self, *past, slot, *args, **kwargs)
-        else:
-            keys, values, cross_keys, cross_values, out = writing(self, *past, written, slot, *args, **kwargs)
+        _regionalize_standing_in[0] = not _regionalize_tracing[0]
+        try:
+            if pair is None:
+                keys, values, out = keyed(self, *past, slot, *args, **kwargs)
+            else:
+                keys, values, cross_keys, cross_values, out = writing(
+                    self, *past, written, slot, *args, **kwargs
+                )
+        except Exception as error:
+            # A block's own frame (the per-block form) that cannot be compiled with the stand-in has run
+            # nothing: the block is compiled as it is from now on. In the owner's frame its retry decides.
+            if _regionalize_tracing[0] or not _regionalize_compiling(error):
+                raise
+            self.__dict__["_regionalize_layer"] = False
+            return traced(self, *given[0], **given[1])
+        finally:
+            _regionalize_standing_in[0] = False
+        if pair is not None:
             _regionalize_kv_store(pair[1], cross_keys, cross_values, 0, init)
             cache.is_updated[index] = True
         _regionalize_kv_store(layer, keys, values, _regionalize_kv_length(past), init)
         return out
 
+    @functools.wraps(plain)
+    def forward(self, *args, **kwargs):
+        if not _regionalize_tracing[0]:
+            # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
+            frames = None if torch.compiler.is_compiling() else _regionalize_block_frames.get(self)
+            if frames is None:
+                return plain(self, *args, **kwargs)
+            return stood_in(self, args, kwargs, *frames)
+        if "_regionalize_layer" not in self.__dict__:
+            return plain_region(self, *args, **kwargs)
+        return stood_in(self, args, kwargs, keyed, writing, plain_region, plain)
+
+    forward._regionalize_bodies = body, body_writing, whole
     return forward
+
+
+def _regionalize_block_compiled(block, compile_kwargs):
+    """Compile `block`, whose cache a stand-in serves, one by one: the block runs eagerly and its cache is
+    read and written there, and the rest is one compiled frame per call, shared by the blocks of its
+    class, as the region would be. Compiled as it is (`block.compile()`), the block's frame breaks its
+    graph around each cache update: two frames a block (a decode 2.2x to 2.6x a full compile's time per
+    token on CPU). A frame that cannot be compiled whole with the stand-in falls back to the block's own
+    code compiled (`stood_in`)."""
+    keyed, writing, whole = type(block).forward._regionalize_bodies
+    full = {**compile_kwargs, "fullgraph": True}
+    frame = torch.compile(whole, **compile_kwargs)
+    frames = torch.compile(keyed, **full), torch.compile(writing, **full), frame, frame
+    _regionalize_block_frames[block] = frames
+
+
+def _regionalize_compiling(error):
+    """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
+    if isinstance(error, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)):
+        return True
+    # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "torch._dynamo.convert_frame":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _regionalize_nested_region(fn):
@@ -136,7 +207,7 @@ def _regionalize_nested_region(fn):
     torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
     takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
     where torch takes it."""
-    if "max_reuse_entries" in inspect.signature(torch.compiler.nested_compile_region).parameters:
+    if _regionalize_reuses():
         return torch.compiler.nested_compile_region(fn, max_reuse_entries=1024)
     return torch.compiler.nested_compile_region(fn)
 

@@ -92,14 +92,15 @@ def recording() -> Iterator[GraphAccount]:
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
     traced layer by layer, and why, where their stand-ins failed to trace), its one block compiled on its
-    own (`ALONE`), or per block because it could not be compiled whole (`per-block: <why>`)."""
+    own (`ALONE`), per block as this torch's form (`per block, <why>`), or per block because it could
+    not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
         if state is not None:
             why, kv = state.get("why"), state.get("kv")
             if why is not None:
-                served = f"per-block: {why}"
+                served = f"per block, {why}" if state.get("unreused") else f"per-block: {why}"
             elif state.get("alone"):
                 served = ALONE
             else:

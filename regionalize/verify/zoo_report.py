@@ -113,6 +113,8 @@ def form(result: dict[str, Any]) -> str:
     fallen = sorted(owner for owner, served in forms.items() if served.startswith("per-block:"))
     if fallen:
         return f"per-block (fell back: {', '.join(fallen)})"
+    if any(served.startswith("per block, ") for served in forms.values()):
+        return "per-block (this torch does not reuse a traced region)"
     alone = sorted(owner for owner, served in forms.items() if served == ALONE)
     if alone:
         if len(alone) == len(forms):

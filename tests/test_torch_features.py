@@ -1,0 +1,172 @@
+"""The form follows what the running torch can do. Where Dynamo does not reuse a traced nested region
+(torch 2.11), an owner compiled whole would trace every block, a full compile's start: its blocks are
+compiled one by one instead, those whose cache a stand-in serves as one frame each with no graph break.
+These tests take that path on every torch, hiding the reuse where torch has it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from kv_support import load, rewritten  # noqa: E402
+from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair, sliding  # noqa: E402
+from transformers.cache_utils import DynamicCache  # noqa: E402
+
+from regionalize.codemod import transform_source  # noqa: E402
+from regionalize.options import Options  # noqa: E402
+from regionalize.runtime.regions import _regionalize_reuses  # noqa: E402
+from regionalize.verify.accounting import recording, served_forms  # noqa: E402
+
+PER_BLOCK = "per block, this torch does not reuse a traced region (torch 2.12 and later do)"
+
+
+def test_region_reuse_is_detected_as_torch_has_it() -> None:
+    """Detected by the feature (`max_reuse_entries`), which came with the reuse in torch 2.12."""
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    assert _regionalize_reuses() == ((major, minor) >= (2, 12))
+
+
+@pytest.fixture
+def without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch whose nested regions are not reused, as 2.11's: its `nested_compile_region` takes no
+    reuse limit."""
+    if not _regionalize_reuses():
+        return
+    region = torch.compiler.nested_compile_region
+
+    def unreused(fn: Any = None, is_pure: bool = False) -> Any:
+        return region(fn)
+
+    monkeypatch.setattr(torch.compiler, "nested_compile_region", unreused)
+
+
+def stack() -> tuple[Any, Any]:
+    source = Path("tests/models/stack.py").read_text(encoding="utf-8")
+    torch.manual_seed(0)
+    model, _ = load(transform_source(source, Options()).code).make()
+    twin, _ = load(source).make()
+    twin.load_state_dict(model.state_dict())
+    return model.eval(), twin.eval()
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_the_blocks_are_compiled_one_by_one_and_say_why() -> None:
+    model, twin = stack()
+    x = torch.randn(3, 16)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the form of this torch, not a fallback: no warning
+        with recording() as account:
+            got = [model(x) for _ in range(3)]
+        want = twin(x)
+    for out in got:
+        torch.testing.assert_close(out, want)
+    assert served_forms(model) == {"Stack": PER_BLOCK}
+    assert account.graphs == 1 and account.graph_breaks == 0 and not account.fell_back_to_eager
+
+
+@pytest.mark.usefixtures("without_reuse")
+@pytest.mark.parametrize("make", [DynamicCache, lambda: sliding(6, 3)], ids=["dynamic", "sliding"])
+def test_without_reuse_a_cache_is_stood_in_for_in_each_blocks_frame(make: Any) -> None:
+    """Each block's call is one frame with its layer's keys and values as tensors, its cache written
+    outside it: no graph break around the update, one graph for all six layers (and one more where the
+    cache's length turns dynamic), and the cache holds what the original's holds."""
+    model, twin = pair()
+    account = against_twin(model, twin, make)
+    assert served_forms(model) == {"Decoder": PER_BLOCK}
+    assert account.graph_breaks == 0 and not account.fell_back_to_eager
+    assert account.graphs <= 3 and account.recompiles <= 2  # by the tokens' shapes, never by the layer
+
+
+@pytest.mark.usefixtures("without_reuse")
+@pytest.mark.parametrize("body", [TWICE, READS_THE_LAYER], ids=["updates-twice", "reads-cache-layers"])
+def test_without_reuse_a_block_the_stand_in_cannot_serve_is_compiled_as_it_is(body: str) -> None:
+    """Its frame with the stand-in fails to compile before it ran anything; the block is compiled as it
+    is from then on, with no warning and the original's results. (As `--form per-block` is: such a block
+    indexes the cache by its layer, so its frame is compiled again for each layer, up to Dynamo's limit.)"""
+    model, twin = pair(body)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        account = against_twin(model, twin, lengths=(5, 1, 1))
+    assert served_forms(model) == {"Decoder": PER_BLOCK} and account.graph_breaks == 0
+    assert all(layer.__dict__["_regionalize_layer"] is False for layer in model.layers)
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_transformers_llama_generates_the_originals_tokens_without_graph_breaks() -> None:
+    from transformers.models.llama import modeling_llama
+
+    module, _ = rewritten(modeling_llama, Options(backend="aot_eager"))
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = module.LlamaForCausalLM(config).eval()
+    twin = modeling_llama.LlamaForCausalLM(config).eval()
+    twin.load_state_dict(model.state_dict())
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    settings = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False}
+    with torch.no_grad():
+        expected = twin.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+        with recording() as account:
+            actual = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
+    assert actual.tolist() == expected.tolist()
+    assert served_forms(model) == {"LlamaModel": PER_BLOCK}
+    # The prompt's frame, the first token's and one with the cache's length dynamic: not one per layer.
+    assert account.graph_breaks == 0 and account.graphs <= 3 and not account.fell_back_to_eager
+
+
+def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
+    """Under `-W error`, torch's own warnings while it compiles (a deprecation on importing Inductor's
+    passes) would be the first call's error, and a full compile raises it: the owner keeps them at
+    Python's default and runs in its form, with the original's outputs. In a fresh process, since the
+    warning comes once, on the import."""
+    script = textwrap.dedent(
+        """
+        import sys, torch
+        sys.path.insert(0, "tests")
+        from kv_support import load
+        from regionalize.codemod import transform_source
+        from regionalize.options import Options
+        from regionalize.verify.accounting import served_forms
+
+        source = open("tests/models/stack.py", encoding="utf-8").read()
+        torch.manual_seed(0)
+        model, (x,) = load(transform_source(source, Options()).code).make()
+        twin, _ = load(source).make()
+        twin.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), twin(x))
+        print(served_forms(model)["Stack"])
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("whole" if _regionalize_reuses() else PER_BLOCK)
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_verify_names_this_torchs_form_without_warning_of_a_fallback(tmp_path: Path) -> None:
+    from test_verify import MODELS, verify
+
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=Options())
+    assert code == 0 and result["equivalent"] and not result["fell_back_to_eager"]
+    assert result["accounting"]["regional"]["forms"] == {"Stack": PER_BLOCK}
+    assert f"regional form: Stack {PER_BLOCK}" in table
+    assert table.splitlines()[-1] == "PASS: equivalent and checkpoint-compatible"
