@@ -91,3 +91,16 @@ def test_readme_quotes_the_encoder_decoders(family: str) -> None:
     assert f"{first:.2f}x" in readme and f"{decode:.2f}x" in readme, (
         f"README: {family}'s first token {first:.2f}x as soon, decode {decode:.2f}x in the table"
     )
+
+
+TORCH_VERSIONS = json.loads((DOCS / "torch-versions" / "versions.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("run", TORCH_VERSIONS, ids=[r["versions"]["torch"] for r in TORCH_VERSIONS])
+def test_readme_quotes_the_table_of_each_torch(run: dict[str, Any]) -> None:
+    results = list(run["models"].values())
+    first = span(results, lambda r: r["full"]["first_s"] / r["regional"]["first_s"], 1)
+    per = span(results, lambda r: r["regional"]["ms"] / r["full"]["ms"], 2)
+    version = run["versions"]["torch"].split("+")[0]
+    quote = f"{version}: first {first[0]}x to {first[1]}x sooner, per call {per[0]}x to {per[1]}x"
+    assert quote in flat((ROOT / "README.md").read_text(encoding="utf-8")), f"README: {quote}"

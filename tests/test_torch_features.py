@@ -25,6 +25,7 @@ from regionalize.options import Options  # noqa: E402
 from regionalize.runtime.regions import _regionalize_reuses  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 
+TESTS = Path(__file__).resolve().parent
 PER_BLOCK = "per block, this torch does not reuse a traced region (torch 2.12 and later do)"
 
 
@@ -49,7 +50,7 @@ def without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def stack() -> tuple[Any, Any]:
-    source = Path("tests/models/stack.py").read_text(encoding="utf-8")
+    source = (TESTS / "models" / "stack.py").read_text(encoding="utf-8")
     torch.manual_seed(0)
     model, _ = load(transform_source(source, Options()).code).make()
     twin, _ = load(source).make()
@@ -138,13 +139,13 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
     script = textwrap.dedent(
         """
         import sys, torch
-        sys.path.insert(0, "tests")
+        sys.path.insert(0, sys.argv[1])
         from kv_support import load
         from regionalize.codemod import transform_source
         from regionalize.options import Options
         from regionalize.verify.accounting import served_forms
 
-        source = open("tests/models/stack.py", encoding="utf-8").read()
+        source = open(sys.argv[1] + "/models/stack.py", encoding="utf-8").read()
         torch.manual_seed(0)
         model, (x,) = load(transform_source(source, Options()).code).make()
         twin, _ = load(source).make()
@@ -155,7 +156,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
         """
     )
     done = subprocess.run(
-        [sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, check=False
+        [sys.executable, "-W", "error", "-c", script, str(TESTS)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == ("whole" if _regionalize_reuses() else PER_BLOCK)
