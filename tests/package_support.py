@@ -61,6 +61,12 @@ def imported_from(root: Path) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "dont_write_bytecode", True)
         patch.syspath_prepend(str(root))
+        # A package of the same name that an earlier test imported from elsewhere (test_zoo's `zoo`) is
+        # set aside until the end, or `zoo.fresh` would be looked for in that package's folder.
+        for name in list(sys.modules):
+            top = name.partition(".")[0]
+            if (root / top).is_dir() or (root / f"{top}.py").is_file():
+                patch.delitem(sys.modules, name)
         importlib.invalidate_caches()
         try:
             yield
