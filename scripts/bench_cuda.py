@@ -101,7 +101,7 @@ def module_from(source: str, name: str, like: ModuleType | None = None) -> Modul
 
 def rewritten(source: str, settings: dict[str, str]) -> str:
     from regionalize.codemod import transform_source
-    from regionalize.options import Options
+    from regionalize.shared.options import Options
 
     result = transform_source(source, Options(**settings))
     assert result.status == "success", result.reason

@@ -204,7 +204,7 @@ def main() -> None:
     import torch
     import transformers
 
-    from regionalize.helpers import VERSION
+    from regionalize.codemod.runtime_copy import VERSION
 
     meta = {
         "date": str(datetime.date.today()),

@@ -27,7 +27,7 @@ from types import ModuleType
 import torch
 
 from regionalize.codemod import transform_source
-from regionalize.options import Options
+from regionalize.shared.options import Options
 
 SEED = """
 import torch

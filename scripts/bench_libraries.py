@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from regionalize.helpers import VERSION
+from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIES = ROOT / ".downloads" / "rewritten"

@@ -64,7 +64,7 @@ def worker(name: str, variant: str, tokens: int, rounds: int) -> dict[str, Any]:
     """One model in one form, in this (fresh) process."""
     import torch
 
-    from regionalize.options import Options
+    from regionalize.shared.options import Options
     from regionalize.verify.accounting import recording, served_forms
     from regionalize.verify.loading import import_paths, resolve_target
     from regionalize.verify.session import BY_NAME, Subject, Variant

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from regionalize.codemod import transform_source
-from regionalize.options import GUARD_BYPASS, STYLES, Options
-from regionalize.runner import read_source, unified_diff
+from regionalize.runner.run import unified_diff
+from regionalize.shared.options import GUARD_BYPASS, STYLES, Options
+from regionalize.shared.source_files import read_source
 
 ROOT = Path(__file__).resolve().parent.parent
 DOWNLOADS = ROOT / ".downloads"

@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from regionalize.codemod import transform_source
-from regionalize.options import Options
+from regionalize.shared.options import Options
 
 _names = itertools.count()
 

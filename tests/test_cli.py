@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from regionalize import runner
 from regionalize.cli import main
+from regionalize.shared import source_files
 
 MODEL = """\
 import torch.nn as nn
@@ -210,7 +210,7 @@ def test_a_file_that_cannot_be_written_is_an_error_and_left_as_it_was(
         raise PermissionError(13, "Permission denied")
 
     before = model.read_bytes()
-    monkeypatch.setattr(runner.os, "replace", refuse)
+    monkeypatch.setattr(source_files.os, "replace", refuse)
     code, _, err = invoke("--apply", "-j", "1", str(model))
     assert code == 2
     assert f"error: {model}: cannot write: Permission denied" in err
@@ -228,8 +228,10 @@ def test_a_symlink_is_written_through_beside_its_target(
     target.write_text(MODEL, encoding="utf-8")
     (tmp_path / "links" / "model.py").symlink_to(target)
     made = []
-    mkstemp = runner.tempfile.mkstemp
-    monkeypatch.setattr(runner.tempfile, "mkstemp", lambda **kw: made.append(kw["dir"]) or mkstemp(**kw))
+    mkstemp = source_files.tempfile.mkstemp
+    monkeypatch.setattr(
+        source_files.tempfile, "mkstemp", lambda **kw: made.append(kw["dir"]) or mkstemp(**kw)
+    )
     code, _, _ = invoke("--apply", "-j", "1", str(tmp_path / "links" / "model.py"))
     assert code == 0
     assert made == [str(tmp_path / "real")]

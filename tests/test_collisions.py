@@ -15,11 +15,13 @@ import pytest
 from click.testing import CliRunner
 from package_support import MODEL, imported_from, module_name, snapshot
 
-from regionalize import helpers, runner
 from regionalize.cli import main
-from regionalize.discovery import discover
-from regionalize.options import Options
-from regionalize.runner import Job
+from regionalize.codemod import runtime_copy
+from regionalize.runner import run as runner
+from regionalize.runner.discovery import discover
+from regionalize.runner.run import Job
+from regionalize.shared.options import Options
+from regionalize.shared.source_files import SourceFile
 
 UTILS = "def _regionalize_blocks(*args):\n    return 'the user\\'s'\n\n\ndef helper():\n    return 1\n"
 
@@ -199,7 +201,7 @@ def run_stopped(monkeypatch: pytest.MonkeyPatch, folder: Path, stop: int | None 
     written: list[str] = []
     write = runner.write_atomically
 
-    def counted(path: str, source: runner.SourceFile, text: str) -> None:
+    def counted(path: str, source: SourceFile, text: str) -> None:
         if len(written) == stop:
             raise Killed
         write(path, source, text)
@@ -228,8 +230,8 @@ def test_a_run_stopped_at_any_write_leaves_each_file_whole_and_the_package_impor
         (original / "zoo" / name).write_text(text)
     if update:  # rewritten by an earlier version, whose runtime copy this one updates; and a new file
         run_stopped(monkeypatch, original)
-        copy = original / "zoo" / f"{helpers.MODULE}.py"
-        copy.write_text(copy.read_text().replace(f"runtime {helpers.VERSION}:", "runtime 0:", 1))
+        copy = original / "zoo" / f"{runtime_copy.MODULE}.py"
+        copy.write_text(copy.read_text().replace(f"runtime {runtime_copy.VERSION}:", "runtime 0:", 1))
         (original / "zoo" / "fresh.py").write_text(MODEL)
     shutil.copytree(original, tmp_path / "done")
     writes = run_stopped(monkeypatch, tmp_path / "done")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from regionalize.config_update import UpdateError, update
+from regionalize.cli.config_update import UpdateError, update
 
 
 def test_a_new_file_gets_the_table(tmp_path: Path) -> None:

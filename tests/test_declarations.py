@@ -7,9 +7,8 @@ import ast
 import textwrap
 from pathlib import Path
 
-from regionalize import declarations
-from regionalize.codemod import transform_source
-from regionalize.options import Options
+from regionalize.codemod import declarations, transform_source
+from regionalize.shared.options import Options
 
 BLOCKS = """
 import torch.nn as nn

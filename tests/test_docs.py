@@ -18,9 +18,10 @@ import pytest
 import tomllib
 from click.testing import CliRunner
 
-from regionalize import rules
 from regionalize.cli import main
-from regionalize.report import CODES, FileReport, Site, to_json, to_sarif
+from regionalize.cli.report import to_json, to_sarif
+from regionalize.shared import rules
+from regionalize.shared.sites import CODES, FileReport, Site
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "regionalize" / "codes"

@@ -14,10 +14,10 @@ import libcst as cst
 import pytest
 import tomllib
 
-from regionalize import config
+from regionalize.cli.report import site_line
 from regionalize.codemod import transform_source
-from regionalize.options import Options
-from regionalize.report import site_line
+from regionalize.shared import config
+from regionalize.shared.options import Options
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # A case in a package folder (`package_imports/model.in.py`) is judged with its package's modules read.

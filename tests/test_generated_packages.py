@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from package_support import MODEL, imported_from, module_name, snapshot
 
-from regionalize import helpers
-from regionalize.discovery import discover
-from regionalize.options import Options
-from regionalize.runner import Job, run
+from regionalize.codemod import runtime_copy
+from regionalize.runner.discovery import discover
+from regionalize.runner.run import Job, run
+from regionalize.shared.options import Options
 from regionalize.verify import run_verify
 
 USER = "def _regionalize_blocks(*args):\n    return 'the user\\'s'\n"
@@ -64,7 +64,11 @@ SLOTS: dict[str, tuple[dict[str, str], bool]] = {
     "a package of the user's": ({"_regionalize/__init__.py": "SECRET = 42\n"}, True),
     "a namespace folder": ({"_regionalize/data.py": "SECRET = 42\n"}, True),
     "an outdated copy": (
-        {"_regionalize.py": helpers.runtime_text().replace(f"runtime {helpers.VERSION}:", "runtime 0:", 1)},
+        {
+            "_regionalize.py": runtime_copy.runtime_text().replace(
+                f"runtime {runtime_copy.VERSION}:", "runtime 0:", 1
+            )
+        },
         False,
     ),
 }
@@ -139,21 +143,23 @@ def check(spec: Spec, root: Path) -> None:
     reports = {Path(r.path).resolve(): r for r in run(files, Job(Options(), apply=True), jobs=1)}
     after = snapshot(root)
 
-    copy = folder.relative_to(root) / f"{helpers.MODULE}.py"
+    copy = folder.relative_to(root) / f"{runtime_copy.MODULE}.py"
     assert before.keys() <= after.keys(), "nothing is removed"
     for path in after.keys() - before.keys():
-        assert path == copy and after[path] == helpers.runtime_text().encode(), path
+        assert path == copy and after[path] == runtime_copy.runtime_text().encode(), path
     for path, content in before.items():
         if after[path] == content:
             continue
         if path == copy:  # the copy regionalize wrote, brought up to date
-            assert spec.slot == "an outdated copy" and after[path] == helpers.runtime_text().encode()
+            assert spec.slot == "an outdated copy" and after[path] == runtime_copy.runtime_text().encode()
             continue
         assert reports[(root / path).resolve()].changed and kept_in_order(content or b"", after[path] or b"")
 
     # The user's file or folder of the runtime module's name, and nothing else, is an error of the run.
     errors = [Path(r.path).resolve() for r in reports.values() if r.error]
-    taken = folder / (f"{helpers.MODULE}.py" if spec.slot == "a file of the user's" else helpers.MODULE)
+    taken = folder / (
+        f"{runtime_copy.MODULE}.py" if spec.slot == "a file of the user's" else runtime_copy.MODULE
+    )
     assert errors == ([taken] if spec.in_package and SLOTS[spec.slot][1] else []), errors
 
     with imported_from(root if spec.in_package else folder):

@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 from torch_support import needs_reuse  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.guard_bypass import HELPER_NAMES  # noqa: E402
-from regionalize.options import Options  # noqa: E402
+from regionalize.codemod.bypass_text import HELPER_NAMES  # noqa: E402
+from regionalize.shared.options import Options  # noqa: E402
 
 MODEL = """
 import torch
@@ -217,9 +217,9 @@ def test_bypass_with_inductor() -> None:
 def test_codemod_and_bypass_templates_import_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import regionalize.cli, regionalize.codemod, regionalize.guard_bypass\n"
+        "import regionalize.cli, regionalize.codemod, regionalize.codemod.bypass_text\n"
         "from regionalize.codemod import transform_source\n"
-        "from regionalize.options import Options\n"
+        "from regionalize.shared.options import Options\n"
         "src = 'import torch.nn as nn\\nlayers = nn.ModuleList([B() for _ in range(4)])\\n'\n"
         "print(transform_source(src, Options(guard_bypass='depyf')).status)\n"
     )

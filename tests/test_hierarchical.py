@@ -24,8 +24,8 @@ import torch
 from torch_support import needs_reuse
 
 from regionalize.codemod import transform_source
-from regionalize.options import Options
 from regionalize.runtime.regions import _regionalize_reuses
+from regionalize.shared.options import Options
 from regionalize.verify.accounting import recording
 
 SOURCE = """

@@ -18,7 +18,7 @@ from torch_support import needs_reuse  # noqa: E402
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.options import Options  # noqa: E402
+from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 
 SOURCE = """

@@ -1,4 +1,5 @@
-"""Names imported from the file's own package are judged by their definitions (`regionalize.package`)."""
+"""Names imported from the file's own package are judged by their definitions
+(`regionalize.codemod.package`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from click.testing import CliRunner
 
 from regionalize.cli import main
 from regionalize.codemod import transform_source
-from regionalize.package import Definition, Packages
+from regionalize.codemod.definitions import Definition
+from regionalize.codemod.package import Packages
 
 MODEL = """
 import torch.nn as nn

@@ -11,7 +11,7 @@ import pytest
 from torch_support import needs_reuse
 
 from regionalize.codemod import transform_source
-from regionalize.options import Options
+from regionalize.shared.options import Options
 
 # A decoder in miniature: a cache indexed by layer (as transformers' DynamicCache), a branch on the
 # index in the block, and a first-layer special case in the attention.

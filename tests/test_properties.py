@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from regionalize.codemod import transform_source
-from regionalize.options import Options
+from regionalize.shared.options import Options
 
 IMPORTS = [
     ("import torch.nn as nn", "nn."),

@@ -16,9 +16,8 @@ import torch
 from click.testing import CliRunner
 from torch_support import needs_reuse
 
-from regionalize import helpers
 from regionalize.cli import main
-from regionalize.codemod import transform_source
+from regionalize.codemod import runtime_copy, transform_source
 
 MODEL = """\
 import torch.nn as nn
@@ -66,7 +65,7 @@ def test_apply_writes_one_runtime_copy_and_one_import_per_file(package: Path) ->
     code, out = invoke(str(package), "--apply", "-q")
     assert code == 0, out
     copy = package / "_regionalize.py"
-    assert copy.read_text() == helpers.runtime_text()
+    assert copy.read_text() == runtime_copy.runtime_text()
     assert "from .._regionalize import _regionalize_blocks\n" in (package / "models" / "net.py").read_text()
     assert "from ._regionalize import _regionalize_blocks\n" in (package / "other.py").read_text()
     assert "def _regionalize" not in (package / "other.py").read_text()
@@ -86,11 +85,11 @@ def test_dry_run_shows_the_new_runtime_copy_and_writes_nothing(package: Path) ->
 def test_an_outdated_copy_is_brought_up_to_date_and_a_newer_one_left_alone(package: Path) -> None:
     invoke(str(package), "--apply", "-q")
     copy = package / "_regionalize.py"
-    copy.write_text(helpers.runtime_text().replace(f"runtime {helpers.VERSION}:", "runtime 0:", 1))
+    copy.write_text(runtime_copy.runtime_text().replace(f"runtime {runtime_copy.VERSION}:", "runtime 0:", 1))
     assert invoke(str(package), "--check")[0] == 1
     assert invoke(str(package), "--apply", "-q")[0] == 0
-    assert copy.read_text() == helpers.runtime_text()
-    newer = helpers.runtime_text().replace(f"runtime {helpers.VERSION}:", "runtime 999:", 1)
+    assert copy.read_text() == runtime_copy.runtime_text()
+    newer = runtime_copy.runtime_text().replace(f"runtime {runtime_copy.VERSION}:", "runtime 999:", 1)
     copy.write_text(newer)
     assert invoke(str(package), "--check")[0] == 0
     assert copy.read_text() == newer
@@ -119,7 +118,7 @@ def test_the_rewritten_package_runs_with_torch_alone(package: Path, monkeypatch:
 
 def test_a_lone_file_keeps_the_helpers_it_calls_inline_and_updates_them() -> None:
     once = transform_source(MODEL).code
-    assert once.count(helpers.END) == 1 and "def _regionalize_blocks(" in once
+    assert once.count(runtime_copy.END) == 1 and "def _regionalize_blocks(" in once
     assert "def _regionalize_eager(" not in once  # only what the file calls, and what that calls
     assert transform_source(once).code == once
     stale = once.replace("max_reuse_entries=1024", "max_reuse_entries=8")
@@ -131,7 +130,7 @@ def test_helpers_nothing_calls_any_more_are_taken_out() -> None:
     once = transform_source(MODEL).code
     uncalled = once.replace("_regionalize_blocks(block, self)", "block.compile()")
     loop = "for _ in range(n)])\n        for block in self.layers:\n            block.compile()\n"
-    assert helpers.place(uncalled, None, 0).code == MODEL.replace("for _ in range(n)])\n", loop)
+    assert runtime_copy.place(uncalled, None, 0).code == MODEL.replace("for _ in range(n)])\n", loop)
 
 
 def test_a_helper_the_file_defines_outside_the_markers_is_its_own_and_the_file_is_left_as_it_is() -> None:
@@ -163,19 +162,19 @@ def _defined(text: str) -> list[str]:
 def test_the_runtime_parts_join_into_one_module_that_runs_with_torch_alone() -> None:
     """The runtime is written in parts that import each other; the copy a rewrite gets is one module
     holding each part's definitions once, without those imports, and it runs on its own."""
-    text = helpers.runtime_text()
+    text = runtime_copy.runtime_text()
     joined = _defined(text)
     parts = [
         name
-        for part in helpers.PARTS
-        for name in _defined((helpers.RUNTIME / f"{part}.py").read_text(encoding="utf-8"))
+        for part in runtime_copy.PARTS
+        for name in _defined((runtime_copy.RUNTIME / f"{part}.py").read_text(encoding="utf-8"))
     ]
     assert sorted(joined) == sorted(parts) and len(set(joined)) == len(joined)
     assert not [s for s in ast.parse(text).body if isinstance(s, ast.ImportFrom)]
-    assert helpers.version_of(text) == helpers.VERSION > 0
+    assert runtime_copy.version_of(text) == runtime_copy.VERSION > 0
     namespace: dict[str, object] = {"__name__": "_regionalize"}
     exec(compile(text, "_regionalize.py", "exec"), namespace)
-    for part in helpers.PARTS:  # the same objects as the parts', by name
+    for part in runtime_copy.PARTS:  # the same objects as the parts', by name
         module = importlib.import_module(f"regionalize.runtime.{part}")
         assert {n for n in vars(module) if n.startswith("_regionalize") or n == "_RegionalizeLayerKV"} <= set(
             namespace

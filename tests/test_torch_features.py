@@ -21,8 +21,8 @@ from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair, sliding 
 from transformers.cache_utils import DynamicCache  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.options import Options  # noqa: E402
 from regionalize.runtime.regions import _regionalize_reuses  # noqa: E402
+from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -142,7 +142,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
         sys.path.insert(0, sys.argv[1])
         from kv_support import load
         from regionalize.codemod import transform_source
-        from regionalize.options import Options
+        from regionalize.shared.options import Options
         from regionalize.verify.accounting import served_forms
 
         source = open(sys.argv[1] + "/models/stack.py", encoding="utf-8").read()

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from regionalize.cli import main
-from regionalize.options import Options
+from regionalize.shared.options import Options
 from regionalize.verify.loading import resolve_target
 from regionalize.verify.tune import tune
 

@@ -21,14 +21,14 @@ import torch
 from click.testing import CliRunner
 from torch_support import needs_reuse
 
-from regionalize.options import Options
+from regionalize.cli.verify_command import verify as verify_command
+from regionalize.shared.options import Options
 from regionalize.verify import render, run_verify
 from regionalize.verify.accounting import GraphAccount, _fill, describe_reason
 from regionalize.verify.checks import summarize
 from regionalize.verify.compare import compare, tolerance
 from regionalize.verify.loading import VerifyError, resolve_target
 from regionalize.verify.timing import WorkerJob, options_to_json, run_worker
-from regionalize.verify_cli import verify as verify_command
 
 MODELS = Path(__file__).parent / "models"
 EAGER = Options(backend="eager")
@@ -558,7 +558,7 @@ def test_click_command(tmp_path: Path) -> None:
 
 
 def test_the_command_imports_no_torch() -> None:
-    code = "import sys, regionalize.verify, regionalize.verify_cli; sys.exit('torch' in sys.modules)"
+    code = "import sys, regionalize.verify, regionalize.cli.verify_command; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
 
 

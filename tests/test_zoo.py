@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from regionalize.helpers import VERSION
+from regionalize.cli.verify_command import verify
+from regionalize.codemod.runtime_copy import VERSION
 from regionalize.verify import zoo_report
 from regionalize.verify.manifest import ManifestError, load
 from regionalize.verify.zoo import Row
-from regionalize.verify_cli import verify
 
 MODELS = Path(__file__).parent / "models"
 

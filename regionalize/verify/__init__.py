@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from regionalize.options import Options
-from regionalize.runner import write_output
+from regionalize.shared.options import Options
+from regionalize.shared.source_files import write_output
 from regionalize.verify.progress import QUIET, Progress
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2

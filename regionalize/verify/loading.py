@@ -21,9 +21,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from regionalize import helpers
-from regionalize.package import module_name_for
-from regionalize.runner import SourceFile, write_atomically
+from regionalize.codemod import runtime_copy
+from regionalize.codemod.package import module_name_for
+from regionalize.shared.source_files import SourceFile, write_atomically
 
 REWRITTEN_SUFFIX = "__regionalized"
 # A stand-alone script is imported under a prefixed name: its bare stem ("model", "types") could be taken.
@@ -196,16 +196,16 @@ def import_rewritten(target: Target, source: str, filename: Path) -> ModuleType:
 def _runtime_copy(target: Target, source: str) -> None:
     """The package's `_regionalize.py` the rewrite imports from, as `--apply` would leave it: this
     runtime, unless the package already holds an up-to-date copy."""
-    root = helpers.package_root(target.model_path)
-    if root is None or f"{helpers.MODULE} import" not in source:
+    root = runtime_copy.package_root(target.model_path)
+    if root is None or f"{runtime_copy.MODULE} import" not in source:
         return
-    if helpers.pending_module(root / f"{helpers.MODULE}.py") is None:
+    if runtime_copy.pending_module(root / f"{runtime_copy.MODULE}.py") is None:
         return
-    name = f"{target.module_name.split('.')[0]}.{helpers.MODULE}"
+    name = f"{target.module_name.split('.')[0]}.{runtime_copy.MODULE}"
     module = ModuleType(name)
     path = _runtime_file()
     module.__file__ = str(path)
-    exec(compile(helpers.runtime_text(), str(path), "exec"), module.__dict__)
+    exec(compile(runtime_copy.runtime_text(), str(path), "exec"), module.__dict__)
     sys.modules[name] = module
 
 
@@ -213,9 +213,9 @@ def _runtime_copy(target: Target, source: str) -> None:
 def _runtime_file() -> Path:
     """The joined runtime in a file of its own (named by its content, so processes share it): Dynamo,
     tracebacks and `inspect` read a module's lines back from its file, and its parts are other files."""
-    text = helpers.runtime_text()
+    text = runtime_copy.runtime_text()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"regionalize_runtime_{helpers.VERSION}_{digest}.py"
+    path = Path(tempfile.gettempdir()) / f"regionalize_runtime_{runtime_copy.VERSION}_{digest}.py"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         write_atomically(str(path), SourceFile(text, "utf-8", False), text)
     return path

@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from regionalize import config
+from regionalize.shared import config
 
 DEFAULT_TIMEOUT_S = 1800
 # [tool.regionalize] keys that say which files to rewrite and how many at once: verify has one file.

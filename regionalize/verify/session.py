@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch._inductor.utils import fresh_cache
 
-from regionalize.options import Options
+from regionalize.shared.options import Options
 from regionalize.verify.loading import (
     REWRITTEN_SUFFIX,
     Target,
@@ -146,7 +146,7 @@ class Subject:
         return self.sources[key]
 
     def _transform(self, key: str, options: Options) -> Path:
-        from regionalize.codemod import transform_source
+        from regionalize.codemod.transform import transform_source
 
         source = self.target.model_path.read_text(encoding="utf-8")
         result = transform_source(source, options, str(self.target.model_path))

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from regionalize.options import Options
+from regionalize.shared.options import Options
 from regionalize.verify.loading import VerifyError
 from regionalize.verify.session import Built
 from regionalize.verify.workloads import Generate

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch._dynamo import utils as dynamo_utils
 
-from regionalize.codemod import transform_source
-from regionalize.options import Options
+from regionalize.codemod.transform import transform_source
 from regionalize.runtime.owner import _regionalize_static
+from regionalize.shared.options import Options
 from regionalize.verify.accounting import recording
 from regionalize.verify.loading import Target, VerifyError, import_paths
 from regionalize.verify.progress import QUIET, Progress

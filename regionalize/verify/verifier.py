@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from regionalize.options import Options
+from regionalize.shared.options import Options
 from regionalize.verify.accounting import GraphAccount, recording, served_forms
 from regionalize.verify.checks import (
     RewriteRaised,

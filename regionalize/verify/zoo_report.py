@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from regionalize.helpers import VERSION
+from regionalize.codemod.runtime_copy import VERSION
 from regionalize.verify.render import ALONE, regions_text
 from regionalize.verify.zoo import Row
 

@@ -1,0 +1,188 @@
+"""`regionalize verify`: the click command; the CLI group adds it with `main.add_command(verify)`.
+
+Imports no torch: `regionalize.verify` loads it only when the command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from regionalize.cli import flags
+
+HELP = """Prove that the rewrite of MODEL.py computes the same thing and loads the same checkpoints, and
+measure what regional compilation buys: compile time, graphs, recompiles, steady-state latency.
+
+\b
+FACTORY is a function returning (model, args), (model, args, kwargs) or (model, run), where run is a
+callable taking the model and returning what to compare (a workload: several calls, a cache):
+  NAME                  defined in MODEL.py
+  package.module:NAME   defined in that module; MODEL.py defaults to the module's file
+  path/file.py:NAME     defined in another file
+A factory outside MODEL.py takes one argument, the model module (original or rewritten), and builds
+the model from it, e.g. `def make(m): return m.LlamaForCausalLM(config), (ids,)`.
+
+Without --rewritten the codemod's output for these options is verified, in memory. Timings are for
+inference (eval mode, no autograd); each compile time is the first call (a workload's whole run; with
+--workload generate, the first token) in a fresh process with an empty inductor cache, both cold and
+after one unrelated warm-up compile.
+
+MODEL may also be a module's dotted name (transformers.models.bert.modeling_bert).
+
+With --manifest zoo.toml, every model the manifest lists is verified in its own process, one after
+another, each with a timeout; the results go to STEM.md, STEM.json and STEM.png (docs/verify.md).
+
+\b
+Exit status: 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the model could not be
+imported, built or run (the report says which step, with the traceback). With --manifest: the worst
+model's status, a timeout or a crash counting as 2.
+"""
+
+
+@click.command("verify", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model", required=False)
+@click.option("--factory", help="NAME, package.module:NAME or path/file.py:NAME.")
+@click.option(
+    "--rewritten",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A rewritten MODEL.py to verify instead of the codemod's output.",
+)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Fresh processes per compile timing; the median is reported.",
+)
+@click.option(
+    "--no-cold-start",
+    "cold_start",
+    is_flag=True,
+    flag_value=False,
+    default=True,
+    help="Skip the fresh-process compile timings (the slow part).",
+)
+@click.option(
+    "--workload",
+    type=click.Choice(["generate"]),
+    help="Verify greedy generation (a transformers causal LM) instead of one forward: the factory returns "
+    "(model, (input_ids,)) or just the model; tokens must be identical, time to first token and decode "
+    "time per token are measured.",
+)
+@click.option(
+    "--tokens",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="New tokens per generation (--workload generate).",
+)
+@click.option(
+    "--prompt-len",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Length of the prompt made from the config when the factory gives no input_ids.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, writable=True),
+    callback=flags.output_file,
+    help="Also write the results as one JSON object to this file.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Everyday preset: one fresh process per compile timing (unless --repeats is given), warm start "
+    "only (no cold process).",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Verify every model of a zoo manifest (TOML, see docs/verify.md), each in its own process, "
+    "instead of MODEL; writes STEM.md, STEM.json and STEM.png. With it, only --out, --timeout, --quick, "
+    "--device and -q apply: everything else is set per model in the manifest.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Folder for the --manifest results (default: the manifest's folder).",
+)
+@click.option(
+    "--timeout",
+    type=click.IntRange(min=1),
+    help="Seconds per manifest entry before it is killed and reported (overrides the manifest).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr; the report alone.")
+@flags.codemod_options
+def verify(
+    model: str | None,
+    factory: str | None,
+    rewritten: str | None,
+    device: str,
+    repeats: int,
+    cold_start: bool,
+    workload: str | None,
+    tokens: int,
+    prompt_len: int,
+    json_out: str | None,
+    config_file: str | None,
+    quick: bool,
+    quiet: bool,
+    manifest: str | None,
+    out_dir: str | None,
+    timeout: int | None,
+    **extra: Any,
+) -> None:
+    from regionalize.verify import run_manifest, run_verify
+    from regionalize.verify.progress import Progress
+
+    if manifest:
+        _manifest_only(click.get_current_context())
+        overrides = {"quick": True} if quick else {}
+        overrides |= {"timeout": timeout} if timeout else {}
+        overrides |= {"device": device} if device != "auto" else {}
+        sys.exit(run_manifest(manifest, out_dir, overrides, Progress(quiet, "zoo")))
+    if factory is None:
+        raise click.UsageError("give --factory (or --manifest)")
+    if out_dir or timeout:
+        raise click.UsageError("--out and --timeout go with --manifest")
+    # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
+    local = [model] if model and Path(model).exists() else []
+    options = flags.options(flags.settings(local, config_file, extra))
+    # --quick times one fresh process per variant unless --repeats is given too.
+    given = (
+        click.get_current_context().get_parameter_source("repeats") is not click.core.ParameterSource.DEFAULT
+    )
+    code = run_verify(
+        model,
+        factory,
+        rewritten,
+        device,
+        repeats if given or not quick else 1,
+        json_out,
+        options,
+        cold_start=cold_start,
+        workload=workload,
+        tokens=tokens,
+        prompt_len=prompt_len,
+        progress=Progress(quiet),
+        quick=quick,
+    )
+    sys.exit(code)
+
+
+_WITH_MANIFEST = {"manifest", "out_dir", "timeout", "quick", "device", "quiet"}
+
+
+def _manifest_only(context: click.Context) -> None:
+    """With --manifest, per-model flags would silently not apply: refuse them."""
+    for name, value in context.params.items():
+        given = context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        if given and name not in _WITH_MANIFEST and value not in (None, ()):
+            raise click.UsageError(f"{name} is set per model in the manifest, not with --manifest")

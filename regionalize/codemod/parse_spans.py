@@ -1,0 +1,138 @@
+"""Which pieces of a file get a LibCST parse: the top-level functions and methods that can hold a site
+(most of a model file holds none), and where module-level additions go. Read with Python's `ast`.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from regionalize.codemod.nodes import Walked
+
+
+@dataclass(frozen=True)
+class Region:
+    """Lines `start`..`end` (1-based, inclusive), parsed on their own with `indent` taken off.
+
+    Whitespace-only lines are left as they are both ways, so unchanged lines come back byte for byte.
+    """
+
+    start: int
+    end: int
+    indent: str = ""
+
+    def extract(self, lines: list[str]) -> str:
+        width = len(self.indent)
+        return "".join(
+            line if not line.strip() else line[width:] for line in lines[self.start - 1 : self.end]
+        )
+
+    def restore(self, text: str) -> str:
+        if not self.indent:
+            return text
+        return "".join(line if not line.strip() else self.indent + line for line in text.splitlines(True))
+
+
+def regions(
+    tree: ast.Module, lines: list[str], containers: set[str], walked: Walked | None = None
+) -> list[Region]:
+    """Top-level functions and methods that can hold a site; larger pieces when that is not clear-cut.
+
+    Module-level code can hold a site whose parts sit in several statements (`xs = [..]`, then
+    `nn.Sequential(*xs)`), and two statements on one line cannot be cut apart: both take the whole file.
+    A class falls back to one region when a site sits outside its methods or a method cannot be dedented.
+    """
+    found: list[Region] = []
+    candidates = _Candidates(walked or Walked(tree), containers)
+    for statement, start, end in _spans(tree.body):
+        if start is None:
+            return [Region(1, len(lines))]
+        if not candidates.between(start, end):
+            continue
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(Region(start, end))
+        elif isinstance(statement, ast.ClassDef):
+            found += _methods(statement, lines, candidates) or [Region(start, end)]
+        else:
+            return [Region(1, len(lines))]
+    return found
+
+
+def _methods(cls: ast.ClassDef, lines: list[str], candidates: _Candidates) -> list[Region]:
+    """One region per method holding a candidate; empty when the class has to stay whole."""
+    found = []
+    for statement, start, end in _spans(cls.body):
+        if start is None:
+            return []
+        if not candidates.between(start, end):
+            continue
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return []
+        indent = lines[statement.lineno - 1][: statement.col_offset]
+        if indent.strip() or not all(
+            line.startswith(indent) or not line.strip() for line in lines[start - 1 : end]
+        ):
+            return []  # a line inside (a string, a comment) sits left of the method's indentation
+        found.append(Region(start, end, indent))
+    return found
+
+
+def _spans(body: list[ast.stmt]) -> Iterator[tuple[ast.stmt, int | None, int]]:
+    """Each statement with its first line (decorators included) and last line; None when two share a line."""
+    previous_end = 0
+    for statement in body:
+        start = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", [])])
+        end = statement.end_lineno or statement.lineno
+        yield statement, (start if start > previous_end else None), end
+        previous_end = end
+
+
+class _Candidates:
+    """The lines of the calls that can make a site, from one walk of the file.
+
+    A statement holds one when one sits within its lines. Where no two statements of a body share a
+    line, a call within a statement's lines is inside it; where two do, the whole file (or class) is
+    one region whatever the answers were. Walking each statement, then each method of a class again,
+    was a twelfth of a bulk run.
+    """
+
+    def __init__(self, walked: Walked, containers: set[str]) -> None:
+        self.lines = sorted(
+            node.lineno
+            for node in walked.nodes
+            if isinstance(node, ast.Call) and _is_candidate(node, containers)
+        )
+
+    def between(self, start: int, end: int) -> bool:
+        index = bisect.bisect_left(self.lines, start)
+        return index < len(self.lines) and self.lines[index] <= end
+
+
+def _is_candidate(call: ast.Call, containers: set[str]) -> bool:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name in containers or name == "add_module" or (name or "").endswith("clones")
+
+
+def insert_lines(tree: ast.Module) -> tuple[int, int]:
+    """Where `import torch` and module-level helpers go, as counts of lines above them.
+
+    `import torch` goes before the first torch import (where isort puts it), else after the leading
+    docstring, `__future__` and imports; helpers go after those imports.
+    """
+    after_imports, torch_line = 0, None
+    for index, statement in enumerate(tree.body):
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            names = (
+                [a.name for a in statement.names] if isinstance(statement, ast.Import) else [statement.module]
+            )
+            if torch_line is None and any((n or "").split(".")[0] == "torch" for n in names):
+                torch_line = statement.lineno - 1
+            after_imports = statement.end_lineno or statement.lineno
+        elif index == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            after_imports = statement.end_lineno or statement.lineno
+        else:
+            break
+    return (after_imports if torch_line is None else torch_line), after_imports

@@ -1,0 +1,175 @@
+"""The finder's walk of one region: the scopes, loops, suites and statements around the node at hand, the
+file's names resolved, and the sites, edits and per-block integers the patterns record."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import libcst as cst
+from libcst.metadata import CodePosition, PositionProvider
+
+from regionalize.codemod import parse_spans, per_block_ints, prescan
+from regionalize.codemod.declarations import Declaration
+from regionalize.codemod.patterns.ints import int_targets
+from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
+from regionalize.shared.options import CUDA_GRAPH_MODES, Options
+from regionalize.shared.sites import CODES, Site
+
+# The end of an RGZ001 site line in the hierarchical form, and where the blocks' cache is not stood in for.
+OWNED = "nested regions of their owner, compiled whole"
+# Where torch reuses no traced region, the runtime compiles such blocks one by one (not in CUDA graphs).
+UNREUSED = " (per block on torch 2.11)"
+OWNED_WITHOUT_REGIONS = "their owner compiled whole, without regions (a cache not stood in for)"
+SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
+
+SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
+
+
+class Context(cst.CSTVisitor):
+    """Keeps the traversal state the patterns read; a subclass adds the visits that find the sites."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(
+        self,
+        module: cst.Module,
+        options: Options,
+        facts: prescan.FileFacts,
+        region: parse_spans.Region,
+        text: str,
+        edits: Edits,
+    ):
+        self.module = module
+        self.options = options
+        self.facts = facts
+        self.region = region
+        self.lines = text.splitlines()  # the text parsed: what `module.code` would generate again
+        self.sites: list[Site] = []
+        self.edits = edits
+        self.scopes: list[Scope] = []
+        self.loops: list[cst.For | cst.While] = []  # loops of the innermost function only
+        self.loop_stack_saved: list[list[cst.For | cst.While]] = []
+        self.blocks: list[cst.BaseSuite | cst.Module] = []
+        self.statements: list[cst.BaseStatement] = []
+        self.class_bodies: set[cst.BaseSuite] = set()
+        self.int_args: list[per_block_ints.IntArgs] = []  # blocks built with a per-iteration integer
+
+    # -- traversal bookkeeping -------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(Scope(node, node, self.facts.container_names()))
+        self.blocks.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.class_bodies.add(node.body)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(Scope(node, self.module, self.facts.container_names()))
+        self.loop_stack_saved.append(self.loops)
+        self.loops = []
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        self.loops = self.loop_stack_saved.pop()
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.blocks.append(node)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        self.blocks.pop()
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self.blocks.append(node)
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self.blocks.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loops.append(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops.append(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self.loops.pop()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.statements.append(node)
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self.statements.pop()
+
+    def loop_int_vars(self) -> set[str]:
+        names: set[str] = set()
+        for loop in self.loops:
+            if isinstance(loop, cst.For):
+                names |= int_targets(loop.target, loop.iter)
+        return names
+
+    # -- name resolution --------------------------------------------------------------------------
+    def dotted(self, expr: cst.BaseExpression) -> str | None:
+        """`nn.ModuleList` -> `torch.nn.ModuleList` through the file's imports and aliases."""
+        name = dotted_name(expr)
+        return None if name is None else self.facts.resolve(name)
+
+    def container_kind(self, call: cst.Call) -> str | None:
+        name = dotted_name(call.func)
+        return None if name is None else self.facts.container_kind(name)
+
+    def is_torch_compile(self, call: cst.Call) -> bool:
+        return self.dotted(call.func) in ("torch.compile", "torch.compiler.compile")
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def already_compiled_iterable(self, target: cst.BaseExpression) -> bool:
+        compiled = self.facts.compiled_iterables
+        if dotted_name(target) in compiled:
+            return True
+        return isinstance(target, cst.Attribute) and f".{target.attr.value}" in compiled
+
+    # -- sites ------------------------------------------------------------------------------------
+    def skip_comment(self, node: cst.CSTNode) -> bool:
+        statement = self.statements[-1] if self.statements else node
+        start = self.get_metadata(PositionProvider, statement).start.line
+        end = self.get_metadata(PositionProvider, node).end.line
+        return any(SKIP_COMMENT.search(line) for line in self.lines[start - 1 : end])
+
+    def site_maker(self, node: cst.CSTNode, pattern: str, block: str) -> SiteMaker:
+        position = self.get_metadata(PositionProvider, node).start
+
+        def add(code: str, action: str, hint: str = "") -> None:
+            reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
+            if code == "RGZ001":
+                graphs = self.options.mode in CUDA_GRAPH_MODES
+                reason = OWNED + ("" if graphs else UNREUSED) if self.owned() else "per block"
+            self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
+
+        return add
+
+    def owned(self) -> bool:
+        """Hierarchical: the blocks are built in a method of a class with a forward of its own, which calls
+        them and is compiled whole around them. Elsewhere (module level, a function returning the
+        container, a holder without forward) no owner is known, and each block is compiled on its own."""
+        if not self.options.hierarchical or "self" not in self.scopes[-1].params:
+            return False
+        start, end = self.region.start, self.region.end
+        return any(first <= start and end <= last for first, last in self.facts.owners)
+
+    def declaration(self) -> Declaration | None:
+        """The declaration of repeated blocks that holds where the region is, unless the region is a method
+        of a declared class: blocks repeated inside a declared block are a finer level of it."""
+        start, end = self.region.start, self.region.end
+        around = [(first, name) for name, first, last in self.facts.classes if first <= start and end <= last]
+        scope = max(around)[1] if around else None
+        declared = self.facts.declaration_over(scope)
+        if declared is None or (scope is not None and self.facts.declaring(scope)):
+            return None
+        return declared
+
+    def where(self, position: CodePosition) -> tuple[int, int]:
+        """Line and 1-based column in the file, from a position in the region."""
+        return position.line + self.region.start - 1, position.column + 1 + len(self.region.indent)

@@ -1,0 +1,89 @@
+"""The decisions every pattern shares before its own: already compiled, skip comment, no block, --style wrap;
+and the note of the blocks that receive a per-iteration integer."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from regionalize.codemod import per_block_ints
+from regionalize.codemod.patterns import emit
+from regionalize.codemod.patterns.context import Context, SiteMaker
+from regionalize.codemod.patterns.ints import int_args
+from regionalize.codemod.patterns.model import Element, blocks_of, dotted_name
+
+
+def triage(
+    ctx: Context,
+    site: SiteMaker,
+    call: cst.Call,
+    leaves: list[Element],
+    blocks: list[Element],
+    pattern: str,
+    compiled: bool,
+) -> bool:
+    """The decisions every pattern shares; True when the site is settled (reported, or wrapped)."""
+    if not blocks and any(e.kind in ("holder", "undeclared", "factory") for e in leaves):
+        # Before "already compiled", which can be a guess from the attribute's name (`.layers` compiled
+        # elsewhere in the file): what the source says decides, the same on every pass.
+        site(*_why_not(ctx, leaves))
+    elif compiled or any(e.kind == "compiled" for e in leaves):
+        site("RGZ002", "skip")
+        record_int_args(ctx, leaves, pattern, warn=False)
+    elif ctx.skip_comment(call):
+        site("RGZ101", "skip")
+    elif not blocks:
+        site(*_why_not(ctx, leaves))
+    else:
+        record_int_args(ctx, blocks, pattern, warn=True)
+        if ctx.options.style != "wrap":
+            return False
+        for element in blocks:
+            emit.wrap(ctx, element)
+        site("RGZ001", "rewrite")
+    return True
+
+
+def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: bool) -> None:
+    """Note the blocks that receive a per-iteration integer, for per_block_ints to follow."""
+    for element in blocks:
+        if element.kind == "nested" and element.inner is not None:
+            record_int_args(ctx, blocks_of(element.inner), pattern, warn)
+            continue
+        call = element.call
+        if call is not None and element.kind == "compiled" and call.args:
+            call = call.args[0].value  # torch.compile(Block(..))
+        if not isinstance(call, cst.Call):
+            continue
+        positions, keywords, names = int_args(call, ctx.loop_int_vars() | element.int_vars)
+        if names:
+            position = ctx.get_metadata(PositionProvider, call).start
+            block = dotted_name(call.func) or element.label
+            ctx.int_args.append(
+                per_block_ints.IntArgs(block, positions, keywords, names, *ctx.where(position), pattern, warn)
+            )
+
+
+def _why_not(ctx: Context, elements: list[Element]) -> tuple[str, str, str]:
+    kinds = {e.kind for e in elements}
+    if "holder" in kinds:
+        return ("RGZ108", "skip", "")
+    if "excluded" in kinds:
+        return ("RGZ105", "skip", "")
+    if undeclared := next((e for e in elements if e.kind == "undeclared"), None):
+        name = (undeclared.returns[0] if undeclared.returns else undeclared.label).rsplit(".", 1)[-1]
+        declared = ctx.facts.package_declarations
+        if undeclared.declared in declared and undeclared.declared not in ctx.facts.declarations:
+            where = f"the package's `_repeated_blocks` on {len(declared)} model classes, e.g. `{declared[0]}`"
+        else:
+            where = f"`{undeclared.declared}`"
+        return ("RGZ111", "skip", f"{where}; `--always {name}` compiles it")
+    if factory := next((e for e in elements if e.kind == "factory"), None):
+        classes = [r.rsplit(".", 1)[-1] for r in factory.returns]
+        shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
+        return ("RGZ112", "skip", f"`{factory.label}` returns one of {len(classes)} classes ({shown})")
+    if "leaf" in kinds:
+        return ("RGZ102", "skip", "")
+    if "parts" in kinds:
+        return ("RGZ110", "skip", "")
+    return ("RGZ103", "skip", "")

@@ -1,0 +1,385 @@
+"""A fast first look at a file with Python's own parser, before any LibCST work.
+
+LibCST parses several times slower than `ast` and its visitors are slower still, while most of a model
+file (configs, attention maths, docstrings) holds no site. So `ast` answers the file-wide questions
+(imports, containers, what is compiled already, what the file's classes build); `parse_spans.py` says which
+top-level statements can hold a site, and only those are parsed with LibCST and rewritten.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from regionalize.codemod import declarations
+from regionalize.codemod.bypass_text import HELPER_NAMES
+from regionalize.codemod.declarations import Declaration
+from regionalize.codemod.definitions import Definition
+from regionalize.codemod.nodes import Walked, walk
+
+CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
+# Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
+CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
+# Names that make a top-level statement worth a LibCST parse.
+# A guard-bypass helper that compiles its first argument in place.
+COMPILING_HELPERS = {
+    HELPER_NAMES["depyf"],
+    "_regionalize_blocks",
+    "_regionalize_cuda_graphs",  # what an earlier regionalize wrote for --mode reduce-overhead
+}  # helpers that compile their first argument
+TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
+# What the file's package defines under an imported name (`package.py`), or None.
+Lookup = Callable[[str], "Definition | None"]
+
+
+def nothing(name: str) -> None:
+    """The lookup of a file read on its own: nothing is known of what it imports."""
+    return None
+
+
+@dataclass
+class FileFacts:
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted name
+    compiled_iterables: set[str] = field(default_factory=set)  # `self.layers`, `.layers`, `blocks`
+    container_attrs: set[str] = field(default_factory=set)  # attributes assigned a container
+    torch_bound: bool = False  # `torch` is a module-level name
+    top_level_defs: set[str] = field(default_factory=set)
+    # Lines (first, last) of the top-level classes with a `forward` of their own: the owners that can be
+    # compiled whole around the blocks their methods build.
+    owners: list[tuple[int, int]] = field(default_factory=list)
+    classes: list[tuple[str, int, int]] = field(default_factory=list)  # every class: name, first, last line
+    # Block classes that update a cache of their own (per_block_ints' `cache_blocks`), each with the
+    # attribute that indexes its cache, or None.
+    cache_blocks: dict[str, str | None] = field(default_factory=dict)
+    # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
+    holders: frozenset[str] = frozenset()
+    # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?
+    holds_submodules: dict[str, bool | None] = field(default_factory=dict)  # None: cannot tell
+    # Other container classes, by resolved name: subclasses defined in the file or imported from its
+    # package, the `containers` setting.
+    containers: dict[str, str] = field(default_factory=dict)
+    # Functions returning a container of deep copies of their first argument, defined in the file.
+    clone_helpers: set[str] = field(default_factory=set)
+    # Classes that define an __init__ of their own.
+    own_init: set[str] = field(default_factory=set)
+    # Local names of the clone helpers imported from the package, found while scanning.
+    imported_clone_helpers: set[str] = field(default_factory=set)
+    # Functions of the file whose every return builds a class (`get_down_block`): what they return.
+    factories: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The repeated blocks the file's classes declare, the classes inside those models, and the
+    # `_repeated_blocks` declared anywhere in the package (read by the codemod, for the file rewritten).
+    declarations: list[Declaration] = field(default_factory=list)
+    inside: set[str] = field(default_factory=set)
+    package_declarations: list[Declaration] = field(default_factory=list)
+    outside: Lookup = nothing
+
+    def container_kind(self, name: str) -> str | None:
+        """ "ModuleList", "Sequential" or "ModuleDict" for a (dotted, local) name of a container class."""
+        full = self.resolve(name)
+        last = full.rsplit(".", 1)[-1]
+        if full in self.containers:
+            return self.containers[full]
+        if last in CONTAINERS and full.startswith(CONTAINER_MODULES):
+            return last
+        return None
+
+    def holds(self, full: str) -> bool | None:
+        """Does the class of this resolved name build submodules? None: not defined in the package."""
+        if full in self.holds_submodules:
+            return self.holds_submodules[full]
+        defined = self.outside(full)
+        return defined.holds_submodules if defined else None
+
+    def holds_compiled(self, full: str) -> bool:
+        """Is this a class of the package whose own repeated blocks are compiled in its module?"""
+        defined = self.outside(full)
+        return defined is not None and defined.holds_compiled()
+
+    def factory(self, full: str) -> tuple[str, ...] | None:
+        """The classes a factory function of the file or its package returns (resolved names)."""
+        if full in self.factories:
+            return self.factories[full]
+        defined = self.outside(full)
+        return defined.returns if defined else None
+
+    def declaring(self, block: str) -> Declaration | None:
+        """The declaration that names this class (by its last name) as a repeated block."""
+        return next((d for d in self.declarations + self.package_declarations if block in d.blocks), None)
+
+    def declaration_over(self, scope: str | None) -> Declaration | None:
+        """The declaration that says which blocks a site in class `scope` (None: outside any class) may
+        compile: the package's `_repeated_blocks`, or a declaration of a model of the file it is inside."""
+        if self.package_declarations:  # the file's own first, when it is one of them
+            own = [d for d in self.declarations if d in self.package_declarations]
+            return (own or self.package_declarations)[0]
+        return self.declarations[0] if scope in self.inside else None
+
+    def is_clone_helper(self, full: str) -> bool:
+        defined = self.outside(full)
+        return defined is not None and defined.clones
+
+    def builds_itself(self, full: str) -> bool:
+        """Is this a container subclass of the package whose own __init__ builds what it holds?"""
+        defined = self.outside(full)
+        return defined is not None and defined.container is not None and defined.builds_itself
+
+    def container_names(self) -> set[str]:
+        """Local spellings a container call can have, for scanning before names are resolved."""
+        return CONTAINERS | {name.rsplit(".", 1)[-1] for name in self.containers}
+
+    def resolve(self, dotted: str) -> str:
+        head, _, rest = dotted.partition(".")
+        full = self.imports.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def strip_values(node: ast.expr) -> ast.expr:
+    """`x.values()` -> `x`: a ModuleDict is compiled through its values."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("values", "children", "modules")
+    ):
+        return node.func.value
+    return node
+
+
+def scan(
+    tree: ast.Module,
+    containers: frozenset[str] = frozenset(),
+    outside: Lookup = nothing,
+    calls: bool = True,
+    walked: Walked | None = None,
+) -> FileFacts:
+    """The file-wide facts; `outside` says what the file's package defines under the names it imports.
+
+    Imported names the file derives classes from are looked up at once, and with `calls` the names it
+    calls too (containers and clone helpers of the package, for the file being rewritten); the rest
+    only when the patterns ask.
+    """
+    facts = FileFacts(outside=outside)
+    facts.containers = {name: kind_by_name(name) for name in containers}
+    loops: list[ast.For] = []
+    assigns: list[ast.Assign | ast.AnnAssign] = []
+    # One walk: three over a 3,000-line modeling file were a sixth of a bulk run.
+    walked = walked or Walked(tree)
+    everything = walked.nodes
+    for node in everything:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    facts.imports[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    facts.imports[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name == "*":
+                    if base in ("torch.nn", "torch.nn.modules"):
+                        facts.imports.update({n: f"torch.nn.{n}" for n in CONTAINERS})
+                    continue
+                sep = "" if base.endswith(".") else "."
+                facts.imports[alias.asname or alias.name] = f"{base}{sep}{alias.name}"
+        elif isinstance(node, ast.For):
+            loops.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            assigns.append(node)
+        elif isinstance(node, ast.ClassDef):
+            facts.classes.append((node.name, node.lineno, node.end_lineno or node.lineno))
+    facts.imports = {k: TORCH_MODULES.sub("torch.nn", v) for k, v in facts.imports.items()}
+    # A setting may name a class by its bare name; a file imports it under its dotted one.
+    for full in facts.imports.values():
+        if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
+            facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
+    # Before the classes, which may derive from these. Each name can mean reading another module.
+    used = {
+        n
+        for node in everything
+        if isinstance(node, (ast.Call, ast.ClassDef))
+        for n in _called_or_derived(node, calls)
+    }
+    for local, full in facts.imports.items():
+        if local not in used:
+            continue
+        defined = outside(full)
+        if defined and defined.container:
+            facts.containers[full] = defined.container
+        elif defined and defined.clones:
+            facts.imported_clone_helpers.add(local)
+    for statement in tree.body:
+        if isinstance(statement, ast.ClassDef):
+            facts.holds_submodules[statement.name] = _holds_submodules(statement, facts, walked)
+            if any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in statement.body):
+                facts.owners.append((statement.lineno, statement.end_lineno or statement.lineno))
+            if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in statement.body):
+                facts.own_init.add(statement.name)
+        elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts, walked):
+            facts.clone_helpers.add(statement.name)
+    facts.declarations = declarations.read(tree)
+    if facts.declarations:
+        facts.inside = declarations.inside(tree, {d.model for d in facts.declarations}, walked)
+    for node in everything:  # subclasses of containers, in the order they are defined
+        if isinstance(node, ast.ClassDef):
+            kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
+            if kind := next((k for k in kinds if k), None):
+                facts.containers[node.name] = kind
+    for statement in tree.body:  # after the containers: a factory returns a block, not a container
+        if (
+            isinstance(statement, ast.FunctionDef)
+            and statement.name not in facts.clone_helpers
+            and (returns := _returns_classes(statement, facts, walked))
+        ):
+            facts.factories[statement.name] = returns
+    for statement in tree.body:
+        if isinstance(statement, ast.Import):
+            facts.torch_bound |= any(
+                a.name.split(".")[0] == "torch" and a.asname in (None, "torch") for a in statement.names
+            )
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            facts.top_level_defs.add(statement.name)
+    for loop in loops:
+        if _compiles(loop, facts):
+            iterable = dotted_name(strip_values(loop.iter))
+            if iterable:
+                facts.compiled_iterables.add(iterable)
+                if "." in iterable:
+                    facts.compiled_iterables.add("." + iterable.rsplit(".", 1)[1])
+    for assign in assigns:
+        if isinstance(assign.value, ast.Call) and is_container(assign.value.func, facts):
+            targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+            facts.container_attrs |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
+    return facts
+
+
+def _called_or_derived(node: ast.AST, calls: bool) -> Iterator[str]:
+    """The first part of a base class's name, or with `calls` of a called one (`layers.Block(..)`)."""
+    if isinstance(node, ast.Call) and calls:
+        exprs = [node.func]
+    elif isinstance(node, ast.ClassDef):
+        exprs = node.bases
+    else:
+        return
+    for expr in exprs:
+        name = dotted_name(expr)
+        if name:
+            yield name.split(".")[0]
+
+
+def is_container(func: ast.expr, facts: FileFacts) -> bool:
+    name = dotted_name(func)
+    return name is not None and facts.container_kind(name) is not None
+
+
+_NOT_MODULES = {"Parameter", "Buffer", "Tensor", "ParameterList", "ParameterDict"}
+
+
+def _holds_submodules(cls: ast.ClassDef, facts: FileFacts, walked: Walked) -> bool | None:
+    """What the class builds, with what its bases defined earlier in the file build; a leaf only when
+    it derives from torch.nn.Module directly (another base may build the parts)."""
+    own = _builds_submodules(walked.under(cls))
+    bases = [facts.resolve(n) for b in cls.bases if (n := dotted_name(b))]
+    if own or any(facts.holds(b) for b in bases):
+        return True
+    if own is False and bases and all(b == "torch.nn.Module" for b in bases):
+        return False
+    return None
+
+
+def _builds_submodules(nodes: list[ast.AST]) -> bool | None:
+    """True when a method assigns `self.x = Something(..)` (a class, by its capital, not a tensor) or
+    calls add_module; False when no attribute of self is assigned a call or a name at all (a norm with
+    only parameters); None when functions build the parts (`self.conv = conv3x3(..)`) or a name is
+    stored (`self.module = module`, maybe a block handed in): cannot tell."""
+    calls = False
+    for node in nodes:  # the class's, for both questions: true if either finds one
+        if isinstance(node, ast.Call) and (dotted_name(node.func) or "").endswith("add_module"):
+            return True
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(t, ast.Attribute) and dotted_name(t.value) == "self" for t in targets):
+            continue
+        if isinstance(node.value, ast.Name):
+            calls = True  # `self.module = module`: a block may be handed in
+        if isinstance(node.value, ast.Call):
+            last = (dotted_name(node.value.func) or "").rsplit(".", 1)[-1]
+            if last[:1].isupper() and last not in _NOT_MODULES:
+                return True
+            calls |= last not in _NOT_MODULES
+    return None if calls else False
+
+
+def _makes_clones(function: ast.FunctionDef, facts: FileFacts, walked: Walked) -> bool:
+    """`def _get_clones(module, n): return nn.ModuleList([copy.deepcopy(module) for _ in range(n)])`."""
+    params = function.args.posonlyargs + function.args.args
+    if not params:
+        return False
+    returned = [n.value for n in walked.under(function) if isinstance(n, ast.Return) and n.value is not None]
+    return any(
+        isinstance(value, ast.Call)
+        and is_container(value.func, facts)
+        and any(
+            isinstance(n, ast.Call)
+            and facts.resolve(dotted_name(n.func) or "") == "copy.deepcopy"
+            and n.args
+            and dotted_name(n.args[0]) == params[0].arg
+            for n in walk(value)
+        )
+        for value in returned
+    )
+
+
+def _returns_classes(function: ast.FunctionDef, facts: FileFacts, walked: Walked) -> tuple[str, ...] | None:
+    """`get_down_block(..)`: the classes built by its returns, when each return builds a class by name
+    (not a container: `_make_layer` returning `nn.Sequential(*layers)` is judged by what it holds)."""
+    returns = sorted((n for n in walked.under(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
+    returned = [n.value for n in returns if n.value is not None]
+    names: list[str] = []
+    for value in returned:
+        name = dotted_name(value.func) if isinstance(value, ast.Call) else None
+        if name is None or not name.rsplit(".", 1)[-1][:1].isupper() or facts.container_kind(name):
+            return None
+        if (full := facts.resolve(name)) not in names:
+            names.append(full)
+    return tuple(names) or None
+
+
+def kind_by_name(name: str) -> str:
+    """The kind of a container class named in the `containers` setting, read from its name."""
+    last = name.rsplit(".", 1)[-1]
+    return "ModuleDict" if "Dict" in last else "Sequential" if "Sequential" in last else "ModuleList"
+
+
+def _compiles(loop: ast.For, facts: FileFacts) -> bool:
+    """Does `for x in it:` compile each `x` (in place, or with torch.compile), maybe one loop deeper?"""
+    if not isinstance(loop.target, ast.Name):
+        return False
+    var = loop.target.id
+    for node in (n for statement in loop.body for n in walk(statement)):
+        if isinstance(node, ast.Call):
+            name = dotted_name(node.func)
+            if name == f"{var}.compile" or (name and facts.resolve(name) == "torch.compile"):
+                return True
+            if name in COMPILING_HELPERS and node.args and dotted_name(node.args[0]) == var:
+                return True
+        if (
+            isinstance(node, ast.For)
+            and dotted_name(strip_values(node.iter)) == var
+            and _compiles(node, facts)
+        ):
+            return True
+    return False

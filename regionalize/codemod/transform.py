@@ -1,0 +1,314 @@
+"""The LibCST codemod: find containers of repeated blocks and compile each block regionally.
+
+Analysis and editing are separate passes. `_Finder` walks each region once, decides every site (rewrite
+or skip, with a reason) and records the edits as plain data keyed by the original nodes; `emit.Editor` then
+applies them. Nothing is rewritten unless the finder proved the site, so a skipped site is never touched.
+The patterns, the block/leaf judgement and the emitted code live in `regionalize.codemod.patterns`; this
+module runs them over a file: its regions, the second pass after `per_block_ints`, the helpers.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+import tokenize
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from regionalize.codemod import collisions, package, parse_spans, per_block_ints, prescan, runtime_copy
+from regionalize.codemod.declarations import Declaration
+from regionalize.codemod.nodes import Walked
+from regionalize.codemod.patterns import emit
+from regionalize.codemod.patterns.containers import ContainerSites
+from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, SKIP_COMMENT, Context
+from regionalize.codemod.patterns.extend import ExtendSites
+from regionalize.codemod.patterns.loops import LoopSites
+from regionalize.codemod.patterns.model import Edits
+from regionalize.shared.options import Options
+from regionalize.shared.sites import CODES, Site
+
+__all__ = ["SKIP_COMMENT", "TRIGGERS", "TransformResult", "might_have_sites", "transform_source"]
+
+# Cheap pre-filter: a file without any of these words has no site, so it is never parsed.
+TRIGGERS = ("ModuleList", "Sequential", "ModuleDict", "add_module", "clones")
+DEFAULT_OPTIONS = Options()
+
+
+@dataclass
+class TransformResult:
+    """Like LibCST's codemod results: status is "success", "skip" (with a reason) or "failure"."""
+
+    status: str
+    code: str
+    sites: list[Site] = field(default_factory=list)
+    reason: str = ""
+    # The package's runtime copy the code imports its helpers from, or would but for a file or folder of
+    # the package's own in its place (`collisions.Clash.blocked`).
+    runtime: Path | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.status == "success"
+
+
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def might_have_sites(source: str, options: Options = DEFAULT_OPTIONS) -> bool:
+    extra = (name.rsplit(".", 1)[-1] for name in options.containers)
+    return any(word in source for word in (*TRIGGERS, *extra))
+
+
+def transform_source(
+    source: str, options: Options = DEFAULT_OPTIONS, path: str | None = None
+) -> TransformResult:
+    """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason.
+
+    With the file's `path`, the names it imports from its own package are judged by their definitions.
+    """
+    if not might_have_sites(source, options):
+        return TransformResult("skip", source, reason="no module containers")
+    if "\r" in source and _LONE_CR.search(source):  # the `in` test: a memchr, most files have no CR
+        # Python reads a lone CR as a line end (classic Mac OS files); the edits and helpers write LF or
+        # CRLF, so a rewrite would mix them.
+        return TransformResult("failure", source, reason="lone CR line endings: convert them to LF or CRLF")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
+    except (ValueError, MemoryError, RecursionError) as exc:
+        return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
+    original, lines = tree, source.splitlines(keepends=True)
+    outside = _packages(options).lookup(path) if path else prescan.nothing
+    declared = partial(_packages(options).declared, path) if path else _undeclared
+    found = _compile_containers(tree, lines, options, outside, declared)
+    if isinstance(found, TransformResult):
+        return found
+    fixes = per_block_ints.plan(tree, source, found.facts.imports, found.int_args)
+    sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
+    if fixes:
+        # The forwards get their insertions first; the containers are then compiled in that text (the
+        # same decisions: a forward holds no container site), and the sites keep the original lines.
+        lines = fixes.apply(lines).splitlines(keepends=True)
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError as exc:  # a bug of ours, as below
+            return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
+        found = _compile_containers(tree, lines, options, outside, declared, fixes.cache_blocks)
+        assert not isinstance(found, TransformResult)
+        sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
+    code, placed = _add_helpers(found, tree, path)
+    runtime = placed.module if placed else None
+    if placed and (taken := collisions.clash(original, source, placed, path)):
+        # Nothing is written: a rewrite that called or imported the wrong helper would claim a compile
+        # that never runs.
+        sites = [_not_placed(site, taken.hint) for site in sites]
+        return TransformResult("skip", source, sites, reason=taken.hint, runtime=taken.blocked)
+    if code == source:
+        return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:  # a bug of ours: refuse to hand out code that does not parse
+        return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
+    return TransformResult("success", code, sites, runtime=runtime)
+
+
+_TAKEN = "RGZ113"
+
+
+def _not_placed(site: Site, hint: str) -> Site:
+    if site.action != "rewrite":
+        return site
+    return dataclasses.replace(site, code=_TAKEN, action="skip", reason=f"{CODES[_TAKEN]}; {hint}")
+
+
+def _without_regions(site: Site, cache_blocks: dict[str, str | None]) -> Site:
+    """An owner whose blocks update a cache the runtime cannot stand in for is compiled without regions
+    (`nested=False`): its site line says so. The sites are the first pass's, made before that was known."""
+    names = re.findall(r"\w+", site.block)
+    uncached = any(cache_blocks.get(n, "") is None for n in names)
+    if site.code == "RGZ001" and site.reason.startswith(OWNED) and uncached:
+        return dataclasses.replace(site, reason=OWNED_WITHOUT_REGIONS)
+    return site
+
+
+@dataclass
+class _Pass:
+    """The containers of one file compiled: its lines with every rewritten region replaced."""
+
+    lines: list[str]
+    facts: prescan.FileFacts
+    sites: list[Site]
+    int_args: list[per_block_ints.IntArgs]
+    first_region: int  # first line of the first rewritten region; 0 when none was
+    needs_torch: bool = False
+    holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
+
+
+def _undeclared(own: list[Declaration]) -> list[Declaration]:
+    return []  # a text with no file: no package to declare blocks for it
+
+
+def _compile_containers(
+    tree: ast.Module,
+    lines: list[str],
+    options: Options,
+    outside: prescan.Lookup,
+    declared: Callable[[list[Declaration]], list[Declaration]],
+    cache_blocks: dict[str, str | None] | None = None,
+) -> _Pass | TransformResult:
+    """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
+    class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
+    skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
+    walked = Walked(tree)  # one walk for the facts and the regions
+    facts = prescan.scan(tree, options.containers, outside, walked=walked)
+    facts.cache_blocks = cache_blocks or {}
+    facts.package_declarations = declared(facts.declarations)  # the file's own read from `tree`
+    classes = facts.classes
+    # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
+    names = facts.container_names() | facts.imported_clone_helpers
+    pieces = parse_spans.regions(tree, lines, names, walked)
+    parsed: dict[parse_spans.Region, MetadataWrapper] = {}
+    for _ in range(_MAX_LEVELS):
+        found = _container_pass(pieces, parsed, lines, options, facts)
+        if isinstance(found, TransformResult):
+            return found
+        # A class holds compiled blocks when it compiles some (now or already), or holds a class that does.
+        compiled = [s.line for s in found.sites if s.code in _HOLDING]
+        holders = frozenset(
+            name for name, start, end in classes if any(start <= line <= end for line in compiled)
+        )
+        # Holders change only the judgement of elements of their class: without such an element among
+        # the sites, another pass would decide the same (most files: a model whose layers hold leaves).
+        elements = {label.rsplit(".", 1)[-1] for s in found.sites for label in s.block.split(" | ")}
+        if not (holders ^ facts.holders) & elements:
+            break
+        facts.holders = holders
+    found.holders = holders
+    return found
+
+
+_MAX_LEVELS = 6
+_HOLDING = ("RGZ001", "RGZ002", "RGZ108")
+
+
+def _container_pass(
+    pieces: list[parse_spans.Region],
+    parsed: dict[parse_spans.Region, MetadataWrapper],
+    lines: list[str],
+    options: Options,
+    facts: prescan.FileFacts,
+) -> _Pass | TransformResult:
+    result = _Pass(list(lines), facts, [], [], 0)
+    replaced: list[tuple[parse_spans.Region, str]] = []
+    for region in pieces:
+        text = region.extract(lines)
+        if region not in parsed:
+            try:
+                # Wrapped once: the positions it resolves serve every pass.
+                parsed[region] = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
+            except cst.ParserSyntaxError as exc:
+                line = exc.raw_line + region.start - 1
+                return TransformResult(
+                    "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
+                )
+        wrapper = parsed[region]
+        module = wrapper.module
+        finder = _Finder(module, options, facts, region, text)
+        wrapper.visit(finder)
+        result.sites += finder.sites
+        result.int_args += finder.int_args
+        if finder.edits:
+            replaced.append((region, region.restore(module.visit(emit.Editor(finder.edits)).code)))
+            result.needs_torch |= finder.edits.needs_torch
+    for region, text in reversed(replaced):
+        result.lines[region.start - 1 : region.end] = [text]
+    result.first_region = replaced[0][0].start if replaced else 0
+    return result
+
+
+_PACKAGES: dict[Options, package.Packages] = {}
+
+
+def _packages(options: Options) -> package.Packages:
+    """One reading of each package per process and options, shared by the files of a run."""
+    if options not in _PACKAGES:
+        _PACKAGES[options] = package.Packages(options.containers, partial(_holders_of, options))
+    return _PACKAGES[options]
+
+
+def _holders_of(options: Options, file: Path) -> frozenset[str]:
+    """The classes of another module of the package that hold blocks compiled on their own, as the codemod
+    decides them there: a class of this file holding one of them is an outer level, not compiled."""
+    try:
+        with tokenize.open(file) as text:  # its coding cookie or BOM, as Python would read it
+            source = text.read()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError, LookupError, RecursionError, MemoryError):
+        return frozenset()
+    if not might_have_sites(source, options):
+        return frozenset()
+    packages = _packages(options)
+    lines = source.splitlines(keepends=True)
+    found = _compile_containers(tree, lines, options, packages.lookup(file), partial(packages.declared, file))
+    return frozenset() if isinstance(found, TransformResult) else found.holders
+
+
+def _add_helpers(found: _Pass, tree: ast.Module, path: str | None) -> tuple[str, runtime_copy.Placed | None]:
+    """The runtime helpers the code calls (imported, or inline) after the imports, and `import torch`
+    where isort puts it. `tree` is the text before the containers' pass, whose positions still hold
+    above the first rewritten region; module-level sites (one region from line 1) parse the text again."""
+    code = "".join(found.lines)
+    torch_at, helper_at = parse_spans.insert_lines(tree)
+    if found.first_region and found.first_region <= helper_at:
+        torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
+    placed = None
+    if "_regionalize_" in code:
+        placed = runtime_copy.place(code, path, helper_at)
+        code = placed.code
+    if found.needs_torch and not found.facts.torch_bound:
+        newline = "\r\n" if "\r\n" in code else "\n"
+        lines = code.splitlines(keepends=True)
+        lines[torch_at:torch_at] = [f"import torch{newline}"]
+        code = "".join(lines)
+    return code, placed
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+class _Finder(Context):
+    """One walk of a region: the context keeps the traversal state, each call goes to the pattern families."""
+
+    def __init__(
+        self,
+        module: cst.Module,
+        options: Options,
+        facts: prescan.FileFacts,
+        region: parse_spans.Region,
+        text: str,
+    ) -> None:
+        edits = Edits(kwargs=emit.kwargs_source(options), options=options)
+        super().__init__(module, options, facts, region, text, edits)
+        self.container_sites = ContainerSites(self)
+        self.loop_sites = LoopSites(self, self.container_sites.judge)
+        self.extend_sites = ExtendSites(
+            self,
+            lambda expr: self.container_sites.elements(expr, bool(self.loops)),
+            self.loop_sites.holds_modules,
+        )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.container_sites.visit(node):
+            self.loop_sites.visit(node)
+            self.extend_sites.visit_call(node)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.extend_sites.visit_aug_assign(node)

@@ -1,6 +1,0 @@
-"""The codemod's finder, in layers: each module imports only from the ones listed before it.
-
-`model` (the shared data) and `ints` (integer loop variables) -> `context` (the walk's state, names, sites)
--> `judgement` (block or leaf) and `emit` (the code written) -> `triage` (the decisions every pattern
-shares) -> one module per pattern family: `containers`, `loops`. `regionalize.codemod` runs them.
-"""
