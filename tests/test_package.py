@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from regionalize.cli import main
@@ -139,3 +141,36 @@ def test_a_fixture_named_file_is_read_in_its_folders_package(tmp_path: Path) -> 
     # `model.in.py` is no module name, but its relative imports still mean its folder's package.
     pkg = package(tmp_path / "lib", {"model.in.py": MODEL, "parts.py": LEAF_MIXER})
     assert codes(pkg / "model.in.py") == ["RGZ102"]
+
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "package_imports"
+
+
+def test_an_apply_judges_every_file_on_its_package_before_writing_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # parts.py's clone helper is rewritten too (it then returns a name, no longer the copies): a run that
+    # judged model.in.py after writing parts.py left its line 13 alone, depending on the order or timing.
+    files = sorted(p.name for p in FIXTURE.iterdir() if p.suffix == ".py")
+    runs = {
+        "one_job": ["-j", "1", "."],
+        "two_jobs": ["-j", "2", "."],
+        "parts_first": ["-j", "1", "parts.py", *(f for f in files if f != "parts.py")],
+    }
+    results = {}
+    for name, args in runs.items():
+        shutil.copytree(FIXTURE, tmp_path / name)  # a package named `name`
+        monkeypatch.chdir(tmp_path / name)
+        pending = CliRunner().invoke(main, ["--check", *args])
+        assert pending.exit_code == 1, pending.output
+        result = CliRunner().invoke(main, ["--apply", *args])
+        assert result.exit_code == 0, result.output
+        assert result.output == pending.output  # the dry run judges as the run that writes
+        tree = {p.name: p.read_bytes() for p in sorted(Path().iterdir()) if p.is_file()}
+        again = CliRunner().invoke(main, ["--check", *args])  # a second run changes nothing
+        assert again.exit_code == 0, again.output
+        assert "0 changed" in again.output
+        results[name] = (tree, sorted(result.output.replace("./", "").splitlines()))
+    assert results["one_job"][0]["model.in.py"] == (FIXTURE / "model.out.py").read_bytes()
+    assert results["two_jobs"] == results["one_job"]
+    assert results["parts_first"] == results["one_job"]

@@ -34,19 +34,22 @@ class Job:
     diff: bool = True  # keep the unified diff; only text output shows it, and a zoo's diffs add up
 
 
-def process_file(path: str, job: Job) -> FileReport:
-    """Never raises for a bad file: its error goes into the report and the run goes on."""
+# What --apply writes for a judged file: its encoding and BOM (not its old text), and the rewritten code.
+_Pending = tuple[SourceFile, str]
+
+
+def _judge(path: str, job: Job) -> tuple[FileReport, _Pending | None]:
+    """The file's report, and with --apply what to write: nothing is written yet."""
     report = FileReport(path)
     try:
         source = read_source(path)
     except (OSError, ValueError) as exc:
         report.error = _os_error(exc)
-        return report
+        return report, None
     code = _rewrite(report, source, path, job)
-    if code is not None and job.apply:
-        report.error = _write(report, source, code)
-        report.changed = report.error is None  # the summary counts files changed on disk
-    return report
+    if code is None or not job.apply:
+        return report, None
+    return report, (SourceFile("", source.encoding, source.bom), code)
 
 
 def _write(report: FileReport, source: SourceFile, code: str) -> str | None:
@@ -141,8 +144,8 @@ def unified_diff(path: str, before: str, after: str) -> str:
     )
 
 
-def _process(args: tuple[str, Job]) -> FileReport:
-    return process_file(*args)
+def _process(args: tuple[str, Job]) -> tuple[FileReport, _Pending | None]:
+    return _judge(*args)
 
 
 def run(
@@ -151,19 +154,30 @@ def run(
     jobs: int,
     on_done: Callable[[FileReport], None] = lambda report: None,
 ) -> list[FileReport]:
-    """Process files in parallel; reports come back in the order of `files`, whatever finishes first."""
+    """Process files in parallel; reports come back in the order of `files`, whatever finishes first.
+
+    Every file is judged before any is written (`on_done` is called as each is judged): a file is judged
+    by what the rest of its package defines (`codemod/package.py`), and a neighbour rewritten first
+    would change that, so the result would depend on the order and the timing of the workers. The
+    writes follow, in the order of `files`, each runtime copy before the first file that imports it."""
     work = [(f, job) for f in files]
-    reports: list[FileReport] = []
+    judged: list[tuple[FileReport, _Pending | None]] = []
     if jobs <= 1 or len(files) < 2:
         with _bulk_gc():
             for item in work:
-                reports.append(_process(item))
-                on_done(reports[-1])
+                judged.append(_process(item))
+                on_done(judged[-1][0])
     else:
         with ProcessPoolExecutor(max_workers=jobs, initializer=_tune_gc) as pool:
-            for report in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
-                reports.append(report)
-                on_done(report)
+            for result in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
+                judged.append(result)
+                on_done(result[0])
+    reports = []
+    for report, pending in judged:
+        if pending is not None:
+            report.error = _write(report, *pending)
+            report.changed = report.error is None  # the summary counts files changed on disk
+        reports.append(report)
     for report in runtime_reports(reports, job):
         reports.append(report)
         on_done(report)
@@ -198,7 +212,7 @@ def _bulk_gc() -> Iterator[None]:
 
 def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
     """The packages' runtime copies the files import, each a report of its own, so that the diff and the
-    exit status show it: written by --apply before the first file that imports it (`process_file`), and
+    exit status show it: written by --apply before the first file that imports it (`_write`), and
     here brought up to date for the files rewritten before. A file or folder of the package's own in its
     place is an error, and left as it is, as are the files that would import it (RGZ113)."""
     out = []
