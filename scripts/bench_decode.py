@@ -10,9 +10,12 @@ variants are verify's: eager, full `torch.compile`, full with Dynamo's graph ded
 (hierarchical: the decoder stack compiled whole, each layer a nested region) and its per-block form.
 
     python scripts/bench_decode.py [--families llama qwen2 mistral phi3] [--depths 12 32] [--tokens 16]
-                                   [--repeats 1] [--device auto|cpu|cuda] [--cold]
+                                   [--repeats 1] [--device auto|cpu|cuda] [--cold] [--cache static]
 
 `--families bart t5` measures encoder-decoders (an EncoderDecoderCache) the same way.
+
+`--cache static` generates with transformers' fixed-size cache (`cache_implementation="static"`) instead of a
+`DynamicCache`, and writes docs/bench_decode_static.md and .json.
 
 writes docs/bench_decode.md and docs/bench_decode.json. Works with torch >= 2.5 and transformers >= 4.56.
 """
@@ -146,6 +149,8 @@ def run(family: str, depth: int, args: argparse.Namespace, scratch: Path) -> dic
         str(args.repeats),
         "--device",
         args.device,
+        "--cache",
+        args.cache,
         "--json",
         str(json_out),
     ]
@@ -194,6 +199,9 @@ def main() -> None:
     parser.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip TTFT")
     parser.add_argument("--cold", action="store_true", help="also time cold, hot and artifact processes")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per model")
+    parser.add_argument(
+        "--cache", choices=["dynamic", "static"], default="dynamic", help="the KV cache generated with"
+    )
     parser.add_argument("--out", type=Path, default=DOCS, help="folder for bench_decode.md/.json")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -219,17 +227,20 @@ def main() -> None:
         "runtime": VERSION,
         "tokens": args.tokens,
         "prompt_len": args.prompt_len,
+        "cache": args.cache,
         "repeats": args.repeats,
         "wall_s": time.perf_counter() - started,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     everything = {"meta": meta, "results": results}
-    (args.out / "bench_decode.json").write_text(json.dumps(everything, indent=2, default=str) + "\n")
-    (args.out / "bench_decode.md").write_text(markdown(meta, results))
-    print(f"wrote {args.out / 'bench_decode.md'}, {args.out / 'bench_decode.json'}")
+    stem = "bench_decode" if args.cache == "dynamic" else f"bench_decode_{args.cache}"
+    (args.out / f"{stem}.json").write_text(json.dumps(everything, indent=2, default=str) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(meta, results))
+    print(f"wrote {args.out / f'{stem}.md'}, {args.out / f'{stem}.json'}")
 
 
 VARIANTS = ("full", "full_dedup", "per_block", "regional")
+CACHES = {"dynamic": "a DynamicCache", "static": 'a StaticCache (`cache_implementation="static"`)'}
 LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block", "regional": "hierarchical"}
 
 
@@ -249,27 +260,32 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
         f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
         f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "
-        f"{meta['tokens']} tokens with a DynamicCache (encoder-decoders: BART and T5 at d_model 64, 4 heads, "
-        "feed-forward 128, the depth on each side, an EncoderDecoderCache), verified by `regionalize verify "
+        f"{meta['tokens']} tokens with {CACHES[meta.get('cache', 'dynamic')]} (encoder-decoders: BART and T5 "
+        "at d_model 64, 4 heads, feed-forward 128, the depth on each side, an EncoderDecoderCache), verified "
+        "by `regionalize verify "
         "<modeling_<family>.py> --workload generate`. *Hierarchical* is the codemod's default rewrite of "
         "transformers' own file (the decoder stack compiled whole, each layer a nested region), *per-block* "
         "its `--form per-block` (each layer compiled on its own), *full* `torch.compile` of the whole "
         "model, *full + dedup* the same with `torch._dynamo.config.use_graph_deduplication`. *TTFT* (time "
         "to first token: prefill and one token) is the first call of a fresh process with an empty inductor "
-        f"cache, after an unrelated warm-up compile, median of {meta['repeats']}. *Decode* is steady state: "
+        f"cache, after an unrelated warm-up compile, median of {meta['repeats']}; *first generate* the whole "
+        "first generation there (that first token, then one more generation for the other compiles). "
+        "*Decode* is steady state: "
         f"(time of {meta['tokens']} tokens - time of 1 token) / {meta['tokens'] - 1}, median of several "
         "rounds. *Regions* are the hierarchical rewrite's nested regions over one generation: traced, and "
         "reused (stamped out from one traced before).",
         "",
         f"| model | tokens identical | form | regions traced / reused | TTFT {names} "
-        f"| TTFT full / hierarchical | decode ms/token eager / {names} | decode hierarchical / full |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| TTFT full / hierarchical | first generate {names} | first generate full / hierarchical "
+        f"| decode ms/token eager / {names} | decode hierarchical / full |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("error"):
-            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * 6)
+            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * 8)
             continue
         ttft, decode = r["ttft_s"] or {}, r["decode_ms_per_token"] or {}
+        whole = r.get("first_generate_s") or {}
         account = r["accounting"].get("regional", {})
         cells = [
             r["label"],
@@ -278,6 +294,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
             regions_text(account),
             " / ".join(_s(ttft.get(v)) for v in VARIANTS),
             _x(ttft.get("full"), ttft.get("regional")),
+            " / ".join(_s(whole.get(v)) for v in VARIANTS),
+            _x(whole.get("full"), whole.get("regional")),
             " / ".join(_ms(decode.get(v)) for v in ("eager", *VARIANTS)),
             _x(decode.get("regional"), decode.get("full")),
         ]

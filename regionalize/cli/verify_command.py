@@ -88,6 +88,15 @@ model's status, a timeout or a crash counting as 2.
     help="Length of the prompt made from the config when the factory gives no input_ids.",
 )
 @click.option(
+    "--cache",
+    type=click.Choice(["dynamic", "static"]),
+    default="dynamic",
+    show_default=True,
+    help="The KV cache generate makes (--workload generate): transformers' default, or its fixed-size one "
+    '(cache_implementation="static", the way it serves compiled; its own compile of the forward is turned '
+    "off, so that each variant runs as it says).",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, writable=True),
@@ -130,6 +139,7 @@ def verify(
     workload: str | None,
     tokens: int,
     prompt_len: int,
+    cache: str,
     json_out: str | None,
     config_file: str | None,
     quick: bool,
@@ -171,6 +181,7 @@ def verify(
         workload=workload,
         tokens=tokens,
         prompt_len=prompt_len,
+        cache=cache,
         progress=Progress(quiet),
         quick=quick,
     )

@@ -1,4 +1,4 @@
-# regionalize runtime 12: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 13: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -17,7 +17,8 @@ allows graph breaks): the original's result, never an error the original would n
 
 A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
 values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every
-layer.
+layer. For a `StaticCache` (transformers' way to serve compiled) the region takes its layer's tensors, which
+transformers' own update writes in place.
 
 One file, unlike the rest of regionalize: it is the text the codemod copies whole into each package it
 rewrites (`_regionalize.py`), or in part into a lone file, and a rewritten model imports nothing else.

@@ -20,6 +20,7 @@ from .regions import (
     _regionalize_shape,
     _regionalize_tracing,
 )
+from .static import _regionalize_static_checked, _regionalize_static_graphable, _regionalize_static_kv
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
@@ -211,6 +212,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
         if kv and _regionalize_kv[0] is None:
             _regionalize_kv[0] = _regionalize_kv_holds()
+            _regionalize_static_kv[0] = _regionalize_static_checked()
         kv = kv and _regionalize_kv[0]
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
@@ -260,9 +262,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             "such calls run compiled without them",
             stacklevel=4,
         )
-    # Outputs kept from an earlier call must not be overwritten by the next replay: tensors are cloned,
-    # other objects (a cache the owner created) deep-copied, with the tensors they hold.
-    return torch.utils._pytree.tree_map(_regionalize_copied, out)
+    return _regionalize_kept(out, args, kwargs)
 
 
 def _regionalize_run_whole(state, whole, args, kwargs):
@@ -305,6 +305,15 @@ def _regionalize_why(error):
     return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"
 
 
+def _regionalize_kept(out, args, kwargs):
+    """A CUDA graph's outputs `out` as the caller may keep them, not overwritten by the next replay: tensors
+    cloned, other objects (a cache the owner created) deep-copied, with the tensors they hold; but not an
+    object the caller handed in (its static cache, written in place, as the original writes it)."""
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    given = {id(x) for x in leaves if not isinstance(x, torch.Tensor)}
+    return torch.utils._pytree.tree_map(lambda x: x if id(x) in given else _regionalize_copied(x), out)
+
+
 def _regionalize_copied(value):
     if isinstance(value, torch.Tensor):
         return value.clone()
@@ -312,7 +321,8 @@ def _regionalize_copied(value):
 
 
 def _regionalize_graphable(owner, args, kwargs):
-    """Can one CUDA graph serve this call: no hooks, only CUDA tensors and plain values."""
+    """Can one CUDA graph serve this call: no hooks, only CUDA tensors, plain values and static caches that
+    a graph can take (`_regionalize_static_graphable`)."""
     hooks = torch.nn.modules.module
     if owner._forward_hooks or owner._forward_pre_hooks:
         return False
@@ -320,6 +330,12 @@ def _regionalize_graphable(owner, args, kwargs):
         return False
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))
     plain = (int, float, bool, str, type(None))
-    if not all(isinstance(x, plain) or (isinstance(x, torch.Tensor) and x.is_cuda) for x in leaves):
-        return False
+    for x in leaves:
+        tensor = isinstance(x, torch.Tensor)
+        if not (
+            isinstance(x, plain)
+            or (tensor and x.is_cuda)
+            or (not tensor and _regionalize_static_graphable(x))
+        ):
+            return False
     return any(isinstance(x, torch.Tensor) for x in leaves)

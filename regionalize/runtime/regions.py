@@ -16,6 +16,12 @@ from .kv import (
     _regionalize_kv_store,
     _RegionalizeLayerKV,
 )
+from .static import (
+    _REGIONALIZE_STATIC_MADE,
+    _regionalize_static_layer,
+    _regionalize_static_run,
+    _regionalize_static_setup,
+)
 
 _regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
 _regionalize_standing_in = [False]  # True while a block's own frame runs with its cache stood in for
@@ -100,15 +106,34 @@ def _regionalize_region(plain, name, position, copies):
     body_writing.__code__ = body_writing.__code__.replace(co_name=f"{label}_writing")
     writing = _regionalize_nested(body_writing, f"{label}_writing", extras=4)
 
+    # A `StaticCache`'s layer, written in place (`_regionalize_static_run`); on its first update the region
+    # sets up a stand-in, and returns what that left, which sets the layer up outside it.
+    def body_static(self, spec, slot, *args, _regionalize_state, **kwargs):
+        return _regionalize_static_run(spec, _regionalize_state, lambda c: run(self, c, slot, args, kwargs))[
+            0
+        ]
+
+    def body_static_setup(self, spec, slot, *args, _regionalize_state, **kwargs):
+        out, layer = _regionalize_static_run(
+            spec, _regionalize_state, lambda c: run(self, c, slot, args, kwargs)
+        )
+        return (*(getattr(layer, name) for name in _REGIONALIZE_STATIC_MADE), out)
+
+    body_static.__code__ = body_static.__code__.replace(co_name=f"{label}_static")
+    body_static_setup.__code__ = body_static_setup.__code__.replace(co_name=f"{label}_static_setup")
+    static = _regionalize_nested(body_static, f"{label}_static")
+    static_setup = _regionalize_nested(body_static_setup, f"{label}_static_setup", extras=3)
+
     def whole(self, *args, **kwargs):
         return plain(self, *args, **kwargs)
 
     whole.__code__ = whole.__code__.replace(co_name=label)
 
-    def stood_in(self, args, kwargs, keyed, writing, uncached, traced):
-        """The call of a block that updates a cache: through `keyed` (or `writing`) with its layer's keys
-        and values, the cache written here, where its layer is stood in for; else through `uncached`
-        where the call hands it no cache, and `traced` where the stand-in cannot serve."""
+    def stood_in(self, args, kwargs, regions, uncached, traced):
+        """The call of a block that updates a cache, through `regions` (`keyed` or `writing` with its
+        layer's keys and values, the cache written here; `static_setup` or `static` with its layer's
+        state, written in place) where its layer is stood in for; else through `uncached` where the call
+        hands it no cache, and `traced` where the stand-in cannot serve."""
         # Its layer if a region stands in for it; None if none does, and then traced in the owner's frame
         # unless nothing this call hands it can be a cache (BART's encoder layers build the attention
         # class its decoder layers' caches are indexed in); False when that failed to compile.
@@ -121,8 +146,10 @@ def _regionalize_region(plain, name, position, copies):
         cache = kwargs.get(name) if slot is None else args[slot]
         if cache is None:
             return uncached(self, *args, **kwargs)
-        pair = _regionalize_kv_pair(cache, index)
-        layer = _regionalize_kv_layer(cache, index) if pair is None else pair[0]
+        static = _regionalize_static_layer(cache, index)
+        pair = None if static else _regionalize_kv_pair(cache, index)
+        layer = _regionalize_kv_layer(cache, index) if static is None and pair is None else None
+        layer = static[0] if static else layer if pair is None else pair[0]
         written = None if pair is None else cache.is_updated.get(index)
         # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
         # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, made
@@ -135,10 +162,14 @@ def _regionalize_region(plain, name, position, copies):
             kwargs = {**kwargs, name: None}
         else:
             args = (*args[:slot], None, *args[slot + 1 :])
+        keyed, writing, static_setup, static_kept = regions
         init, past = _regionalize_kv[0], _regionalize_kv_past(layer)
         _regionalize_standing_in[0] = not _regionalize_tracing[0]
         try:
-            if pair is None:
+            if static:
+                region = static_kept if layer.is_initialized else static_setup
+                result = region(self, static[1][0], slot, *args, _regionalize_state=static[1][1], **kwargs)
+            elif pair is None:
                 keys, values, out = keyed(self, *past, slot, *args, **kwargs)
             else:
                 keys, values, cross_keys, cross_values, out = writing(
@@ -153,6 +184,11 @@ def _regionalize_region(plain, name, position, copies):
             return traced(self, *given[0], **given[1])
         finally:
             _regionalize_standing_in[0] = False
+        if static:
+            if layer.is_initialized:
+                return result
+            _regionalize_static_setup(layer, result[:-1])
+            return result[-1]
         if pair is not None:
             _regionalize_kv_store(pair[1], cross_keys, cross_values, 0, init)
             cache.is_updated[index] = True
@@ -169,9 +205,9 @@ def _regionalize_region(plain, name, position, copies):
             return stood_in(self, args, kwargs, *frames)
         if "_regionalize_layer" not in self.__dict__:
             return plain_region(self, *args, **kwargs)
-        return stood_in(self, args, kwargs, keyed, writing, plain_region, plain)
+        return stood_in(self, args, kwargs, (keyed, writing, static_setup, static), plain_region, plain)
 
-    forward._regionalize_bodies = body, body_writing, whole
+    forward._regionalize_bodies = body, body_writing, body_static_setup, body_static, whole
     return forward
 
 
@@ -182,10 +218,10 @@ def _regionalize_block_compiled(block, compile_kwargs):
     graph around each cache update: two frames a block (a decode 2.2x to 2.6x a full compile's time per
     token on CPU). A frame that cannot be compiled whole with the stand-in falls back to the block's own
     code compiled (`stood_in`)."""
-    keyed, writing, whole = type(block).forward._regionalize_bodies
+    *bodies, whole = type(block).forward._regionalize_bodies
     full = {**compile_kwargs, "fullgraph": True}
     frame = torch.compile(whole, **compile_kwargs)
-    frames = torch.compile(keyed, **full), torch.compile(writing, **full), frame, frame
+    frames = tuple(torch.compile(body, **full) for body in bodies), frame, frame
     _regionalize_block_frames[block] = frames
 
 

@@ -39,6 +39,7 @@ _LEADING = (
     "workload",
     "tokens_identical",
     "ttft_s",
+    "first_generate_s",
     "decode_ms_per_token",
     "device",
     "torch_version",
@@ -60,14 +61,16 @@ def run_verify(
     prompt_len: int = 8,
     progress: Progress = QUIET,
     quick: bool = False,
+    cache: str = "dynamic",
 ) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
     Prints a table to `out` (standard output by default) and, with `json_out`, writes the result as one
     JSON object. `cold_start=False` skips the fresh-process compile timings, the slowest part.
     `workload="generate"` verifies greedy generation of `tokens` new tokens instead of one forward
-    (`prompt_len` sizes the prompt when the factory gives none). `progress` reports each step as it
-    starts; `quick` times one warm fresh process per variant and no cold ones.
+    (`prompt_len` sizes the prompt when the factory gives none), with a cache of the kind `cache` names
+    (`"dynamic"`, transformers' default, or `"static"`, its fixed-size one). `progress` reports each step
+    as it starts; `quick` times one warm fresh process per variant and no cold ones.
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
     from regionalize.verify import render
@@ -88,9 +91,11 @@ def run_verify(
         target = resolve_target(model_path, factory)
         result["model"] = str(target.model_path)
         from regionalize.verify.verifier import verify
-        from regionalize.verify.workloads import GenerateSpec
+        from regionalize.verify.workloads import CACHES, GenerateSpec
 
-        generate = GenerateSpec(tokens, prompt_len) if workload else None
+        if cache not in CACHES:
+            raise VerifyError("workload", f"unknown cache {cache!r}: choose one of {', '.join(CACHES)}")
+        generate = GenerateSpec(tokens, prompt_len, cache) if workload else None
         result = verify(
             target,
             factory,

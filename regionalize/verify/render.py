@@ -111,7 +111,11 @@ def _compile(result: dict[str, Any]) -> list[str]:
         ("cold process", "compile_cold_s"),
         ("hot (caches on disk)", "compile_hot_s"),
         ("portable artifacts", "compile_artifact_s"),
+        ("first generate, warm", "first_generate_s"),
+        ("first generate, hot", "first_generate_hot_s"),
     ):
+        if key.startswith("first_generate") and result.get(key) is None:
+            continue
         values = result.get(key) or {}
         cells = "".join(f"{_seconds(values.get(n)):>{width}}" for n in names)
         top, bottom = values.get("full"), values.get("regional")

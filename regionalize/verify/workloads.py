@@ -16,20 +16,23 @@ import torch
 from regionalize.verify.loading import VerifyError
 
 GENERATE = "generate"
+CACHES = ("dynamic", "static")  # transformers' default cache; its fixed-size one, the way it serves compiled
 
 
 @dataclass(frozen=True)
 class GenerateSpec:
-    """`--workload generate`: greedy decoding of `tokens` new tokens after a prompt of `prompt_len` tokens.
+    """`--workload generate`: greedy decoding of `tokens` new tokens after a prompt of `prompt_len` tokens,
+    with a cache of the kind `cache` names (`CACHES`).
 
     `prompt_len` only sizes the prompt made from the model's config when the factory gives none.
     """
 
     tokens: int = 16
     prompt_len: int = 8
+    cache: str = "dynamic"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": self.prompt_len}
+        return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": self.prompt_len, "cache": self.cache}
 
 
 class Workload:
@@ -59,24 +62,28 @@ class Custom(Workload):
 
 @dataclass
 class Generate(Workload):
-    """Greedy `model.generate` with a fresh cache (`new_cache`): compares the new tokens and their raw
+    """Greedy `model.generate` with a fresh cache (`cache_kwargs`): compares the new tokens and their raw
     logits."""
 
     input_ids: torch.Tensor
     tokens: int
     kwargs: dict[str, Any] = field(default_factory=dict)  # the factory's kwargs, passed on to generate
+    cache: str = "dynamic"
     kind = GENERATE
 
     def run(self, model: torch.nn.Module, tokens: int | None = None) -> dict[str, torch.Tensor]:
         new = tokens or self.tokens
-        kwargs = {"attention_mask": torch.ones_like(self.input_ids), **self.kwargs}
+        kwargs = {
+            "attention_mask": torch.ones_like(self.input_ids),
+            **cache_kwargs(model, self.cache),
+            **self.kwargs,
+        }
         with torch.no_grad():
             out = model.generate(  # type: ignore[operator]
                 self.input_ids,
                 max_new_tokens=new,
                 min_new_tokens=new,  # no early stop on a random model's EOS: every run has the same length
                 do_sample=False,
-                past_key_values=new_cache(model),
                 output_logits=True,  # raw logits, before the processors (min_new_tokens masks EOS)
                 return_dict_in_generate=True,
                 **kwargs,
@@ -91,7 +98,17 @@ class Generate(Workload):
         return self.run(model, tokens=1)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": int(self.input_ids.shape[-1])}
+        prompt = int(self.input_ids.shape[-1])
+        return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": prompt, "cache": self.cache}
+
+
+def cache_kwargs(model: torch.nn.Module, cache: str) -> dict[str, Any]:
+    """What generate takes to make a fresh cache of the kind `cache` names. A static one the way transformers
+    documents, `cache_implementation="static"`, with its own compile of the forward (on CUDA) turned off:
+    each variant runs as it says, the eager one eagerly."""
+    if cache == "static":
+        return {"cache_implementation": "static", "disable_compile": True}
+    return {"past_key_values": new_cache(model)}
 
 
 def new_cache(model: torch.nn.Module) -> Any:
@@ -130,11 +147,11 @@ def make_generate(
         ids = args[0]
         if not isinstance(ids, torch.Tensor) or ids.is_floating_point():
             raise VerifyError("workload", "--workload generate takes the factory's args[0] as input_ids")
-        return Generate(ids if ids.dim() == 2 else ids.unsqueeze(0), spec.tokens, kwargs)
+        return Generate(ids if ids.dim() == 2 else ids.unsqueeze(0), spec.tokens, kwargs, spec.cache)
     vocab = getattr(model.config, "vocab_size", None)  # type: ignore[union-attr]
     if not isinstance(vocab, int):
         raise VerifyError("workload", "no input_ids from the factory and no vocab_size in the model's config")
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, spec.prompt_len), generator=generator)
     device = next(model.parameters()).device
-    return Generate(ids.to(device), spec.tokens, kwargs)
+    return Generate(ids.to(device), spec.tokens, kwargs, spec.cache)

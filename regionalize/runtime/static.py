@@ -1,0 +1,158 @@
+"""The stand-in for a block's layer of a transformers `StaticCache`: the layer's tensors handed to the region,
+which transformers' own `update` writes in place, so one trace serves every layer."""
+
+import sys
+
+import torch
+
+from .kv import _regionalize_kv_alike
+
+# A StaticCache's layer classes that a region can stand in for -> the class of their stand-ins, and the
+# class of the stand-in for the cache: None until checked (`_regionalize_static_checked`), once a process.
+_regionalize_static_kv = [None]
+# What a layer's first update leaves as tensors: the region that sets the layer up returns them.
+_REGIONALIZE_STATIC_MADE = ("keys", "values", "cumulative_length")
+
+
+def _regionalize_static_made(utils):
+    """The classes of the stand-ins: for the cache, a `StaticCache` (as blocks ask, `isinstance`) whose
+    `update` reaches its one layer and which has nothing else, so that a block reading anything more of it
+    fails closed; for a layer, a subclass of its class set up from the state a region takes, whose update
+    is transformers' own."""
+
+    class _RegionalizeStaticKV(utils.StaticCache):
+        def __init__(self, layer):
+            self.static_layer, self.updates = layer, 0
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            self.updates += 1
+            return self.static_layer.update(key_states, value_states, *args, **kwargs)
+
+    def layer_class(base):
+        class _RegionalizeStaticLayer(base):
+            def __init__(self, spec, values):
+                for item, value in zip(spec.split(","), values, strict=True):
+                    name, _, kind = item.partition(":")
+                    if kind == "device":
+                        value = torch.device(value)
+                    elif kind == "dtype":
+                        value = getattr(torch, value)
+                    setattr(self, name, value)
+
+        return _RegionalizeStaticLayer
+
+    return _RegionalizeStaticKV, {base.__qualname__: layer_class(base) for base in (utils.StaticLayer,)}
+
+
+def _regionalize_static_state(layer):
+    """A layer's attributes as a region takes them: a spec naming its class and them, and their values,
+    tensors and plain values as they are, devices and dtypes by name. None where one is of another kind."""
+    names, values = [type(layer).__qualname__], []
+    for name, value in vars(layer).items():
+        if isinstance(value, torch.device):
+            names.append(f"{name}:device")
+            value = str(value)
+        elif isinstance(value, torch.dtype):
+            names.append(f"{name}:dtype")
+            value = str(value).removeprefix("torch.")
+        elif value is None or isinstance(value, (torch.Tensor, int, float, bool, str)):
+            names.append(name)
+        else:
+            return None
+        values.append(value)
+    return ";".join((names[0], ",".join(names[1:]))), tuple(values)
+
+
+def _regionalize_static_layer(cache, index):
+    """The layer of a transformers `StaticCache` that a region can stand in for, and its state, else None."""
+    utils = sys.modules.get("transformers.cache_utils")
+    if utils is None or type(cache) is not getattr(utils, "StaticCache", None) or cache.offloading:
+        return None
+    if not _regionalize_static_kv[0] or len(cache.layers) <= index:
+        return None
+    layer = cache.layers[index]
+    stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
+    if stand_in is None or stand_in.__base__ is not type(layer):
+        return None
+    state = _regionalize_static_state(layer)
+    return None if state is None else (layer, state)
+
+
+def _regionalize_on_graph_device(tensor):
+    """Is `tensor` where CUDA graphs run (the one place the capture conditions name a device)?"""
+    return tensor.is_cuda
+
+
+def _regionalize_static_graphable(cache):
+    """Can a CUDA graph take `cache`, a call's argument: a transformers `StaticCache` whose layers a region
+    stands in for, every one set up, its tensors on the GPU at addresses marked static
+    (`torch._dynamo.mark_static_address`, as transformers' own `lazy_initialization` marks them outside a
+    compile). A graph replays the writes into those same tensors, as the original writes them. A layer
+    not set up yet (the prompt, where `generate` made the cache) would make its tensors inside the graph,
+    where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
+    utils = sys.modules.get("transformers.cache_utils")
+    if utils is None or type(cache) is not getattr(utils, "StaticCache", None) or cache.offloading:
+        return False
+    if not _regionalize_static_kv[0]:
+        return False
+    for layer in cache.layers:
+        stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
+        if stand_in is None or stand_in.__base__ is not type(layer) or not layer.is_initialized:
+            return False
+        for name in _REGIONALIZE_STATIC_MADE:
+            tensor = getattr(layer, name)
+            marked = getattr(tensor, "_dynamo_static_input_type", None) is not None
+            if not (_regionalize_on_graph_device(tensor) and marked):
+                return False
+    return True
+
+
+def _regionalize_static_setup(layer, made):
+    """Set up `layer` on its first update, which a region ran on a stand-in: transformers' own
+    `lazy_initialization`, then the tensors the stand-in's update left (`made`) copied in."""
+    layer.lazy_initialization(made[0], made[1])
+    for name, value in zip(_REGIONALIZE_STATIC_MADE, made, strict=True):
+        getattr(layer, name).copy_(value)
+
+
+def _regionalize_static_run(spec, values, run):
+    """`run(stand_in)`, a stand-in for the cache of a layer whose state is `spec` and `values`, as a region
+    runs it: the layer's tensors written in place by transformers' own update; and that stand-in's layer."""
+    made, classes = _regionalize_static_kv[0]
+    name, _, spec = spec.partition(";")
+    stand_in = made(classes[name](spec, values))
+    out = run(stand_in)
+    if stand_in.updates != 1:
+        raise RuntimeError(f"regionalize: a block updated its cache {stand_in.updates} times, not once")
+    return out, stand_in.static_layer
+
+
+def _regionalize_static_checked():
+    """The stand-ins' classes, where they leave transformers' `StaticCache` as its own update does, else
+    False. Checked once, eagerly, on small tensors: a prompt, then tokens, through a region's two ways
+    (setting a layer up, then writing it in place)."""
+    utils = sys.modules.get("transformers.cache_utils")
+    try:
+        made = _regionalize_static_made(utils)
+        _regionalize_static_kv[0] = made
+        for base in (stand_in.__base__ for stand_in in made[1].values()):
+            real, mine = base(max_cache_len=6), base(max_cache_len=6)
+            for step in (3, 1, 1):
+                new = torch.rand(2, 1, 2, step, 4, generator=torch.Generator().manual_seed(step)).unbind()
+                expected = real.update(*new)
+                fresh = not mine.is_initialized
+                state = _regionalize_static_state(mine)
+                returned, stand_in = _regionalize_static_run(*state, lambda c, new=new: c.update(*new, 0))
+                if fresh:
+                    _regionalize_static_setup(mine, [getattr(stand_in, n) for n in _REGIONALIZE_STATIC_MADE])
+                elif any(getattr(stand_in, n) is not getattr(mine, n) for n in _REGIONALIZE_STATIC_MADE):
+                    return False
+                if not _regionalize_kv_alike(expected, returned):
+                    return False
+                if not _regionalize_kv_alike(vars(real), vars(mine)):
+                    return False
+    except Exception:  # no transformers, or another one
+        return False
+    finally:
+        _regionalize_static_kv[0] = None
+    return made

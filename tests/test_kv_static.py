@@ -1,0 +1,192 @@
+"""Blocks that update a transformers `StaticCache` (what `generate(cache_implementation="static")` makes, and
+transformers' documented way to serve compiled): each block a region that takes its layer's tensors, which
+transformers' own update writes in place, so one trace serves every layer. On a layer's first update the
+region sets up a stand-in, and the layer is set up from what it left, outside the region."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from kv_support import rewritten  # noqa: E402
+from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair  # noqa: E402
+from test_torch_features import PER_BLOCK, without_reuse  # noqa: E402, F401
+from torch_support import needs_reuse  # noqa: E402
+from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer  # noqa: E402
+from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
+
+from regionalize.shared.options import Options  # noqa: E402
+from regionalize.verify.accounting import recording, served_forms  # noqa: E402
+
+DEPTH = 6  # the depth of test_kv_regions' decoder
+
+
+def static_cache(early: bool = False) -> StaticCache:
+    """A StaticCache for test_kv_regions' decoder (batch 2, one head of 8); set up ahead of its first
+    update where `early`, as transformers advises for a cache made outside `generate`."""
+    cache = StaticCache(config=transformers.LlamaConfig(num_hidden_layers=DEPTH), max_cache_len=16)
+    if early:
+        cache.early_initialization(batch_size=2, num_heads=1, head_dim=8, dtype=torch.float32, device="cpu")
+    return cache
+
+
+@needs_reuse
+@pytest.mark.parametrize("early", [False, True], ids=["lazy", "early"])
+def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(early: bool) -> None:
+    """A prompt, then tokens: the cache holds what the original's does, every attribute of every layer,
+    whether its layers are set up by their first update (in the region) or ahead of it."""
+    model, twin = pair()
+    account = against_twin(model, twin, lambda: static_cache(early))
+    assert served_forms(model) == {"Decoder": "whole"}
+    # The prompt (which sets the layers up, unless set up early) and the tokens: one trace each.
+    assert account.regions_traced == 2 and account.regions_stamped == 2 * (DEPTH - 1)
+    assert account.graph_breaks == 0 and not account.fell_back_to_eager
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_each_block_is_one_frame_a_call_that_writes_the_cache() -> None:
+    """Where torch reuses no traced region the blocks are compiled one by one, a block and its cache's
+    update one frame, shared by every layer."""
+    model, twin = pair()
+    account = against_twin(model, twin, static_cache)
+    assert served_forms(model) == {"Decoder": PER_BLOCK}
+    assert account.graph_breaks == 0 and account.graphs <= 2 and not account.fell_back_to_eager
+    assert all(type(layer.__dict__["_regionalize_layer"]) is int for layer in model.layers)
+
+
+@needs_reuse
+def test_a_static_cache_that_transformers_changed_is_traced_layer_by_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """transformers' update is checked once, eagerly, against what the regions assume (the layer's tensors
+    written in place): one that rebinds them is not stood in for, and its blocks are traced in the
+    owner's frame, with the original's results."""
+    model, twin = pair()
+    check = sys.modules[type(model).__module__]._regionalize_static_checked
+    assert check()
+    plain_update = StaticLayer.update
+
+    def rebinding(self: Any, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+        keys, values = plain_update(self, key_states, value_states, *args, **kwargs)
+        self.keys, self.values = keys.clone(), values.clone()
+        return keys, values
+
+    monkeypatch.setattr(StaticLayer, "update", rebinding)
+    assert not check()
+    model, twin = pair()
+    account = against_twin(model, twin, static_cache)
+    assert account.regions_traced == 0 and served_forms(model) == {"Decoder": "whole"}
+
+
+# A StaticCache cannot take its own keys as new ones (`index_copy_` from itself), as TWICE hands them.
+WRITES_TWICE = TWICE.replace(
+    "            k, v = past_key_values.update(k, v, self.layer_idx)\n",
+    "            past_key_values.update(k, v, self.layer_idx)\n",
+    1,
+).replace(
+    "update(k, v, self.layer_idx)\n        return",
+    "update(k * 2, v * 2, self.layer_idx)\n        return",
+)
+
+
+@needs_reuse
+@pytest.mark.parametrize("body", [WRITES_TWICE, READS_THE_LAYER], ids=["updates-twice", "reads-cache-layers"])
+def test_a_block_that_fails_with_the_stand_in_has_its_static_cache_traced_layer_by_layer(body: str) -> None:
+    """The stand-in for a StaticCache has its update and nothing else of a cache: a block that reads more,
+    or updates it twice, fails while the owner is traced, before anything ran, and its cache is traced
+    layer by layer, as a full compile would."""
+    model, twin = pair(body)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        account = against_twin(model, twin, static_cache, lengths=(5, 1, 1))
+    assert served_forms(model)["Decoder"].startswith("whole, caches traced layer by layer")
+    assert account.regions_stamped == 0 and not account.fell_back_to_eager
+
+
+def llama_pair(options: Options) -> tuple[Any, Any]:
+    from transformers.models.llama import modeling_llama
+
+    module, _ = rewritten(modeling_llama, options)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = module.LlamaForCausalLM(config).eval()
+    twin = modeling_llama.LlamaForCausalLM(config).eval()
+    twin.load_state_dict(model.state_dict())
+    return model, twin
+
+
+SETTINGS = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "cache_implementation": "static"}
+
+
+def generated() -> tuple[Any, Any]:
+    """transformers' own static-cache path, `generate(cache_implementation="static")`, twice, on a rewritten
+    Llama: asserts the original's tokens, no graph break and no eager fallback; the model and the account."""
+    model, twin = llama_pair(Options(backend="aot_eager"))
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = twin.generate(ids, attention_mask=torch.ones_like(ids), **SETTINGS)
+        with recording() as account:
+            actual = model.generate(ids, attention_mask=torch.ones_like(ids), **SETTINGS)
+            again = model.generate(ids, attention_mask=torch.ones_like(ids), **SETTINGS)
+    assert actual.tolist() == expected.tolist() == again.tolist()
+    assert account.graph_breaks == 0 and not account.fell_back_to_eager
+    return model, account
+
+
+@needs_reuse
+def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer_static() -> None:
+    model, account = generated()
+    assert served_forms(model) == {"LlamaModel": "whole"}
+    assert account.regions_traced == 2 and account.regions_stamped == 2 * 3
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_transformers_llama_generates_the_originals_tokens_with_a_static_cache() -> None:
+    model, account = generated()
+    assert served_forms(model) == {"LlamaModel": PER_BLOCK} and account.graphs <= 2
+
+
+def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_addresses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The capture conditions for a call handed a StaticCache, the GPU stood for by the CPU: not on the
+    prompt, whose layers the call sets up (their tensors would be made inside the graph and overwritten by
+    the next replay); once they are set up outside a compile (transformers marks their addresses static);
+    not where a layer holds a tensor at an unmarked address, nor for another cache."""
+    model, _ = pair()
+    runtime = sys.modules[type(model).__module__]  # the runtime, inline in a lone file
+    monkeypatch.setattr(runtime, "_regionalize_static_kv", [runtime._regionalize_static_checked()])
+    cache = static_cache(early=True)
+    assert not runtime._regionalize_static_graphable(cache)  # on the CPU: no CUDA graph
+    monkeypatch.setattr(runtime, "_regionalize_on_graph_device", lambda tensor: True)
+    assert runtime._regionalize_static_graphable(cache)
+    assert not runtime._regionalize_static_graphable(static_cache())  # the prompt sets its layers up
+    cache.layers[3].keys = cache.layers[3].keys.clone()
+    assert not runtime._regionalize_static_graphable(cache)
+    assert not runtime._regionalize_static_graphable(DynamicCache())
+
+
+def test_outputs_of_a_cuda_graph_are_copies_but_the_callers_cache() -> None:
+    """A replay writes its outputs' memory again: the caller keeps copies of tensors and of objects the
+    call made, but the cache it handed in is its own, written in place as the original writes it."""
+    model, _ = pair()
+    kept = sys.modules[type(model).__module__]._regionalize_kept
+    cache, made, hidden = static_cache(early=True), DynamicCache(), torch.ones(2)
+    out = kept(BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache), (), {"cache": cache})
+    assert out.past_key_values is cache
+    assert out.last_hidden_state is not hidden and torch.equal(out.last_hidden_state, hidden)
+    assert kept(made, (), {"cache": cache}) is not made
