@@ -72,10 +72,10 @@ TWICE = """
 """
 
 
-def pair(body: str = "", source: str = SOURCE) -> tuple[Any, Any]:
+def pair(body: str = "", source: str = SOURCE, options: Options | None = None) -> tuple[Any, Any]:
     """The rewritten decoder and the original with the same weights, the attention's forward `body`."""
     source = source.replace("    UPDATE_TWICE\n", body)
-    rewritten = transform_source(source, Options(backend="aot_eager")).code
+    rewritten = transform_source(source, options or Options(backend="aot_eager")).code
     assert '_regionalize_blocks(block, self, cache_index="layer_idx"' in rewritten
     torch.manual_seed(0)
     model = load(rewritten).Decoder().eval()

@@ -20,6 +20,7 @@ from torch_support import needs_reuse  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 
+from regionalize.runtime.regions import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 
@@ -108,6 +109,30 @@ def test_a_block_that_fails_with_the_stand_in_has_its_static_cache_traced_layer_
     assert account.regions_stamped == 0 and not account.fell_back_to_eager
 
 
+@pytest.mark.parametrize("reuse", [True, False], ids=["regions reused", "no reuse"])
+def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_regions(
+    reuse: bool, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner compiled whole in CUDA graphs (the GPU stood for by the CPU), handed a StaticCache set up
+    ahead: its layers are stood in for where torch reuses a traced region; where it reuses none (2.11, which
+    compiles such an owner whole all the same), they are traced as they are, as a stand-in traced for every
+    layer cost more (on an H200, a 32-layer Llama's first generate: 47 s against 26 s)."""
+    if reuse and not _regionalize_reuses():
+        pytest.skip("this torch does not reuse a traced region")
+    if not reuse:
+        request.getfixturevalue("without_reuse")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    model, twin = pair(options=Options(mode="reduce-overhead"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CUDA graphs skipped: the tensors are the CPU's
+        account = against_twin(model, twin, lambda: static_cache(early=True), lengths=(5, 1, 1))
+    assert served_forms(model) == {"Decoder": "whole"} and not account.fell_back_to_eager
+    if reuse:
+        assert account.regions_traced == 2 and account.regions_stamped == 2 * (DEPTH - 1)
+    else:
+        assert not account.regions_traced  # none, or (2.11) none counted
+
+
 def llama_pair(options: Options) -> tuple[Any, Any]:
     from transformers.models.llama import modeling_llama
 
@@ -190,3 +215,40 @@ def test_outputs_of_a_cuda_graph_are_copies_but_the_callers_cache() -> None:
     assert out.past_key_values is cache
     assert out.last_hidden_state is not hidden and torch.equal(out.last_hidden_state, hidden)
     assert kept(made, (), {"cache": cache}) is not made
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@cuda
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_cache(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, transformers' own path (`generate(cache_implementation="static")`, which there compiles
+    the forward itself): the original's tokens, twice. In CUDA graphs every call after the prompt's (which
+    sets the cache's layers up) reaches the owner's graphed frame, and no graph is skipped."""
+    model, twin = llama_pair(Options(mode=mode))
+    model, twin = model.cuda(), twin.cuda()
+    graphed: list[int] = []
+    owner = model.model
+    runtime = type(owner.layers[0]).forward.__globals__  # the package's copy, which the blocks call
+    run_whole = runtime["_regionalize_run_whole"]
+
+    def counted_run(state: dict, whole: Any, args: Any, kwargs: Any) -> Any:
+        graphed.append(1)
+        return run_whole(state, whole, args, kwargs)
+
+    monkeypatch.setitem(runtime, "_regionalize_run_whole", counted_run)
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).cuda()
+    mask = torch.ones_like(ids)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        actual = model.generate(ids, attention_mask=mask, **SETTINGS)
+        again = model.generate(ids, attention_mask=mask, **SETTINGS)
+    assert actual.tolist() == expected.tolist() == again.tolist()
+    assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
+    assert "why" not in owner.__dict__["_regionalize_owner"] or mode == "default"
+    if mode == "reduce-overhead":
+        assert len(graphed) == 2 * (SETTINGS["max_new_tokens"] - 1)

@@ -17,6 +17,7 @@ from .regions import (
     _regionalize_kv_name,
     _regionalize_region,
     _regionalize_reuses,
+    _regionalize_reusing,
     _regionalize_shape,
     _regionalize_tracing,
 )
@@ -216,6 +217,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         kv = kv and _regionalize_kv[0]
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
+        _regionalize_reusing[0] = _regionalize_reuses()
         if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
         elif not graphs and all(attribute for _, attribute in indexed) and not _regionalize_reuses():

@@ -44,23 +44,27 @@ def _regionalize_static_made(utils):
     return _RegionalizeStaticKV, {base.__qualname__: layer_class(base) for base in (utils.StaticLayer,)}
 
 
-def _regionalize_static_state(layer):
-    """A layer's attributes as a region takes them: a spec naming its class and them, and their values,
-    tensors and plain values as they are, devices and dtypes by name. None where one is of another kind."""
-    names, values = [type(layer).__qualname__], []
-    for name, value in vars(layer).items():
+def _regionalize_static_state(layer, names):
+    """A layer's attributes `names` as a region takes them: a spec naming its class and them, and their
+    values, tensors and plain values as they are, devices and dtypes by name. None where one is of another
+    kind. Read by name, not through `vars`, which torch 2.11's Dynamo cannot trace in the owner's frame:
+    an attribute a layer holds beyond those its class's layers hold (`names`) is not stood in for, and a
+    block whose update reads it fails while it is traced."""
+    spec, values = [], []
+    for name in names:
+        value = getattr(layer, name)
         if isinstance(value, torch.device):
-            names.append(f"{name}:device")
+            spec.append(f"{name}:device")
             value = str(value)
         elif isinstance(value, torch.dtype):
-            names.append(f"{name}:dtype")
+            spec.append(f"{name}:dtype")
             value = str(value).removeprefix("torch.")
         elif value is None or isinstance(value, (torch.Tensor, int, float, bool, str)):
-            names.append(name)
+            spec.append(name)
         else:
             return None
         values.append(value)
-    return ";".join((names[0], ",".join(names[1:]))), tuple(values)
+    return ";".join((type(layer).__qualname__, ",".join(spec))), tuple(values)
 
 
 def _regionalize_static_layer(cache, index):
@@ -74,7 +78,7 @@ def _regionalize_static_layer(cache, index):
     stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
     if stand_in is None or stand_in.__base__ is not type(layer):
         return None
-    state = _regionalize_static_state(layer)
+    state = _regionalize_static_state(layer, stand_in._regionalize_names[layer.is_initialized])
     return None if state is None else (layer, state)
 
 
@@ -135,13 +139,17 @@ def _regionalize_static_checked():
     try:
         made = _regionalize_static_made(utils)
         _regionalize_static_kv[0] = made
-        for base in (stand_in.__base__ for stand_in in made[1].values()):
+        for made_class in made[1].values():
+            base = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
+            names = {False: tuple(vars(mine))}  # what a layer holds before its first update, and after
             for step in (3, 1, 1):
                 new = torch.rand(2, 1, 2, step, 4, generator=torch.Generator().manual_seed(step)).unbind()
                 expected = real.update(*new)
+                names.setdefault(True, tuple(vars(real)))
+                made_class._regionalize_names = names
                 fresh = not mine.is_initialized
-                state = _regionalize_static_state(mine)
+                state = _regionalize_static_state(mine, names[mine.is_initialized])
                 returned, stand_in = _regionalize_static_run(*state, lambda c, new=new: c.update(*new, 0))
                 if fresh:
                     _regionalize_static_setup(mine, [getattr(stand_in, n) for n in _REGIONALIZE_STATIC_MADE])
