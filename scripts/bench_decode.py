@@ -269,7 +269,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "model, *full + dedup* the same with `torch._dynamo.config.use_graph_deduplication`. *TTFT* (time "
         "to first token: prefill and one token) is the first call of a fresh process with an empty inductor "
         f"cache, after an unrelated warm-up compile, median of {meta['repeats']}; *first generate* the whole "
-        "first generation there (that first token, then one more generation for the other compiles). "
+        "first generation, every compile of its tokens included, in a warm process of its own. "
         "*Decode* is steady state: "
         f"(time of {meta['tokens']} tokens - time of 1 token) / {meta['tokens'] - 1}, median of several "
         "rounds. *Regions* are the hierarchical rewrite's nested regions over one generation: traced, and "

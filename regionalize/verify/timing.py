@@ -49,14 +49,9 @@ def call(built: Built, first: bool = False) -> Any:
 
 
 def first_call_s(built: Built, device: str) -> float:
-    return whole_call_s(built, device, first=True)
-
-
-def whole_call_s(built: Built, device: str, first: bool = False) -> float:
-    """Seconds of one `call`: the whole workload, or with `first` what the first-call timing measures."""
     synchronize(device)
     start = time.perf_counter()
-    call(built, first=first)
+    call(built, first=True)
     synchronize(device)
     return time.perf_counter() - start
 
@@ -205,9 +200,9 @@ def cold_starts(
     - hot: the caches the cold process left on disk, as a restarted service finds them;
     - artifact: empty caches, with the portable artifacts the cold process saved
       (`torch.compiler.save_cache_artifacts`) loaded first, as a service shipping them in its image.
-    `artifact_bytes` holds their sizes; `<kind>_generate` a generation's whole first generate (its first
-    token, then the rest of its compiles: one more generate). Runs alternate between variants so that
-    drift in the machine's load does not favour one of them.
+    `artifact_bytes` holds their sizes. For a generation these time its first token; `generate` (warm
+    processes) its whole first generate, every compile of its tokens included. Runs alternate between
+    variants so that drift in the machine's load does not favour one of them.
     """
     runs: dict[str, dict[str, list[float]]] = {
         v: {k: [] for k in (*kinds, "artifact_bytes")} for v in variants
@@ -230,8 +225,15 @@ def cold_starts(
                         os.makedirs(cache, exist_ok=True)
                     result = run_worker(run, timeout_s, cache)
                     runs[variant][kind].append(result["first_call_s"])
-                    if result.get("first_generate_s") is not None:
-                        runs[variant].setdefault(f"{kind}_generate", []).append(result["first_generate_s"])
                     if result.get("artifact_bytes") is not None:
                         runs[variant]["artifact_bytes"].append(result["artifact_bytes"])
+            if job.generate is not None:
+                # In a process of its own: a second generate makes a new cache, and a static one's new
+                # addresses compile again.
+                progress(f"first generate of {variant} in a fresh warm process ({number + 1} of {repeats})")
+                whole = {**job.generate, "first": "generate"}
+                run = dataclasses.replace(job, variant=variant, warm=True, generate=whole)
+                runs[variant].setdefault("generate", []).append(
+                    run_worker(run, timeout_s, None)["first_call_s"]
+                )
     return runs

@@ -16,14 +16,7 @@ import torch
 
 from regionalize.verify.loading import import_paths, resolve_target
 from regionalize.verify.session import BY_NAME, Subject
-from regionalize.verify.timing import (
-    RESULT_MARKER,
-    WorkerJob,
-    first_call_s,
-    options_from_json,
-    warm_up,
-    whole_call_s,
-)
+from regionalize.verify.timing import RESULT_MARKER, WorkerJob, first_call_s, options_from_json, warm_up
 from regionalize.verify.workloads import GenerateSpec
 
 
@@ -48,20 +41,13 @@ def main() -> None:
             warmup_s = time.perf_counter() - start
         torch.compiler.reset()
         seconds = first_call_s(built, job.device)
-        # A generation's first token compiles the prompt's graph; the tokens after it compile their own.
-        generate_s = seconds + whole_call_s(built, job.device) if job.generate else None
     size = None
     if job.save_artifacts:
         saved = torch.compiler.save_cache_artifacts()
         payload = saved[0] if saved else b""
         Path(job.save_artifacts).write_bytes(payload)
         size = len(payload)
-    result = {
-        "first_call_s": seconds,
-        "first_generate_s": generate_s,
-        "warmup_s": warmup_s,
-        "artifact_bytes": size,
-    }
+    result = {"first_call_s": seconds, "warmup_s": warmup_s, "artifact_bytes": size}
     print(RESULT_MARKER + json.dumps(result), flush=True)
 
 
