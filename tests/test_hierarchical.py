@@ -24,7 +24,7 @@ import torch
 from torch_support import needs_reuse
 
 from regionalize.codemod import transform_source
-from regionalize.runtime.regions import _regionalize_reuses
+from regionalize.runtime.nested import _regionalize_reuses
 from regionalize.shared.options import Options
 from regionalize.verify.accounting import recording
 

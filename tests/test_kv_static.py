@@ -20,7 +20,7 @@ from torch_support import needs_reuse  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 
-from regionalize.runtime.regions import _regionalize_reuses  # noqa: E402
+from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 

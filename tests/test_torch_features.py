@@ -21,7 +21,7 @@ from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair, sliding 
 from transformers.cache_utils import DynamicCache  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.runtime.regions import _regionalize_reuses  # noqa: E402
+from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch  # noqa: F401  (the runtime reads torch.compiler)
 
-from regionalize.runtime.regions import _regionalize_reuses
+from regionalize.runtime.nested import _regionalize_reuses
 
 # Tests of the owner compiled whole with its blocks nested regions: the default form where torch reuses a
 # traced region (2.12 and later). Where it does not, the blocks are compiled one by one

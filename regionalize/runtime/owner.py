@@ -10,15 +10,14 @@ import torch
 
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
+from .nested import _regionalize_reuses, _regionalize_shape
 from .regions import (
     _regionalize_block_compiled,
     _regionalize_block_frames,
     _regionalize_compiling,
     _regionalize_kv_name,
     _regionalize_region,
-    _regionalize_reuses,
     _regionalize_reusing,
-    _regionalize_shape,
     _regionalize_tracing,
 )
 from .static import _regionalize_static_checked, _regionalize_static_graphable, _regionalize_static_kv

@@ -16,9 +16,10 @@ from .kv import (
     _regionalize_kv_store,
     _RegionalizeLayerKV,
 )
+from .nested import _regionalize_copy, _regionalize_nested
 from .static import (
-    _REGIONALIZE_STATIC_MADE,
     _regionalize_static_layer,
+    _regionalize_static_made_names,
     _regionalize_static_run,
     _regionalize_static_setup,
 )
@@ -29,13 +30,6 @@ _regionalize_reusing = [True]  # `_regionalize_reuses()`, read eagerly as an own
 # Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
 # Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
 _regionalize_block_frames = weakref.WeakKeyDictionary()
-
-
-def _regionalize_reuses():
-    """Does Dynamo reuse a nested region traced for one block for the others ("stamping out", with its
-    limit `max_reuse_entries`)? Without it (torch 2.11) the owner compiled whole traces every block, as
-    a full compile does."""
-    return "max_reuse_entries" in inspect.signature(torch.compiler.nested_compile_region).parameters
 
 
 def _regionalize_kv_name(forward):
@@ -118,7 +112,7 @@ def _regionalize_region(plain, name, position, copies):
         out, layer = _regionalize_static_run(
             spec, _regionalize_state, lambda c: run(self, c, slot, args, kwargs)
         )
-        return (*(getattr(layer, name) for name in _REGIONALIZE_STATIC_MADE), out)
+        return (*(getattr(layer, name) for name in _regionalize_static_made_names), out)
 
     body_static.__code__ = body_static.__code__.replace(co_name=f"{label}_static")
     body_static_setup.__code__ = body_static_setup.__code__.replace(co_name=f"{label}_static_setup")
@@ -153,8 +147,7 @@ def _regionalize_region(plain, name, position, copies):
         served = _regionalize_reusing[0] or not _regionalize_tracing[0]
         static = _regionalize_static_layer(cache, index) if served else None
         pair = None if static else _regionalize_kv_pair(cache, index)
-        layer = _regionalize_kv_layer(cache, index) if static is None and pair is None else None
-        layer = static[0] if static else layer if pair is None else pair[0]
+        layer = static[0] if static else _regionalize_kv_layer(cache, index) if pair is None else pair[0]
         written = None if pair is None else cache.is_updated.get(index)
         # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
         # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, made
@@ -168,7 +161,7 @@ def _regionalize_region(plain, name, position, copies):
         else:
             args = (*args[:slot], None, *args[slot + 1 :])
         keyed, writing, static_setup, static_kept = regions
-        init, past = _regionalize_kv[0], _regionalize_kv_past(layer)
+        init, past = _regionalize_kv[0], None if static else _regionalize_kv_past(layer)
         _regionalize_standing_in[0] = not _regionalize_tracing[0]
         try:
             if static:
@@ -241,171 +234,3 @@ def _regionalize_compiling(error):
             return True
         tb = tb.tb_next
     return False
-
-
-def _regionalize_nested_region(fn):
-    """`fn` as a nested compile region that holds a variant per block where each reads its own integer:
-    torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
-    takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
-    where torch takes it."""
-    if _regionalize_reuses():
-        return torch.compiler.nested_compile_region(fn, max_reuse_entries=1024)
-    return torch.compiler.nested_compile_region(fn)
-
-
-def _regionalize_nested(fn, label, extras=0):
-    """`fn` as a nested compile region, its keyword arguments and tuples passed as positional arguments:
-    Dynamo's check that a traced region serves another block is cheap where each argument is a tensor or
-    a plain value, and otherwise flattens them with pytree as it traces each block (a second of a 32-layer
-    Llama's start). `fn` returns a block's output, after `extras` tensors where it has them; the region
-    returns them packed (`_regionalize_pack`) and the call unpacked, a tensor that aliases an input or
-    another output copied (`_regionalize_unaliased`). The regions' code is named `label`, so that regions
-    of other blocks are not candidates for their reuse."""
-
-    def as_given(self, structure, *args, **kwargs):
-        inputs = torch.utils._pytree.tree_leaves((args, kwargs))
-        return _regionalize_pack(_regionalize_unaliased(inputs, fn(self, *args, **kwargs)), extras)
-
-    as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
-    general = _regionalize_nested_region(as_given)
-
-    def flat(self, structure, spec, *leaves):
-        args, kwargs, at = [], {}, 0
-        for item in spec.split(",") if spec else ():
-            name, _, count = item.partition(":")
-            value = tuple(leaves[at : at + int(count)]) if count else leaves[at]
-            at += int(count) if count else 1
-            if name == "*":
-                args.append(value)
-            else:
-                kwargs[name] = value
-        return _regionalize_pack(_regionalize_unaliased(leaves, fn(self, *args, **kwargs)), extras)
-
-    flat.__code__ = flat.__code__.replace(co_name=label)
-    flat_region = _regionalize_nested_region(flat)
-
-    # Traced for every block: kept to a few instructions per argument.
-    def call(self, *args, **kwargs):
-        structure = self.__dict__.get("_regionalize_structure")
-        if structure is None:  # a block no owner set up: its classes, traced
-            structure = ",".join(f"{type(m).__module__}.{type(m).__qualname__}" for m in self.modules())
-        leaves, spec, marks = [*args], ["*"] * len(args), 2 * len(args) - 1
-        for name, value in kwargs.items():
-            if type(value) is tuple:  # not a namedtuple, which `flat` would not rebuild
-                spec.append(f"{name}:{len(value)}")
-                leaves += value
-                marks += 2
-            else:
-                spec.append(name)
-                leaves.append(value)
-                marks += 1
-        text = ",".join(spec)
-        if text.count(",") + text.count(":") + text.count("*") != marks:  # a ** name `spec` cannot hold
-            return _regionalize_unpack(general(self, structure, *args, **kwargs), extras)
-        return _regionalize_unpack(flat_region(self, structure, text, *leaves), extras)
-
-    return call
-
-
-def _regionalize_copy(tensor):
-    """A contiguous copy: with torch.clone's default (preserve_format) of a slice, Inductor computed other
-    values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13)."""
-    return tensor.clone(memory_format=torch.contiguous_format)
-
-
-def _regionalize_unaliased(inputs, value):
-    """`value`, a region's output, with a copy of each tensor that shares memory with one of `inputs` or
-    with another tensor of `value` (contiguous, but an input handed on keeps its strides); the others as
-    they are. Dynamo compiles no region whose outputs alias (T5's layers return the position bias they
-    are handed, Flux's single blocks two slices of one tensor), and knows as it traces which tensor is a
-    view of which (`_base`), so this costs a copy only where one is needed, and nothing to trace again.
-    Both slices are copied, not only the second, and an input handed on keeps its strides: the next
-    block, handed other strides than the first, would be traced again. Memory shared other than through
-    a view still fails the compile, and the owner's retry then copies every output (`copies` of
-    `_regionalize_region`)."""
-
-    def base(tensor):
-        return tensor if tensor._base is None else tensor._base
-
-    given = [base(t) for t in inputs if isinstance(t, torch.Tensor)]
-    made = [base(t) for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
-
-    def own(tensor):
-        root = base(tensor)
-        if any(tensor is other for other in inputs):  # handed on: the next block takes this one's strides
-            return tensor.clone()
-        if any(root is other for other in given) or sum(root is other for other in made) > 1:
-            return _regionalize_copy(tensor)
-        return tensor
-
-    return torch.utils._pytree.tree_map_only(torch.Tensor, own, value)
-
-
-_regionalize_structures = {}  # the classes of a block's modules -> the name its regions take for them
-
-
-def _regionalize_shape(blocks):
-    """Name the structure of each of `blocks`: the classes of its modules, which its regions take as an
-    argument; whether a name changed. Dynamo (torch 2.13) reuses a region traced for one block for
-    another whose submodule is of another class, where the first reads nothing of it that the second
-    lacks (ModernBERT's first layer has an `nn.Identity` where the others have an `nn.LayerNorm`): the
-    others would compute the first one's function. Blocks that differ in it differ in an argument, which
-    the reuse check compares. Named eagerly: tracing `modules()` cost 30 ms a block."""
-    changed = False
-    for block in blocks:
-        classes = tuple(type(m) for m in block.modules())
-        name = _regionalize_structures.setdefault(classes, f"structure {len(_regionalize_structures)}")
-        changed |= block.__dict__.get("_regionalize_structure") != name
-        block.__dict__["_regionalize_structure"] = name
-    return changed
-
-
-def _regionalize_pack(value, extras):
-    """What a region returns for `value`, a block's output after `extras` tensors. Dynamo reuses a region
-    only if it returns a tensor or a sequence of tensors, so a tensor, or without extras a sequence of
-    tensors, is returned as it is (nothing added to a call). Other outputs (a tuple holding None, an
-    object) are returned after a marker: a tensor of no elements whose shape says how to rebuild them,
-    static where the outputs' are symbolic, so the caller's trace reads it for free. An output that could
-    be taken for a marker is always returned after one."""
-    front, out = (value[:extras], value[extras]) if extras else ((), value)
-    if isinstance(out, torch.Tensor) and not _regionalize_marked(out):
-        return (*front, out) if extras else out
-    sequence = type(out) in (tuple, list)
-    tensors = sequence and all(isinstance(t, torch.Tensor) for t in out)
-    if tensors and not extras and not (out and _regionalize_marked(out[0])):
-        return out
-    items = out if sequence else (out,)
-    if all(t is None or isinstance(t, torch.Tensor) for t in items):
-        kind, parts = (1 if type(out) is tuple else 2) if sequence else 0, [t for t in items if t is not None]
-        codes = [1 if t is not None else 2 for t in items]
-    else:  # an object: the region is traced for each block, as Dynamo cannot reuse it
-        kind, codes, parts = 3, [], [out]
-    device = next((t.device for t in (*front, *parts) if isinstance(t, torch.Tensor)), "cpu")
-    marker = torch.empty((0, 82, kind, *codes), dtype=torch.uint8, device=device)
-    return (*front, marker, *parts)
-
-
-def _regionalize_unpack(result, extras):
-    """The block's output (after `extras` tensors) that `_regionalize_pack` returned as `result`."""
-    if extras:
-        front, rest = result[:extras], result[extras:]
-        if not _regionalize_marked(rest[0]):
-            return (*front, rest[0])
-    elif type(result) in (tuple, list) and result and _regionalize_marked(result[0]):
-        front, rest = (), result
-    else:
-        return result
-    kind, codes, parts = rest[0].shape[2], rest[0].shape[3:], list(rest[1:])
-    if kind == 3:
-        out = parts[0]
-    else:
-        items = [parts.pop(0) if code == 1 else None for code in codes]
-        out = items[0] if kind == 0 else tuple(items) if kind == 1 else items
-    return (*front, out) if extras else out
-
-
-def _regionalize_marked(tensor):
-    """Is `tensor` a marker of `_regionalize_pack`: no elements, uint8, its shape starting (0, 82)?"""
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() < 3:
-        return False
-    return tensor.shape[0] == 0 and tensor.shape[1] == 82

@@ -11,7 +11,7 @@ from .kv import _regionalize_kv_alike
 # class of the stand-in for the cache: None until checked (`_regionalize_static_checked`), once a process.
 _regionalize_static_kv = [None]
 # What a layer's first update leaves as tensors: the region that sets the layer up returns them.
-_REGIONALIZE_STATIC_MADE = ("keys", "values", "cumulative_length")
+_regionalize_static_made_names = ("keys", "values", "cumulative_length")
 
 
 def _regionalize_static_made(utils):
@@ -67,16 +67,27 @@ def _regionalize_static_state(layer, names):
     return ";".join((type(layer).__qualname__, ",".join(spec))), tuple(values)
 
 
+def _regionalize_static_cache(cache):
+    """Is `cache` a transformers `StaticCache`, not offloading, in a process whose stand-ins are checked?"""
+    utils = sys.modules.get("transformers.cache_utils")
+    if utils is None or type(cache) is not getattr(utils, "StaticCache", None):
+        return False
+    return not cache.offloading and bool(_regionalize_static_kv[0])
+
+
+def _regionalize_static_class(layer):
+    """The class of the stand-ins for `layer`, where a region can stand in for a layer of its class."""
+    stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
+    return stand_in if stand_in is not None and stand_in.__base__ is type(layer) else None
+
+
 def _regionalize_static_layer(cache, index):
     """The layer of a transformers `StaticCache` that a region can stand in for, and its state, else None."""
-    utils = sys.modules.get("transformers.cache_utils")
-    if utils is None or type(cache) is not getattr(utils, "StaticCache", None) or cache.offloading:
-        return None
-    if not _regionalize_static_kv[0] or len(cache.layers) <= index:
+    if not _regionalize_static_cache(cache) or len(cache.layers) <= index:
         return None
     layer = cache.layers[index]
-    stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
-    if stand_in is None or stand_in.__base__ is not type(layer):
+    stand_in = _regionalize_static_class(layer)
+    if stand_in is None:
         return None
     state = _regionalize_static_state(layer, stand_in._regionalize_names[layer.is_initialized])
     return None if state is None else (layer, state)
@@ -94,16 +105,12 @@ def _regionalize_static_graphable(cache):
     compile). A graph replays the writes into those same tensors, as the original writes them. A layer
     not set up yet (the prompt, where `generate` made the cache) would make its tensors inside the graph,
     where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
-    utils = sys.modules.get("transformers.cache_utils")
-    if utils is None or type(cache) is not getattr(utils, "StaticCache", None) or cache.offloading:
-        return False
-    if not _regionalize_static_kv[0]:
+    if not _regionalize_static_cache(cache):
         return False
     for layer in cache.layers:
-        stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
-        if stand_in is None or stand_in.__base__ is not type(layer) or not layer.is_initialized:
+        if _regionalize_static_class(layer) is None or not layer.is_initialized:
             return False
-        for name in _REGIONALIZE_STATIC_MADE:
+        for name in _regionalize_static_made_names:
             tensor = getattr(layer, name)
             marked = getattr(tensor, "_dynamo_static_input_type", None) is not None
             if not (_regionalize_on_graph_device(tensor) and marked):
@@ -115,7 +122,7 @@ def _regionalize_static_setup(layer, made):
     """Set up `layer` on its first update, which a region ran on a stand-in: transformers' own
     `lazy_initialization`, then the tensors the stand-in's update left (`made`) copied in."""
     layer.lazy_initialization(made[0], made[1])
-    for name, value in zip(_REGIONALIZE_STATIC_MADE, made, strict=True):
+    for name, value in zip(_regionalize_static_made_names, made, strict=True):
         getattr(layer, name).copy_(value)
 
 
@@ -152,8 +159,12 @@ def _regionalize_static_checked():
                 state = _regionalize_static_state(mine, names[mine.is_initialized])
                 returned, stand_in = _regionalize_static_run(*state, lambda c, new=new: c.update(*new, 0))
                 if fresh:
-                    _regionalize_static_setup(mine, [getattr(stand_in, n) for n in _REGIONALIZE_STATIC_MADE])
-                elif any(getattr(stand_in, n) is not getattr(mine, n) for n in _REGIONALIZE_STATIC_MADE):
+                    _regionalize_static_setup(
+                        mine, [getattr(stand_in, n) for n in _regionalize_static_made_names]
+                    )
+                elif any(
+                    getattr(stand_in, n) is not getattr(mine, n) for n in _regionalize_static_made_names
+                ):
                     return False
                 if not _regionalize_kv_alike(expected, returned):
                     return False
