@@ -398,6 +398,14 @@ def test_generate_workload_gives_an_encoder_decoder_the_cache_generate_would() -
     torch.testing.assert_close(actual["logits"], expected["logits"])
 
 
+def test_an_unknown_cache_is_a_workload_error(tmp_path: Path) -> None:
+    code, result, _ = verify(
+        tmp_path, llama_file(), f"{HF_LLAMA}:make", None, workload="generate", cache="paged"
+    )
+    assert code == 2 and result["error"]["stage"] == "workload"
+    assert "unknown cache 'paged'" in result["error"]["message"]
+
+
 def test_generate_workload_needs_a_generating_model(tmp_path: Path) -> None:
     code, result, _ = verify(tmp_path, MODELS / "stack.py", "make", REWRITTEN, workload="generate")
     assert code == 2 and result["error"]["stage"] == "workload"
