@@ -10,12 +10,15 @@ variants are verify's: eager, full `torch.compile`, full with Dynamo's graph ded
 (hierarchical: the decoder stack compiled whole, each layer a nested region) and its per-block form.
 
     python scripts/bench_decode.py [--families llama qwen2 mistral phi3] [--depths 12 32] [--tokens 16]
-                                   [--repeats 1] [--device auto|cpu|cuda] [--cold] [--cache static]
+                                   [--repeats 1] [--device auto|cpu|cuda] [--cold] [--hot] [--cache static]
+                                   [--out FOLDER]
 
 `--families bart t5` measures encoder-decoders (an EncoderDecoderCache) the same way.
 
 `--cache static` generates with transformers' fixed-size cache (`cache_implementation="static"`) instead of a
-`DynamicCache`, and writes docs/bench_decode_static.md and .json.
+`DynamicCache`, and writes docs/bench_decode_static.md and .json. `--hot` also times restarts: the first
+token and the first generate of a process that finds the compile caches an earlier one left on disk, as
+a restarted service does, beside full's.
 
 writes docs/bench_decode.md and docs/bench_decode.json. Works with torch >= 2.5 and transformers >= 4.56.
 """
@@ -157,7 +160,8 @@ def run(family: str, depth: int, args: argparse.Namespace, scratch: Path) -> dic
     if not args.cold_start:
         command.append("--no-cold-start")
     elif not args.cold:
-        command.append("--quick")  # warm processes only: the first call after an unrelated compile
+        # Warm processes (the first call after an unrelated compile), and with --hot restarted ones.
+        command += ["--starts", "warm,hot" if args.hot else "warm"]
     env = dict(os.environ, BENCH_DECODE_PROMPT_LEN=str(args.prompt_len))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.perf_counter()
@@ -198,6 +202,9 @@ def main() -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--no-cold-start", dest="cold_start", action="store_false", help="skip TTFT")
     parser.add_argument("--cold", action="store_true", help="also time cold, hot and artifact processes")
+    parser.add_argument(
+        "--hot", action="store_true", help="also time restarts: processes that find a cold one's caches"
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per model")
     parser.add_argument(
         "--cache", choices=["dynamic", "static"], default="dynamic", help="the KV cache generated with"
@@ -241,14 +248,19 @@ def main() -> None:
 
 VARIANTS = ("full", "full_dedup", "per_block", "regional")
 CACHES = {"dynamic": "a DynamicCache", "static": 'a StaticCache (`cache_implementation="static"`)'}
+# Restarted processes, each a column where some model measured it.
+RESTARTS = (("hot TTFT", "compile_hot_s"), ("hot first generate", "first_generate_hot_s"))
 LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block", "regional": "hierarchical"}
 
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     from regionalize.verify.render import regions_text
-    from regionalize.verify.zoo_report import form
+    from regionalize.verify.zoo_report import against_full, form
 
     device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
+    restarts = [
+        (label, key) for label, key in RESTARTS if any(any((r.get(key) or {}).values()) for r in results)
+    ]
     names = " / ".join(LABELS[v] for v in VARIANTS)
     lines = [
         "# Generation: each way of compiling transformers decoders",
@@ -269,7 +281,9 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "model, *full + dedup* the same with `torch._dynamo.config.use_graph_deduplication`. *TTFT* (time "
         "to first token: prefill and one token) is the first call of a fresh process with an empty inductor "
         f"cache, after an unrelated warm-up compile, median of {meta['repeats']}; *first generate* the whole "
-        "first generation, every compile of its tokens included, in a warm process of its own. "
+        "first generation, every compile of its tokens included, in a warm process of its own. *Hot* "
+        "(where measured): the same in a process that finds the compile caches an earlier one left on "
+        "disk, as a restarted service does (TTFT: a cold process's; first generate: the warm one's). "
         "*Decode* is steady state: "
         f"(time of {meta['tokens']} tokens - time of 1 token) / {meta['tokens'] - 1}, median of several "
         "rounds. *Regions* are the hierarchical rewrite's nested regions over one generation: traced, and "
@@ -277,12 +291,13 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
         f"| model | tokens identical | form | regions traced / reused | TTFT {names} "
         f"| TTFT full / hierarchical | first generate {names} | first generate full / hierarchical "
-        f"| decode ms/token eager / {names} | decode hierarchical / full |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        + "".join(f"| {label} full / hierarchical " for label, _ in restarts)
+        + f"| decode ms/token eager / {names} | decode hierarchical / full |",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(restarts) + "---|---|",
     ]
     for r in results:
         if r.get("error"):
-            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * 8)
+            lines.append(f"| {r['label']} | error ({r['error']['stage']}) |" + " |" * (8 + len(restarts)))
             continue
         ttft, decode = r["ttft_s"] or {}, r["decode_ms_per_token"] or {}
         whole = r.get("first_generate_s") or {}
@@ -296,6 +311,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
             _x(ttft.get("full"), ttft.get("regional")),
             " / ".join(_s(whole.get(v)) for v in VARIANTS),
             _x(whole.get("full"), whole.get("regional")),
+            *(against_full(r.get(key) or {}) for _, key in restarts),
             " / ".join(_ms(decode.get(v)) for v in ("eager", *VARIANTS)),
             _x(decode.get("regional"), decode.get("full")),
         ]

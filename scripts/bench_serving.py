@@ -40,6 +40,9 @@ that the modeling_llama.py there is the one they were made from.
     # back here: the files it wrote, unchanged
     cp <files_at>/serving.md <files_at>/serving.json docs/serving/
 
+`--hot` also times each compiled variant's restart: its first generate in one more process, without the
+warm-up compile, that finds the compile caches the first process left on disk.
+
 Without `--rewritten-dir`, where libcst imports, the rewrites are made from the installed transformers
 into a temporary folder. `--variants` runs a subset; `--no-token-check` leaves the fp32 check out.
 Writes serving.md and serving.json to `--out` (docs/serving) after every variant, so that a run cut
@@ -132,6 +135,7 @@ TARGETS = (
     "decode no slower than transformers_static",
     "tokens identical in fp32",
     "no eager fallback",
+    "restart no later than full's",
 )
 
 
@@ -339,6 +343,19 @@ def served_forms(model: Any) -> dict[str, str] | None:
     return forms(model)
 
 
+def restart_worker(job: dict[str, Any]) -> dict[str, Any]:
+    """A restarted service's first generate: the compile caches an earlier process left on disk found, no
+    warm-up compile first (as `regionalize verify` times a hot start)."""
+    import torch
+
+    model, extra = build(job, job["variant"], job["model"], job["dtype"])
+    ids = prompt(job, job["model"]["vocab_size"])
+    # torch.compile's own imports paid before the clock starts, as the variants that call it at build do.
+    torch.compile(lambda: None)
+    first, _ = timed(lambda: generate(model, ids, job["tokens"], extra), job["device"])
+    return {"variant": job["variant"], "first_generate_s": first}
+
+
 def variant_worker(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -444,12 +461,18 @@ def bandwidth_worker(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-WORKERS = {"variant": variant_worker, "tokens": tokens_worker, "bandwidth": bandwidth_worker}
+WORKERS = {
+    "variant": variant_worker,
+    "restart": restart_worker,
+    "tokens": tokens_worker,
+    "bandwidth": bandwidth_worker,
+}
 
 
-def run_fresh(job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One worker in a fresh process with empty Inductor and Triton caches."""
-    with tempfile.TemporaryDirectory(prefix="bench-serving-cache-") as cache:
+def run_fresh(job: dict[str, Any], timeout: float, kept: str | None = None) -> dict[str, Any]:
+    """One worker in a fresh process with empty Inductor and Triton caches, or with those in `kept`."""
+    with contextlib.ExitStack() as stack:
+        cache = kept or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-serving-cache-"))
         path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
         env = {
             **os.environ,
@@ -488,11 +511,23 @@ def ratios(row: dict[str, Any], rows: dict[str, dict[str, Any]], limit: float | 
     full = rows.get("full", {}).get("first_generate_s")
     static = rows.get("transformers_static", {}).get("decode_ms_per_token")
     first, decode = row.get("first_generate_s"), row.get("decode_ms_per_token")
+    full_restart, restart = (
+        rows.get("full", {}).get("restart_first_generate_s"),
+        row.get("restart_first_generate_s"),
+    )
     return {
         "sooner_than_full": full / first if full and first else None,
+        "restart_sooner_than_full": full_restart / restart if full_restart and restart else None,
         "vs_limit": decode / limit if decode and limit else None,
         "vs_transformers_static": decode / static if decode and static else None,
     }
+
+
+def _restart(row: dict[str, Any]) -> str:
+    if row.get("restart_error"):
+        return f"error: {cell(row['restart_error'])}"
+    seconds = row.get("restart_first_generate_s")
+    return "-" if seconds is None else f"{seconds:.1f}"
 
 
 def dynamo_text(row: dict[str, Any]) -> str:
@@ -527,6 +562,7 @@ def targets(rows: dict[str, dict[str, Any]], check: dict[str, Any], limit: float
             r["vs_transformers_static"] and r["vs_transformers_static"] <= 1.0,
             None if tokens is None else tokens == "identical",
             None if fallback is None else not fallback,
+            None if r["restart_sooner_than_full"] is None else r["restart_sooner_than_full"] >= 1.0,
         )
         met = {
             name: None if value is None else bool(value) for name, value in zip(TARGETS, values, strict=True)
@@ -568,20 +604,23 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         f"{meta['prompt_len']}-token prompt, greedy `generate` of {meta['tokens']} new tokens. Each variant "
         "in a fresh process with an empty Inductor cache, after an unrelated warm-up compile. *First "
         f"generate*: the process's first {meta['tokens']}-token `generate`, every compile included. "
+        "*Restart* (where measured, `--hot`): the same in one more process, without the warm-up, that "
+        "finds the compile caches the first left on disk, as a restarted service does. "
         f"*Decode*: (generate({meta['tokens']}) - generate(1)) / {meta['tokens'] - 1}, median of "
         f"{meta['rounds']} rounds. *Tokens*: a {meta['check_model']['num_hidden_layers']}-layer fp32 config "
         f"(hidden {meta['check_model']['hidden_size']}) generated each variant's way, against eager's. "
         "*Form*: how each owner of the rewrite was served. What each variant is: the docstring of "
         "scripts/bench_serving.py.",
         "",
-        "| variant | first generate (s) | vs full (x sooner) | decode ms/token | vs memory-bound limit (x) "
-        "| peak memory | tokens (fp32 check) | form | Dynamo (first generate) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| variant | first generate (s) | vs full (x sooner) | restart: first generate (s) "
+        "| vs full's restart (x sooner) | decode ms/token | vs memory-bound limit (x) | peak memory "
+        "| tokens (fp32 check) | form | Dynamo (first generate) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for variant, row in rows.items():
         verdict = (check.get(variant) or {}).get("verdict", "-")
         if "error" in row:
-            lines.append(f"| {variant} | error: {cell(row['error'])} | | | | | {verdict} | | |")
+            lines.append(f"| {variant} | error: {cell(row['error'])} | | | | | | | {verdict} | | |")
             continue
         r = ratios(row, rows, limit)
         memory = "-" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.1f} GiB"
@@ -590,8 +629,8 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
             forms = "no owner: each block compiled on its own"
         lines.append(
             f"| {variant} | {row['first_generate_s']:.1f} | {_x(r['sooner_than_full'])} | "
-            f"{row['decode_ms_per_token']:.2f} | {_x(r['vs_limit'])} | {memory} | {verdict} | {forms} | "
-            f"{dynamo_text(row)} |"
+            f"{_restart(row)} | {_x(r['restart_sooner_than_full'])} | {row['decode_ms_per_token']:.2f} | "
+            f"{_x(r['vs_limit'])} | {memory} | {verdict} | {forms} | {dynamo_text(row)} |"
         )
     found = targets(rows, check, limit)
     if found:
@@ -601,7 +640,7 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
             "",
             f"Issue 37's targets (first generate at least {TARGET_SOONER:g}x sooner than full; decode at "
             f"most {TARGET_LIMIT:g}x the memory-bound limit and no slower than transformers_static; tokens "
-            "identical; no eager fallback), computed from the rows above:",
+            "identical; no eager fallback; a restart no later than full's), computed from the rows above:",
             "",
             "| variant | " + " | ".join(names) + " | all met |",
             "|---|" + "---|" * (len(names) + 1),
@@ -675,6 +714,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, help="new tokens per generate, default 32 (smoke 4)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-token-check", dest="token_check", action="store_false")
+    parser.add_argument(
+        "--hot",
+        action="store_true",
+        help="also time each compiled variant's restart: its first generate in one more process that "
+        "finds the compile caches the first left on disk",
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument("--out", type=Path, help="folder for serving.md/.json (docs/serving; smoke: a temp)")
     parser.add_argument(
@@ -745,9 +790,16 @@ def main() -> None:
         print(f"== tokens: { {v: c['verdict'] for v, c in check.items()} }", flush=True)
         save()
     for variant in variants:
-        rows[variant] = row = run_fresh({**job_base, "kind": "variant", "variant": variant}, args.timeout)
+        job = {**job_base, "kind": "variant", "variant": variant}
+        with tempfile.TemporaryDirectory(prefix="bench-serving-cache-") as cache:
+            rows[variant] = row = run_fresh(job, args.timeout, cache)
+            if args.hot and variant != "eager" and "error" not in row:
+                again = run_fresh({**job, "kind": "restart"}, args.timeout, cache)
+                row["restart_first_generate_s"] = again.get("first_generate_s")
+                row["restart_error"] = again.get("error")
         summary = row.get("error") or (
             f"first generate {row['first_generate_s']:.2f} s, "
+            f"restart {row.get('restart_first_generate_s') or '-'} s, "
             f"decode {row['decode_ms_per_token']:.2f} ms/token, forms {row['forms']}, {dynamo_text(row)}"
         )
         print(f"== {variant} ({row['wall_s']:.0f} s): {summary}", flush=True)

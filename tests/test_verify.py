@@ -183,6 +183,77 @@ def test_quick_preset_takes_the_repeats_it_is_given(tmp_path: Path) -> None:
     assert not any(result["compile_cold_s"].values())
 
 
+def test_starts_time_the_processes_named_a_hot_one_after_the_cold_one_that_fills_its_caches(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "result.json"
+    args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(REWRITTEN), "--repeats", "1"]
+    run = CliRunner().invoke(
+        verify_command, [*args, "--backend", "eager", "--starts", "hot", "--json", str(out)]
+    )
+    assert run.exit_code == 0, run.output
+    steps = [line.partition("] ")[2] for line in run.stderr.splitlines() if "fresh" in line]
+    assert [step.split(" in a fresh ")[1] for step in steps if " of full " in step] == [
+        "cold process (1 of 1)",
+        "hot process (1 of 1)",
+    ]
+    result = json.loads(out.read_text())
+    assert result["compile_hot_s"]["regional"] > 0 and result["compile_cold_s"]["regional"] > 0
+    assert not any(result["compile_s"].values()) and not any(result["compile_artifact_s"].values())
+    assert re.search(r"hot \(caches on disk\) +\d", run.stdout)
+
+    wrong = CliRunner().invoke(verify_command, [*args, "--starts", "warm,lukewarm"])
+    assert wrong.exit_code == 2 and "give some of cold, warm, hot, artifact" in wrong.output
+
+
+def test_a_hot_first_generate_finds_the_caches_the_warm_one_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted service's first generate: the caches of a whole first generate (its decode step's
+    compile among them) kept for a process after it; without hot starts, nothing kept."""
+    from regionalize.verify import timing
+
+    calls: list[tuple[str, bool, str | None, str]] = []
+
+    def worker(job: WorkerJob, timeout_s: float, cache: str | None = None) -> dict[str, Any]:
+        assert cache is None or Path(cache).is_dir()
+        first = (job.generate or {}).get("first", "token")
+        calls.append((job.variant, job.warm, cache, first))
+        return {"first_call_s": float(len(calls))}
+
+    monkeypatch.setattr(timing, "run_worker", worker)
+    job = WorkerJob("m.py", "make", "", {}, {}, "cpu", False, [], generate={"tokens": 2, "cache": "static"})
+    runs = timing.cold_starts(job, ["full"], 1, 60, ("cold", "hot"))
+    (cold, hot, warm_generate, hot_generate) = calls
+    assert [c[3] for c in calls] == ["token", "token", "generate", "generate"]
+    assert cold[2] == hot[2] and warm_generate[2] == hot_generate[2] and cold[2] != warm_generate[2]
+    assert warm_generate[1] and not hot_generate[1]
+    assert runs["full"]["generate"] == [3.0] and runs["full"]["generate_hot"] == [4.0]
+
+    calls.clear()
+    runs = timing.cold_starts(job, ["full"], 1, 60, ("warm",))
+    assert [(warm, cache, first) for _, warm, cache, first in calls] == [
+        (True, None, "token"),
+        (True, None, "generate"),
+    ]
+    assert "generate_hot" not in runs["full"]
+
+
+def test_the_report_gives_the_hot_first_generate_beside_the_warm_one_only_where_timed() -> None:
+    times = {"full": 20.0, "regional": 8.0}
+    result: dict[str, Any] = {
+        "compile_s": times,
+        "compile_runs": {"full": {"warm": [1.0]}},
+        "accounting": {},
+        "ttft_s": times,
+        "first_generate_s": {"full": 60.0, "regional": 20.0},
+        "first_generate_hot_s": {"full": 12.0, "regional": 6.0},
+    }
+    lines = render._compile(result)
+    assert any(re.fullmatch(r" +first generate \(warm\) +60\.00 s +20\.00 s +3\.00x", line) for line in lines)
+    assert any(re.fullmatch(r" +first generate \(hot\) +12\.00 s +6\.00 s +2\.00x", line) for line in lines)
+    result["first_generate_hot_s"] = dict.fromkeys(times)
+    assert not any("first generate (hot)" in line for line in render._compile(result))
+
+
 def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
     pytest.importorskip("regionalize.codemod", exc_type=ImportError)
     code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None)

@@ -38,6 +38,7 @@ def write(folder: Path, text: str) -> Path:
         ("[[model]]\nname = 'a'\nfactory = 'f'\nregionalize = { style = 'x' }\n", "regionalize"),
         ("[[model]]\nname = 'a'\nfactory = 'f'\nregionalize = { jobs = 2 }\n", "sets jobs"),
         ("[defaults]\nquick = true\n", "no [[model]] entries"),
+        ("[defaults]\nstarts = ['hot', 'lukewarm']\n", "starts must be a list of some of cold, warm"),
         ("[model]\nname = 'a'\n", "no [[model]] entries"),
         ("[zoo]\n", "unknown table 'zoo'"),
         ("[[model]\n", "cannot read"),
@@ -72,9 +73,14 @@ def test_entries_become_verify_arguments_relative_to_the_manifest(tmp_path: Path
         factory = "make"
         cold-start = false
         quick = false
+
+        [[model]]
+        name = "restarted"
+        factory = "make"
+        starts = ["warm", "hot"]
         """,
     )
-    llama, local = load(manifest)
+    llama, local, restarted = load(manifest)
     assert llama.verify_args(Path("out.json")) == [
         "transformers.models.llama.modeling_llama",
         "--factory", f"{tmp_path.resolve()}/factories.py:llama",
@@ -90,6 +96,7 @@ def test_entries_become_verify_arguments_relative_to_the_manifest(tmp_path: Path
         "--device", "cpu", "--style", "wrap", "--no-fullgraph",
     ]  # fmt: skip
     assert local.timeout == 1800 and local.with_settings({"timeout": 5}).timeout == 5
+    assert restarted.verify_args(Path("r.json"))[4:7] == ["--quick", "--starts", "warm,hot"]
 
 
 HANG = """
@@ -218,3 +225,20 @@ def test_the_chart_draws_first_call_speedups_only_where_they_were_timed(tmp_path
     (tmp_path / "zoo.png").unlink()
     written = zoo_report.write(untimed, tmp_path / "zoo.toml", tmp_path, "zoo")
     assert not (tmp_path / "zoo.png").exists() and "zoo.png" not in (tmp_path / "zoo.md").read_text()
+
+
+def test_the_table_sets_cold_and_hot_first_calls_beside_the_warm_ones_where_measured(tmp_path: Path) -> None:
+    """A restarted service finds the caches on disk: where the zoo timed such (hot) processes, each row
+    gives full's and the rewrite's hot first call side by side, with the ratio."""
+    timed = {"equivalent": True, "state_dict_compatible": True, "compile_speedup": 2.0, "device": "cpu"}
+    timed |= {"compile_s": {"full": 8.0, "regional": 4.0}, "compile_hot_s": {"full": 3.0, "regional": 2.0}}
+    rows = [Row("a", "pass", "", 1.0, timed, "r/a.txt"), Row("b", "error", "x", 1.0, None, "r/b.txt")]
+    zoo_report.write(rows, tmp_path / "zoo.toml", tmp_path, "zoo")
+    table = [line for line in (tmp_path / "zoo.md").read_text().splitlines() if line.startswith("|")]
+    assert "| hot first call full / hierarchical |" in table[0] and "cold first call" not in table[0]
+    assert all(line.count("|") == table[0].count("|") for line in table)
+    assert "| 3.0 s / 2.0 s (1.50x) |" in table[2]
+
+    unmeasured = [Row("a", "pass", "", 1.0, {**timed, "compile_hot_s": {"full": None}}, "r/a.txt")]
+    zoo_report.write(unmeasured, tmp_path / "zoo.toml", tmp_path, "zoo")
+    assert "hot first call" not in (tmp_path / "zoo.md").read_text()

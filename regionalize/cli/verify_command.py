@@ -12,6 +12,19 @@ from typing import Any
 import click
 
 from regionalize.cli import flags
+from regionalize.verify.starts import STARTS
+
+
+def _starts(context: click.Context, parameter: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """--starts: the kinds of fresh process named, checked before a run that can take minutes."""
+    if value is None:
+        return None
+    kinds = tuple(kind.strip() for kind in value.split(",") if kind.strip())
+    unknown = [kind for kind in kinds if kind not in STARTS]
+    if unknown or not kinds:
+        raise click.BadParameter(f"{value!r}: give some of {', '.join(STARTS)}", context, parameter)
+    return kinds
+
 
 HELP = """Prove that the rewrite of MODEL.py computes the same thing and loads the same checkpoints, and
 measure what regional compilation buys: compile time, graphs, recompiles, steady-state latency.
@@ -110,11 +123,20 @@ model's status, a timeout or a crash counting as 2.
     "only (no cold process).",
 )
 @click.option(
+    "--starts",
+    callback=_starts,
+    metavar="KINDS",
+    help="The fresh processes the first call is timed in, comma-separated: warm (after an unrelated "
+    "compile), cold (nothing compiled before), hot (the caches a cold process left on disk, as a restarted "
+    "service finds them; runs the cold one too), artifact (its portable cache artifacts loaded). Default: "
+    "all four, or warm with --quick.",
+)
+@click.option(
     "--manifest",
     type=click.Path(exists=True, dir_okay=False),
     help="Verify every model of a zoo manifest (TOML, see docs/verify.md), each in its own process, "
     "instead of MODEL; writes STEM.md, STEM.json and STEM.png. With it, only --out, --timeout, --quick, "
-    "--device and -q apply: everything else is set per model in the manifest.",
+    "--starts, --device and -q apply: everything else is set per model in the manifest.",
 )
 @click.option(
     "--out",
@@ -143,6 +165,7 @@ def verify(
     json_out: str | None,
     config_file: str | None,
     quick: bool,
+    starts: tuple[str, ...] | None,
     quiet: bool,
     manifest: str | None,
     out_dir: str | None,
@@ -155,6 +178,7 @@ def verify(
     if manifest:
         _manifest_only(click.get_current_context())
         overrides = {"quick": True} if quick else {}
+        overrides |= {"starts": list(starts)} if starts else {}
         overrides |= {"timeout": timeout} if timeout else {}
         overrides |= {"device": device} if device != "auto" else {}
         sys.exit(run_manifest(manifest, out_dir, overrides, Progress(quiet, "zoo")))
@@ -184,11 +208,12 @@ def verify(
         cache=cache,
         progress=Progress(quiet),
         quick=quick,
+        starts=starts,
     )
     sys.exit(code)
 
 
-_WITH_MANIFEST = {"manifest", "out_dir", "timeout", "quick", "device", "quiet"}
+_WITH_MANIFEST = {"manifest", "out_dir", "timeout", "quick", "starts", "device", "quiet"}
 
 
 def _manifest_only(context: click.Context) -> None:

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from regionalize.shared.options import Options
 from regionalize.shared.source_files import write_output
 from regionalize.verify.progress import QUIET, Progress
+from regionalize.verify.starts import QUICK_STARTS, STARTS, start_kinds
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 DEFAULT_OPTIONS = Options()
@@ -40,6 +41,7 @@ _LEADING = (
     "tokens_identical",
     "ttft_s",
     "first_generate_s",
+    "first_generate_hot_s",
     "decode_ms_per_token",
     "device",
     "torch_version",
@@ -62,6 +64,7 @@ def run_verify(
     progress: Progress = QUIET,
     quick: bool = False,
     cache: str = "dynamic",
+    starts: tuple[str, ...] | None = None,
 ) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
@@ -70,7 +73,8 @@ def run_verify(
     `workload="generate"` verifies greedy generation of `tokens` new tokens instead of one forward
     (`prompt_len` sizes the prompt when the factory gives none), with a cache of the kind `cache` names
     (`"dynamic"`, transformers' default, or `"static"`, its fixed-size one). `progress` reports each step
-    as it starts; `quick` times one warm fresh process per variant and no cold ones.
+    as it starts; `quick` times one warm fresh process per variant and no cold ones; `starts` names the
+    kinds of fresh process to time (`starts.STARTS`; by default all, or with `quick` the warm one).
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
     from regionalize.verify import render
@@ -106,7 +110,7 @@ def run_verify(
             cold_start,
             generate,
             progress=progress,
-            kinds=("warm",) if quick else ("cold", "warm", "hot", "artifact"),
+            kinds=start_kinds(starts or (QUICK_STARTS if quick else STARTS)),
         )
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:

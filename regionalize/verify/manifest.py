@@ -5,6 +5,7 @@ Torch-free: the zoo runner only reads it and starts one `regionalize verify` pro
     [defaults]                  # optional: any entry key but name, model and factory
     timeout = 900               # seconds per entry
     quick = true
+    starts = ["warm", "hot"]    # the fresh processes the first call is timed in (--starts)
 
     [[model]]
     name = "llama"                                         # unique: the row's name
@@ -30,6 +31,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from regionalize.shared import config
+from regionalize.verify.starts import STARTS
 
 DEFAULT_TIMEOUT_S = 1800
 # [tool.regionalize] keys that say which files to rewrite and how many at once: verify has one file.
@@ -53,10 +55,17 @@ def _regionalize(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def _starts(value: Any) -> list[str]:
+    if not isinstance(value, list) or not value or not set(value) <= set(STARTS):
+        raise ValueError(f"must be a list of some of {', '.join(STARTS)}")
+    return value
+
+
 # Keys an entry (or [defaults]) may set, with their checks; spelled as the command-line flags.
 _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "timeout": config.positive_int,
     "quick": config.boolean,
+    "starts": _starts,
     "repeats": config.positive_int,
     "cold-start": config.boolean,
     "device": config.choice(("auto", "cpu", "cuda")),
@@ -99,6 +108,8 @@ class Entry:
         s = self.settings
         if s.get("quick"):
             args.append("--quick")
+        if s.get("starts"):
+            args += ["--starts", ",".join(s["starts"])]
         if s.get("cold-start") is False:
             args.append("--no-cold-start")
         for key in ("repeats", "device", "workload", "tokens", "prompt-len"):

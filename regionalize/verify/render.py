@@ -103,7 +103,7 @@ def _correctness(result: dict[str, Any]) -> list[str]:
 def _compile(result: dict[str, Any]) -> list[str]:
     names = list(result["compile_s"])
     width = max([_COLUMN, *(len(n) + 2 for n in names)])
-    runs = max((len(r["warm"]) for r in result["compile_runs"].values()), default=0)
+    runs = max((len(v) for r in result["compile_runs"].values() for v in r.values()), default=0)
     heading = "Time to first token" if result.get("ttft_s") is not None else "Compile (first call)"
     lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
     for label, key in (
@@ -112,8 +112,9 @@ def _compile(result: dict[str, Any]) -> list[str]:
         ("hot (caches on disk)", "compile_hot_s"),
         ("portable artifacts", "compile_artifact_s"),
         ("first generate (warm)", "first_generate_s"),
+        ("first generate (hot)", "first_generate_hot_s"),
     ):
-        if key == "first_generate_s" and result.get(key) is None:
+        if key.startswith("first_generate") and not any((result.get(key) or {}).values()):
             continue
         values = result.get(key) or {}
         cells = "".join(f"{_seconds(values.get(n)):>{width}}" for n in names)

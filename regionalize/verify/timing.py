@@ -201,8 +201,8 @@ def cold_starts(
     - artifact: empty caches, with the portable artifacts the cold process saved
       (`torch.compiler.save_cache_artifacts`) loaded first, as a service shipping them in its image.
     `artifact_bytes` holds their sizes. For a generation these time its first token; `generate` (warm
-    processes) its whole first generate, every compile of its tokens included. Runs alternate between
-    variants so that drift in the machine's load does not favour one of them.
+    processes) and `generate_hot` its whole first generate, every compile of its tokens included. Runs
+    alternate between variants so that drift in the machine's load does not favour one of them.
     """
     runs: dict[str, dict[str, list[float]]] = {
         v: {k: [] for k in (*kinds, "artifact_bytes")} for v in variants
@@ -228,12 +228,30 @@ def cold_starts(
                     if result.get("artifact_bytes") is not None:
                         runs[variant]["artifact_bytes"].append(result["artifact_bytes"])
             if job.generate is not None:
-                # In a process of its own: a second generate makes a new cache, and a static one's new
-                # addresses compile again.
-                progress(f"first generate of {variant} in a fresh warm process ({number + 1} of {repeats})")
-                whole = {**job.generate, "first": "generate"}
-                run = dataclasses.replace(job, variant=variant, warm=True, generate=whole)
-                runs[variant].setdefault("generate", []).append(
-                    run_worker(run, timeout_s, None)["first_call_s"]
-                )
+                count = f"{number + 1} of {repeats}"
+                _first_generates(job, variant, runs[variant], timeout_s, "hot" in kinds, progress, count)
     return runs
+
+
+def _first_generates(
+    job: WorkerJob,
+    variant: str,
+    runs: dict[str, list[float]],
+    timeout_s: float,
+    hot: bool,
+    progress: Callable[[str], None],
+    count: str,
+) -> None:
+    """A variant's whole first generate, in a warm process of its own (a second generate in one process
+    makes a new cache, and a static one's new addresses compile again); with `hot`, again in a process
+    that finds the caches it left, as a restarted service does: the first token's caches alone would
+    leave the decode step's compile to the restart."""
+    whole = {**job.generate, "first": "generate"}
+    with tempfile.TemporaryDirectory(prefix="regionalize-hot-") as kept:
+        cache = os.path.join(kept, "cache") if hot else None
+        if cache:
+            os.makedirs(cache)
+        for kind, key in (("warm", "generate"), *((("hot", "generate_hot"),) if hot else ())):
+            progress(f"first generate of {variant} in a fresh {kind} process ({count})")
+            run = dataclasses.replace(job, variant=variant, warm=kind == "warm", generate=whole)
+            runs.setdefault(key, []).append(run_worker(run, timeout_s, cache)["first_call_s"])

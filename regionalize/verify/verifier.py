@@ -99,6 +99,7 @@ def verify(
         ttft_cold_s=dict.fromkeys(compiled) if generate else None,
         # The whole first generate, every compile of its tokens included (a warm process of its own).
         first_generate_s=dict.fromkeys(compiled) if generate else None,
+        first_generate_hot_s=dict.fromkeys(compiled) if generate else None,
         decode_ms_per_token=dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None,
     )
     with (
@@ -287,7 +288,8 @@ def _compile_times(
     if subject.generate is not None:  # the worker's first call was the first token
         result["ttft_s"] = dict(result["compile_s"])
         result["ttft_cold_s"] = dict(result["compile_cold_s"])
-        result["first_generate_s"].update({name: _median(r.get("generate", [])) for name, r in runs.items()})
+        for key, kind in (("first_generate_s", "generate"), ("first_generate_hot_s", "generate_hot")):
+            result[key].update({name: _median(r.get(kind, [])) for name, r in runs.items()})
 
 
 def _median(values: list[float]) -> float | None:

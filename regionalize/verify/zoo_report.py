@@ -48,6 +48,11 @@ def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
 
 def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in meta["counts"].items())
+    starts = [
+        (label, key)
+        for label, key in _STARTS
+        if any(any(((row.result or {}).get(key) or {}).values()) for row in rows)
+    ]
     lines = [
         f"# regionalize verify --manifest {meta['manifest']}",
         "",
@@ -60,15 +65,18 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
         "state, median (with a generation workload: one whole generation). *Hierarchical* is the rewrite "
         "verified (its form says whether each owner ran compiled whole), *per-block* its `--form per-block`, "
         "*full* `torch.compile` of the whole model, *dedup* the same with Dynamo's graph deduplication. "
+        "*Cold*: a first call with nothing compiled before in the process; *hot*: one that finds the "
+        "compile caches a cold process left on disk, as a restarted service does (where measured). "
         "*Regions* are the rewrite's nested regions: traced, and reused from one traced before. Each "
         "model's whole report is linked from its name.",
         "",
         f"| model | verdict | form | regions traced / reused | first call {_NAMES} | full / hierarchical "
-        f"| per call eager / {_NAMES} | hierarchical / full | eager fallback | took |",
-        "|---|---|---|--:|--:|--:|--:|--:|---|--:|",
+        + "".join(f"| {label} full / hierarchical " for label, _ in starts)
+        + f"| per call eager / {_NAMES} | hierarchical / full | eager fallback | took |",
+        "|---|---|---|--:|--:|--:|" + "--:|" * len(starts) + "--:|--:|---|--:|",
     ]
     for row in rows:
-        lines.append(_table_row(row))
+        lines.append(_table_row(row, starts))
     notes = [f"- **{row.name}**: {row.status}: {row.reason}" for row in rows if row.reason]
     if notes:
         lines += ["", *notes]
@@ -79,13 +87,15 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
 
 _VARIANTS = ("full", "full_dedup", "per_block", "regional")
 _NAMES = "full / dedup / per-block / hierarchical"
+# Other fresh processes than the warm one, each a column where some row measured it.
+_STARTS = (("cold first call", "compile_cold_s"), ("hot first call", "compile_hot_s"))
 
 
-def _table_row(row: Row) -> str:
+def _table_row(row: Row, starts: list[tuple[str, str]]) -> str:
     name = f"[{row.name}]({row.report})"
     r = row.result or {}
     if row.status not in ("pass", "fail"):
-        return f"| {name} | {row.status} |" + " |" * 7 + f" {row.seconds:.0f} s |"
+        return f"| {name} | {row.status} |" + " |" * (7 + len(starts)) + f" {row.seconds:.0f} s |"
     compile_s, steady = r.get("compile_s", {}), r.get("steady_us", {})
     account = r.get("accounting", {}).get("regional", {})
     full, regional = steady.get("full"), steady.get("regional")
@@ -97,6 +107,7 @@ def _table_row(row: Row) -> str:
         regions_text(account),
         " / ".join(_seconds(compile_s.get(v)) for v in _VARIANTS),
         f"{speedup:.2f}x" if speedup else "-",
+        *(against_full(r.get(key) or {}) for _, key in starts),
         " / ".join(_micros(steady.get(v)) for v in ("eager", *_VARIANTS)),
         f"{regional / full:.2f}x" if full and regional else "-",
         "**yes**" if r.get("fell_back_to_eager") else "no",
@@ -121,6 +132,13 @@ def form(result: dict[str, Any]) -> str:
             return "per-block (one block per owner)"
         return f"hierarchical ({', '.join(alone)}: {ALONE})"
     return "hierarchical"
+
+
+def against_full(times: dict[str, float | None]) -> str:
+    """Full's and the rewrite's first calls, with how many times sooner the rewrite's came."""
+    full, regional = times.get("full"), times.get("regional")
+    ratio = f" ({full / regional:.2f}x)" if full and regional else ""
+    return f"{_seconds(full)} / {_seconds(regional)}{ratio}"
 
 
 def _seconds(value: float | None) -> str:
