@@ -255,12 +255,10 @@ LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block"
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     from regionalize.verify.render import regions_text
-    from regionalize.verify.zoo_report import against_full, form
+    from regionalize.verify.zoo_report import against_full, form, measured
 
     device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
-    restarts = [
-        (label, key) for label, key in RESTARTS if any(any((r.get(key) or {}).values()) for r in results)
-    ]
+    restarts = measured(RESTARTS, results)
     names = " / ".join(LABELS[v] for v in VARIANTS)
     lines = [
         "# Generation: each way of compiling transformers decoders",

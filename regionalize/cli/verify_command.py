@@ -12,18 +12,17 @@ from typing import Any
 import click
 
 from regionalize.cli import flags
-from regionalize.verify.starts import STARTS
+from regionalize.verify.starts import checked
 
 
 def _starts(context: click.Context, parameter: click.Parameter, value: str | None) -> tuple[str, ...] | None:
     """--starts: the kinds of fresh process named, checked before a run that can take minutes."""
     if value is None:
         return None
-    kinds = tuple(kind.strip() for kind in value.split(",") if kind.strip())
-    unknown = [kind for kind in kinds if kind not in STARTS]
-    if unknown or not kinds:
-        raise click.BadParameter(f"{value!r}: give some of {', '.join(STARTS)}", context, parameter)
-    return kinds
+    try:
+        return checked([kind.strip() for kind in value.split(",") if kind.strip()])
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: give {exc}", context, parameter) from None
 
 
 HELP = """Prove that the rewrite of MODEL.py computes the same thing and loads the same checkpoints, and

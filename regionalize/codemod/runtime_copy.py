@@ -27,15 +27,8 @@ from functools import cache
 from pathlib import Path
 
 RUNTIME = Path(__file__).parents[1] / "runtime"  # regionalize/runtime
-PARTS = (
-    "owner",
-    "regions",
-    "nested",
-    "kv",
-    "static",
-    "fixes",
-    "bypass",
-)  # in the order the joined module holds them
+# In the order the joined module holds them.
+PARTS = ("owner", "regions", "nested", "kv", "static", "fixes", "bypass")
 MODULE = "_regionalize"  # the package's copy: `<top package>/_regionalize.py`
 BEGIN = "# regionalize runtime {version}: begin (written by regionalize, which updates it; do not edit)"
 END = "# regionalize runtime: end"

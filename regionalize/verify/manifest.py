@@ -31,7 +31,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from regionalize.shared import config
-from regionalize.verify.starts import STARTS
+from regionalize.verify.starts import checked
 
 DEFAULT_TIMEOUT_S = 1800
 # [tool.regionalize] keys that say which files to rewrite and how many at once: verify has one file.
@@ -56,9 +56,10 @@ def _regionalize(value: Any) -> dict[str, Any]:
 
 
 def _starts(value: Any) -> list[str]:
-    if not isinstance(value, list) or not value or not set(value) <= set(STARTS):
-        raise ValueError(f"must be a list of some of {', '.join(STARTS)}")
-    return value
+    try:
+        return list(checked(value if isinstance(value, list) else []))  # not a list: refused as empty
+    except ValueError as exc:
+        raise ValueError(f"must be a list of {exc}") from None
 
 
 # Keys an entry (or [defaults]) may set, with their checks; spelled as the command-line flags.

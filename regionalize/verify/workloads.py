@@ -146,16 +146,17 @@ def make_generate(
             f"--workload generate needs a model with .generate (a transformers causal LM), "
             f"not a {type(model).__name__}",
         )
+    whole = spec.first == "generate"
     if args:
         ids = args[0]
         if not isinstance(ids, torch.Tensor) or ids.is_floating_point():
             raise VerifyError("workload", "--workload generate takes the factory's args[0] as input_ids")
         ids = ids if ids.dim() == 2 else ids.unsqueeze(0)
-        return Generate(ids, spec.tokens, kwargs, spec.cache, spec.first == "generate")
+        return Generate(ids, spec.tokens, kwargs, spec.cache, whole)
     vocab = getattr(model.config, "vocab_size", None)  # type: ignore[union-attr]
     if not isinstance(vocab, int):
         raise VerifyError("workload", "no input_ids from the factory and no vocab_size in the model's config")
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (1, spec.prompt_len), generator=generator)
     device = next(model.parameters()).device
-    return Generate(ids.to(device), spec.tokens, kwargs, spec.cache, spec.first == "generate")
+    return Generate(ids.to(device), spec.tokens, kwargs, spec.cache, whole)

@@ -48,11 +48,7 @@ def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
 
 def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in meta["counts"].items())
-    starts = [
-        (label, key)
-        for label, key in _STARTS
-        if any(any(((row.result or {}).get(key) or {}).values()) for row in rows)
-    ]
+    starts = measured(_STARTS, [row.result or {} for row in rows])
     lines = [
         f"# regionalize verify --manifest {meta['manifest']}",
         "",
@@ -132,6 +128,11 @@ def form(result: dict[str, Any]) -> str:
             return "per-block (one block per owner)"
         return f"hierarchical ({', '.join(alone)}: {ALONE})"
     return "hierarchical"
+
+
+def measured(columns: tuple[tuple[str, str], ...], results: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (label, key) `columns` whose key some result holds a time in."""
+    return [(label, key) for label, key in columns if any(any((r.get(key) or {}).values()) for r in results)]
 
 
 def against_full(times: dict[str, float | None]) -> str:
