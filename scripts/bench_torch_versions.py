@@ -2,10 +2,13 @@
 
 Each torch lives in a virtual environment of its own with regionalize installed (`.ci/torch VERSION` makes
 one). For each interpreter, each model and each form, one fresh process with an empty inductor cache:
-an unrelated warm-up compile, then the first call (with `generate`, the first token), a whole run that
-Dynamo's accounting watches (eager fallbacks, forms served), then the time per call or decode time per
-token, the median of several rounds. Outputs are compared with eager's in that process: tokens must be
-identical.
+an unrelated warm-up compile, then the first call (with `generate`, the first token), and a whole run that
+Dynamo's accounting watches (eager fallbacks, forms served). Outputs are compared with eager's in that
+process: tokens must be identical. Then, for each model, one more process holds every form and times a
+call (or a decoded token) in interleaved rounds, one round of each form in turn, the median of the rounds:
+timed each in a process of its own, minutes apart, the forms' figures moved with the machine (a GPT-style
+stack's default rewrite read 1.48x a full compile's time per call that way, and 0.98x interleaved, on one
+torch on one day).
 
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -60,37 +64,49 @@ INLINED = "regional_inlined"
 INLINED_ON = ("gpt-32", "llama-32 generate")
 
 
-def worker(name: str, variant: str, tokens: int, rounds: int) -> dict[str, Any]:
-    """One model in one form, in this (fresh) process."""
-    import torch
-
+def _subject(name: str, tokens: int) -> tuple[Any, Any]:
+    """The model's target, and a function of a work folder that makes its verify subject."""
     from regionalize.shared.options import Options
-    from regionalize.verify.accounting import recording, served_forms
-    from regionalize.verify.loading import import_paths, resolve_target
-    from regionalize.verify.session import BY_NAME, Subject, Variant
-    from regionalize.verify.timing import call, decode_timing, first_call_s, steady_us, warm_up
+    from regionalize.verify.loading import resolve_target
+    from regionalize.verify.session import Subject
     from regionalize.verify.workloads import GenerateSpec
 
     model, factory, generate = MODELS[name]
     target = resolve_target(model, factory)
-    options = Options()
-    with import_paths(target), tempfile.TemporaryDirectory() as work:
-        spec = GenerateSpec(tokens, 16) if generate else None
-        subject = Subject(target, options, "cpu", Path(work), generate=spec)
-        inlined = Variant(INLINED, {}, dynamo=(("inline_invoke_subgraph", True),))
-        built = subject.build(inlined if variant == INLINED else BY_NAME[variant])
-        warm_up(options, "cpu")
-        torch.compiler.reset()
-        first = first_call_s(built, "cpu")
-        with recording() as account:
-            out = call(built)
-        eager = subject.build(BY_NAME["eager"])
-        want = call(eager)
-        if generate:
-            steady = [decode_timing(built, "cpu", budget_s=1.0)[1] for _ in range(rounds)]
-        else:
-            steady = [steady_us(built, "cpu", budget_s=0.5) / 1000 for _ in range(rounds)]
-    if generate:  # the tokens; their logits as a compiled model's can be, within the verifier's tolerance
+    spec = GenerateSpec(tokens, 16) if generate else None
+    return target, functools.partial(Subject, target, Options(), "cpu", generate=spec)
+
+
+def _variant(form: str) -> Any:
+    from regionalize.verify.session import BY_NAME, Variant
+
+    if form == INLINED:
+        return Variant(INLINED, {}, dynamo=(("inline_invoke_subgraph", True),))
+    return BY_NAME[form]
+
+
+def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
+    """One model in one form, in this (fresh) process: its first call, outputs, forms and fallbacks."""
+    import torch
+
+    from regionalize.shared.options import Options
+    from regionalize.verify.accounting import recording, served_forms
+    from regionalize.verify.loading import import_paths
+    from regionalize.verify.timing import call, first_call_s, warm_up
+
+    with tempfile.TemporaryDirectory() as work:
+        target, subject = _subject(name, tokens)
+        with import_paths(target):
+            subject = subject(Path(work))
+            built = subject.build(_variant(variant))
+            warm_up(Options(), "cpu")
+            torch.compiler.reset()
+            first = first_call_s(built, "cpu")
+            with recording() as account:
+                out = call(built)
+            want = call(subject.build(_variant("eager")))
+    # With generate: the tokens; their logits as a compiled model's can be, within the verifier's tolerance.
+    if MODELS[name][2]:
         identical = torch.equal(out["tokens"], want["tokens"])
         out, want = out["logits"], want["logits"]
     else:
@@ -99,26 +115,48 @@ def worker(name: str, variant: str, tokens: int, rounds: int) -> dict[str, Any]:
     identical &= all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in zip(*same, strict=True))
     return {
         "first_s": first,
-        "ms": statistics.median(steady),
         "identical": identical,
         "fell_back_to_eager": account.fell_back_to_eager,
         "forms": served_forms(built.model),
     }
 
 
-def run(python: str, name: str, variant: str, args: argparse.Namespace) -> dict[str, Any]:
+def steady_worker(name: str, forms: list[str], tokens: int, rounds: int) -> dict[str, float]:
+    """Milliseconds per call (per token with `generate`) of each of `forms`, all in this process, timed in
+    interleaved rounds: the median of the rounds. The inlined form is built from a module of its own, so
+    that it shares no compiled code with the default's."""
+    from regionalize.verify.loading import import_paths
+    from regionalize.verify.timing import call, decode_timing, steady_us
+
+    with tempfile.TemporaryDirectory() as work:
+        target, subject = _subject(name, tokens)
+        with import_paths(target):
+            (Path(work) / INLINED).mkdir()
+            subjects = {INLINED: subject(Path(work) / INLINED)}
+            shared = subject(Path(work))
+            built = {form: subjects.get(form, shared).build(_variant(form)) for form in forms}
+            for one in built.values():
+                call(one)  # compiled, and for generate its decode step too
+                call(one)
+            times: dict[str, list[float]] = {form: [] for form in forms}
+            for _ in range(rounds):
+                for form, one in built.items():
+                    if MODELS[name][2]:
+                        times[form].append(decode_timing(one, "cpu", budget_s=1.0)[1])
+                    else:
+                        times[form].append(steady_us(one, "cpu", budget_s=0.5) / 1000)
+    return {form: statistics.median(values) for form, values in times.items()}
+
+
+def run(python: str, args: argparse.Namespace, *worker: str) -> Any:
+    """A worker in a fresh process of `python` with an empty inductor cache: what it returns, or an error."""
     cache = tempfile.mkdtemp(prefix="bench-torch-versions-")
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    command = [python, __file__, "--worker", name, variant, "--tokens", str(args.tokens)]
+    command = [python, __file__, *worker, "--tokens", str(args.tokens), "--rounds", str(args.rounds)]
     try:
         done = subprocess.run(
-            [*command, "--rounds", str(args.rounds)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=args.timeout,
-            check=False,
+            command, capture_output=True, text=True, env=env, timeout=args.timeout, check=False
         )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {args.timeout} s"}
@@ -194,23 +232,41 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per process")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "FORM"), help=argparse.SUPPRESS)
+    parser.add_argument("--steady", nargs=2, metavar=("MODEL", "FORMS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(MARKER + json.dumps(worker(*args.worker, args.tokens, args.rounds)), flush=True)
+        print(MARKER + json.dumps(worker(*args.worker, args.tokens)), flush=True)
+        return
+    if args.steady:
+        name, names = args.steady
+        steady = steady_worker(name, names.split(","), args.tokens, args.rounds)
+        print(MARKER + json.dumps(steady), flush=True)
         return
     runs = []
     for python in args.python or [sys.executable]:
         found = {"python": python, "versions": versions(python), "models": {}}
         for name in args.models:
-            found["models"][name] = {}
+            by_form = found["models"][name] = {}
             for form in forms(python) if name in INLINED_ON else FORMS:
                 start = time.perf_counter()
-                found["models"][name][form] = result = run(python, name, form, args)
+                by_form[form] = result = run(python, args, "--worker", name, form)
                 print(
                     f"== torch {found['versions']['torch']} {name} {form}: {result} "
                     f"({time.perf_counter() - start:.0f} s)",
                     flush=True,
                 )
+            timed = [form for form, result in by_form.items() if "error" not in result]
+            start = time.perf_counter()
+            steady = run(python, args, "--steady", name, ",".join(timed)) if timed else {}
+            print(
+                f"== torch {found['versions']['torch']} {name} steady: {steady} "
+                f"({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+            for form in timed:
+                by_form[form]["ms"] = steady.get(form)
+                if "error" in steady:
+                    by_form[form] = {"error": f"timing: {steady['error']}"}
         runs.append(found)
     args.out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -218,9 +274,11 @@ def main() -> None:
         f"# The default rewrite by torch version\n\nMeasured on {datetime.date.today()} on {machine}, CPU, "
         f"transformers {runs[0]['versions']['transformers']}, by `python scripts/bench_torch_versions.py "
         f"{' '.join('--python ' + str(r['python']) for r in runs)}` (tokens {args.tokens}, "
-        f"{args.rounds} rounds). One fresh process per cell, an empty inductor cache, an unrelated "
-        "warm-up compile first. *First* is the first call (with `generate`, the first token); the time per "
-        "call (per token with `generate`) is the median of the rounds; ratios are against the full compile."
+        f"{args.rounds} rounds). *First* is the first call (with `generate`, the first token), in a fresh "
+        "process per cell with an empty inductor cache, after an unrelated warm-up compile. The time per "
+        "call (per token with `generate`) is timed in one process per model that holds every form, in "
+        "interleaved rounds (one of each form in turn), the median of the rounds. Ratios are against the "
+        "full compile."
     )
     (args.out / "versions.md").write_text(f"{header}\n\n{table(runs)}\n", encoding="utf-8")
     (args.out / "versions.json").write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
