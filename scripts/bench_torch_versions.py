@@ -95,9 +95,9 @@ def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
     from regionalize.verify.timing import call, first_call_s, warm_up
 
     with tempfile.TemporaryDirectory() as work:
-        target, subject = _subject(name, tokens)
+        target, make = _subject(name, tokens)
         with import_paths(target):
-            subject = subject(Path(work))
+            subject = make(Path(work))
             built = subject.build(_variant(variant))
             warm_up(Options(), "cpu")
             torch.compiler.reset()
@@ -129,12 +129,11 @@ def steady_worker(name: str, forms: list[str], tokens: int, rounds: int) -> dict
     from regionalize.verify.timing import call, decode_timing, steady_us
 
     with tempfile.TemporaryDirectory() as work:
-        target, subject = _subject(name, tokens)
+        target, make = _subject(name, tokens)
         with import_paths(target):
             (Path(work) / INLINED).mkdir()
-            subjects = {INLINED: subject(Path(work) / INLINED)}
-            shared = subject(Path(work))
-            built = {form: subjects.get(form, shared).build(_variant(form)) for form in forms}
+            inlined, shared = make(Path(work) / INLINED), make(Path(work))
+            built = {form: (inlined if form == INLINED else shared).build(_variant(form)) for form in forms}
             for one in built.values():
                 call(one)  # compiled, and for generate its decode step too
                 call(one)
@@ -264,9 +263,10 @@ def main() -> None:
                 flush=True,
             )
             for form in timed:
-                by_form[form]["ms"] = steady.get(form)
                 if "error" in steady:
                     by_form[form] = {"error": f"timing: {steady['error']}"}
+                else:
+                    by_form[form]["ms"] = steady[form]
         runs.append(found)
     args.out.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
