@@ -1,14 +1,16 @@
 """The default rewrite against a full `torch.compile` and the per-block form, on each torch given.
 
 Each torch lives in a virtual environment of its own with regionalize installed (`.ci/torch VERSION` makes
-one). For each interpreter, each model and each form, one fresh process with an empty inductor cache:
-an unrelated warm-up compile, then the first call (with `generate`, the first token), and a whole run that
-Dynamo's accounting watches (eager fallbacks, forms served). Outputs are compared with eager's in that
-process: tokens must be identical. Then, for each model, one more process holds every form and times a
-call (or a decoded token) in interleaved rounds, one round of each form in turn, the median of the rounds:
-timed each in a process of its own, minutes apart, the forms' figures moved with the machine (a GPT-style
-stack's default rewrite read 1.48x a full compile's time per call that way, and 0.98x interleaved, on one
-torch on one day).
+one). For each interpreter, each model and each form, `--repeats` fresh processes (one of each form in
+turn) with an empty inductor cache: an unrelated warm-up compile, then the first call (with `generate`,
+the first token), and a whole run that Dynamo's accounting watches (eager fallbacks, forms served).
+Outputs are compared with eager's in each process: tokens must be identical. The first call reported is
+the median of the processes: one process a cell moved with the machine too (the default's first token of
+Llama on torch 2.14.1 read 12.1 s in the table's sitting and 8.3 s in a probe's, the same day).
+Then, for each model, one more process holds every form and times a call (or a decoded token) in
+interleaved rounds, one round of each form in turn, the median of the rounds: timed each in a process of
+its own, minutes apart, the forms' figures moved with the machine (a GPT-style stack's default rewrite
+read 1.48x a full compile's time per call that way, and 0.98x interleaved, on one torch on one day).
 
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
@@ -147,6 +149,22 @@ def steady_worker(name: str, forms: list[str], tokens: int, rounds: int) -> dict
     return {form: statistics.median(values) for form, values in times.items()}
 
 
+def merged(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One form's fresh processes as one result: the median first call (each one's kept), outputs as eager's
+    in every process, an eager fallback in any; the first error where one failed."""
+    failed = next((r for r in results if "error" in r), None)
+    if failed is not None:
+        return failed
+    firsts = [r["first_s"] for r in results]
+    return {
+        **results[0],
+        "first_s": statistics.median(firsts),
+        "first_s_runs": firsts,
+        "identical": all(r["identical"] for r in results),
+        "fell_back_to_eager": any(r["fell_back_to_eager"] for r in results),
+    }
+
+
 def run(python: str, args: argparse.Namespace, *worker: str) -> Any:
     """A worker in a fresh process of `python` with an empty inductor cache: what it returns, or an error."""
     cache = tempfile.mkdtemp(prefix="bench-torch-versions-")
@@ -228,6 +246,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--tokens", type=int, default=8, help="new tokens per generation")
     parser.add_argument("--rounds", type=int, default=5, help="steady-state rounds; the median is reported")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="fresh processes per first call; the median is reported"
+    )
     parser.add_argument("--timeout", type=int, default=900, help="seconds per process")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "FORM"), help=argparse.SUPPRESS)
@@ -245,15 +266,18 @@ def main() -> None:
     for python in args.python or [sys.executable]:
         found = {"python": python, "versions": versions(python), "models": {}}
         for name in args.models:
-            by_form = found["models"][name] = {}
-            for form in forms(python) if name in INLINED_ON else FORMS:
-                start = time.perf_counter()
-                by_form[form] = result = run(python, args, "--worker", name, form)
-                print(
-                    f"== torch {found['versions']['torch']} {name} {form}: {result} "
-                    f"({time.perf_counter() - start:.0f} s)",
-                    flush=True,
-                )
+            names = forms(python) if name in INLINED_ON else FORMS
+            tried: dict[str, list[dict[str, Any]]] = {form: [] for form in names}
+            for number in range(args.repeats):  # the forms in turn, so that drift falls on each alike
+                for form in names:
+                    start = time.perf_counter()
+                    tried[form].append(result := run(python, args, "--worker", name, form))
+                    print(
+                        f"== torch {found['versions']['torch']} {name} {form} ({number + 1} of "
+                        f"{args.repeats}): {result} ({time.perf_counter() - start:.0f} s)",
+                        flush=True,
+                    )
+            by_form = found["models"][name] = {form: merged(results) for form, results in tried.items()}
             timed = [form for form, result in by_form.items() if "error" not in result]
             start = time.perf_counter()
             steady = run(python, args, "--steady", name, ",".join(timed)) if timed else {}
@@ -273,9 +297,10 @@ def main() -> None:
     header = (
         f"# The default rewrite by torch version\n\nMeasured on {datetime.date.today()} on {machine}, CPU, "
         f"transformers {runs[0]['versions']['transformers']}, by `python scripts/bench_torch_versions.py "
-        f"{' '.join('--python ' + str(r['python']) for r in runs)}` (tokens {args.tokens}, "
-        f"{args.rounds} rounds). *First* is the first call (with `generate`, the first token), in a fresh "
-        "process per cell with an empty inductor cache, after an unrelated warm-up compile. The time per "
+        f"{' '.join('--python ' + str(r['python']) for r in runs)} --repeats {args.repeats}` "
+        f"(tokens {args.tokens}, {args.rounds} rounds). *First* is the first call (with `generate`, the "
+        "first token), in fresh processes with an empty inductor cache, after an unrelated warm-up compile: "
+        f"the median of {args.repeats} per cell, one of each form in turn. The time per "
         "call (per token with `generate`) is timed in one process per model that holds every form, in "
         "interleaved rounds (one of each form in turn), the median of the rounds. Ratios are against the "
         "full compile."
