@@ -254,6 +254,8 @@ def main() -> None:
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "FORM"), help=argparse.SUPPRESS)
     parser.add_argument("--steady", nargs=2, metavar=("MODEL", "FORMS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, not {args.repeats}")
     if args.worker:
         print(MARKER + json.dumps(worker(*args.worker, args.tokens)), flush=True)
         return
