@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import operator
 import pickle
 import subprocess
 import sys
@@ -1101,3 +1102,28 @@ def test_a_rewritten_model_compiled_whole_by_its_user_matches_eager(grad: bool) 
         (got,) = torch.autograd.grad(out.sum(), x)
         (want,) = torch.autograd.grad(expected.sum(), x)
         torch.testing.assert_close(got, want)
+
+
+def test_without_reuse_a_compile_around_the_model_leaves_the_owner_to_compile_itself() -> None:
+    """Where torch does not reuse a traced region (2.11, and here any torch told so), a compile around the
+    model (transformers' `generate` compiles the forward itself for a static cache) breaks its graph once
+    at the owner, which compiles itself: that compile traces no block, and the outputs are the original's."""
+    source = SOURCE + "\n\nclass Served(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    source += "        self.model = Model()\n\n    def forward(self, x):\n        return self.model(x) * 2\n"
+    rewritten = transform_source(source, Options())
+    module = load(rewritten.code)
+    module._regionalize_reuses = lambda: False
+    torch.manual_seed(0)
+    served = module.Served().eval()
+    twin = load(source).Served().eval()
+    twin.load_state_dict(served.state_dict())
+    torch._dynamo.reset()
+    GRAPHS.clear()
+    compiled = torch.compile(served, backend="regionalize_test_recorder")
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), twin(x))
+    ops = [node.target for graph in GRAPHS for node in graph.graph.nodes]
+    assert operator.mul in ops and torch.tanh not in ops  # the blocks are compiled by the owner's compile
+    assert served.model.__dict__["_regionalize_owner"].get("unreused")  # one by one, without reuse

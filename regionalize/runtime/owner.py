@@ -74,8 +74,10 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     if "why" in state:
         _regionalize_per_block(owner)
         return
+    if not _regionalize_reuses() and not hasattr(type(owner).forward, "_regionalize_owned"):
+        type(owner).forward = _regionalize_owned(type(owner).forward)
     if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
-        owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, None)
+        owner._compiled_call_impl = _regionalize_entry(owner, None)
     cls = type(block)
     if cache_index or not nested:  # traced in the owner's frame until its first call says how
         block.__dict__["_regionalize_layer"] = None
@@ -185,8 +187,15 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     if owner.__dict__["_regionalize_owner"]["direct"]:
         whole = _regionalize_direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
-    owner._compiled_call_impl = functools.partial(_regionalize_owner_call, owner, whole)
+    owner._compiled_call_impl = _regionalize_entry(owner, whole)
     return whole
+
+
+def _regionalize_entry(owner, whole):
+    """The owner's calls: opaque to a compile around them where torch does not reuse a traced region
+    (`_regionalize_owned`)."""
+    call = _regionalize_owner_call if _regionalize_reuses() else _regionalize_opaque_call
+    return functools.partial(call, owner, whole)
 
 
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
@@ -200,6 +209,34 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.filterwarnings("default", module=r"torch(\.|$)")
         return _regionalize_owner_serve(owner, whole, args, kwargs)
+
+
+_regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
+
+
+def _regionalize_owned(forward):
+    """The owner class's `forward` where torch does not reuse a traced region (2.11). There a compile around
+    the model that reached the owner would trace every block, a full compile's start: transformers'
+    `generate` compiles the model's forward itself where the cache is static. Its trace breaks at the
+    owner instead, and the call it then makes, opaque to it (`_regionalize_entry`), compiles or runs the
+    owner as the owner's own frame would: on CPU (torch 2.11, a 32-layer Llama, `cache_implementation=
+    "static"`, its owner compiled whole) the first generate took 131 s traced through the owner by
+    `generate`'s compile, and 14 s with the owner left to itself. A compile around it with
+    `fullgraph=True` raises there, as it does at any graph break."""
+
+    @functools.wraps(forward)
+    def owned(self, *args, **kwargs):
+        if torch.compiler.is_compiling() and not _regionalize_tracing[0]:
+            return _regionalize_outside(self, args, kwargs)
+        return forward(self, *args, **kwargs)
+
+    owned._regionalize_owned = True
+    return owned
+
+
+@torch.compiler.disable
+def _regionalize_outside(owner, args, kwargs):
+    return owner(*args, **kwargs)
 
 
 def _regionalize_owner_serve(owner, whole, args, kwargs):
