@@ -586,6 +586,7 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         else "memory-bound limit not measured"
     )
     prepared = meta.get("prepared") or {}
+    several = len(meta["commands"]) > 1
     lines = [
         title,
         "",
@@ -595,7 +596,8 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         f"{versions.get('accelerate', '-')}, Python {versions.get('python', '?')}; regionalize runtime "
         f"{prepared.get('runtime', '-')} (rewrites of transformers {prepared.get('transformers', '-')}'s "
         f"modeling_llama.py, regionalize {prepared.get('regionalize_commit', '-')}); "
-        f"{meta['wall_s'] / 60:.1f} minutes in all. {limit_text}.",
+        f"{(meta['wall_s'] + meta.get('earlier_wall_s', 0)) / 60:.1f} minutes in all. {limit_text}."
+        + (" Each row is from the last of these commands that names its variant." if several else ""),
         "",
         f"The model: transformers' `LlamaForCausalLM`, hidden {sizes['hidden_size']}, "
         f"{sizes['num_hidden_layers']} layers, {sizes['num_attention_heads']} heads, "
@@ -677,9 +679,10 @@ def write(out: Path, meta: dict[str, Any], rows: dict[str, Any], check: dict[str
     (out / "serving.md").write_text(markdown(meta, rows, check))
 
 
-def kept(out: Path, meta: dict[str, Any], variants: list[str]) -> tuple[dict, dict]:
+def kept(out: Path, meta: dict[str, Any], variants: list[str], checking: bool) -> tuple[dict, dict]:
     """--add: the rows and token checks of an earlier run into `out` on the same machine and versions, less
-    the variants measured again; its commands go into `meta`."""
+    the variants measured again (their token checks kept where this run checks none and its rewrites are
+    the earlier run's); its commands and time go into `meta`."""
     path = out / "serving.json"
     if not path.is_file():
         return {}, {}
@@ -691,8 +694,10 @@ def kept(out: Path, meta: dict[str, Any], variants: list[str]) -> tuple[dict, di
     if any(then.get(k) != now.get(k) for k in same) or where != here:
         sys.exit(f"error: {path} was measured on another machine, versions or settings: not adding to it")
     meta["commands"] = [*then["commands"], *meta["commands"]]
+    meta["earlier_wall_s"] = then.get("earlier_wall_s", 0) + then.get("wall_s", 0)
     rows = {v: r for v, r in earlier["results"].items() if v not in variants}
-    check = {v: c for v, c in earlier["token_check"].items() if v not in variants}
+    same_rewrites = not checking and then.get("prepared") == now.get("prepared")
+    check = {v: c for v, c in earlier["token_check"].items() if v not in variants or same_rewrites}
     return rows, check
 
 
@@ -775,7 +780,7 @@ def main() -> None:
     }
     meta["bandwidth"] = run_fresh({**job_base, "kind": "bandwidth"}, args.timeout)
     print(f"== bandwidth: {json.dumps(meta['bandwidth'])}", flush=True)
-    rows, check = kept(out, meta, variants) if args.add else ({}, {})
+    rows, check = kept(out, meta, variants, args.token_check) if args.add else ({}, {})
 
     def save() -> None:
         meta["wall_s"] = time.perf_counter() - started

@@ -239,9 +239,10 @@ def test_graphed_path_copies_outputs_so_kept_ones_stay_valid(fake_cuda: None) ->
     for got, want in zip(kept, expected, strict=True):
         torch.testing.assert_close(got, want)
     # CPU tensors cannot be captured: the calls still run compiled and right, with at most one warning
-    # (torch counts the skip where no GPU is; on an H200 with torch 2.11, these faked tensors made none).
+    # (torch counts the skip where no GPU is).
     skipped = [w for w in caught if "CUDA graphs skipped" in str(w.message)]
-    assert len(skipped) == (0 if torch.cuda.is_available() else 1)
+    # Where a GPU is, torch 2.11 counted none on one H200 and one on another: at most one, then.
+    assert len(skipped) == 1 if not torch.cuda.is_available() else len(skipped) <= 1
 
 
 @pytest.mark.parametrize("case", ["grad", "hook", "object argument", "no tensor"])
@@ -1104,13 +1105,16 @@ def test_a_rewritten_model_compiled_whole_by_its_user_matches_eager(grad: bool) 
         torch.testing.assert_close(got, want)
 
 
-def test_without_reuse_a_compile_around_the_model_leaves_the_owner_to_compile_itself() -> None:
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_without_reuse_a_compile_around_the_model_leaves_an_owner_in_cuda_graphs_alone(mode: str) -> None:
     """Where torch does not reuse a traced region (2.11, and here any torch told so), a compile around the
-    model (transformers' `generate` compiles the forward itself for a static cache) breaks its graph once
-    at the owner, which compiles itself: that compile traces no block, and the outputs are the original's."""
+    model (transformers' `generate` compiles the forward itself for a static cache) breaks its graph at an
+    owner in CUDA graphs, which serves itself: that compile traces no block. In the default form it traces
+    them, graphing their pieces (faster per token on the GPU than the blocks compiled one by one). The
+    outputs are the original's either way."""
     source = SOURCE + "\n\nclass Served(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     source += "        self.model = Model()\n\n    def forward(self, x):\n        return self.model(x) * 2\n"
-    rewritten = transform_source(source, Options())
+    rewritten = transform_source(source, Options(mode=mode))
     module = load(rewritten.code)
     module._regionalize_reuses = lambda: False
     torch.manual_seed(0)
@@ -1125,5 +1129,6 @@ def test_without_reuse_a_compile_around_the_model_leaves_the_owner_to_compile_it
         for _ in range(2):
             torch.testing.assert_close(compiled(x), twin(x))
     ops = [node.target for graph in GRAPHS for node in graph.graph.nodes]
-    assert operator.mul in ops and torch.tanh not in ops  # the blocks are compiled by the owner's compile
-    assert served.model.__dict__["_regionalize_owner"].get("unreused")  # one by one, without reuse
+    traced_blocks = torch.tanh in ops or "tanh" in ops  # the blocks' op, as a function or a method
+    assert operator.mul in ops and traced_blocks == (mode == "default")
+    assert all(block._compiled_call_impl is not None for block in served.model.blocks) == (mode != "default")
