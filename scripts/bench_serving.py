@@ -20,10 +20,11 @@ warm-up compile:
 
 With a DynamicCache, `generate` gets `disable_compile=True`. *First generate* is the process's first
 32-token `generate`, every compile included; *decode* is (generate(32) - generate(1)) / 31, the median
-of 5 rounds. The memory-bound limit is the weights' bytes over the device's copy bandwidth (a large
-`dst.copy_(src)`, 2 x bytes / time, median of several): the time a token takes if every weight is read
-once at that speed. A small fp32 config of the same family (4 layers, hidden 256) is generated eagerly
-and each variant's way in one more process, and its tokens compared with eager's.
+of 5 rounds, with the CUDA graphs replayed per token. The memory-bound limit is the weights' bytes over
+the device's copy bandwidth (a large `dst.copy_(src)`, 2 x bytes / time, median of several): the time a
+token takes if every weight is read once at that speed. A small fp32 config of the same family (4 layers,
+hidden 256) is generated eagerly and each variant's way in one more process, and its tokens compared
+with eager's.
 
 The GPU machine has no libcst, so the rewrites are made here first and carried along (`.bench/` is
 gitignored). They must be made from the transformers the GPU machine has (5.17.0): the script checks
@@ -380,6 +381,7 @@ def variant_worker(job: dict[str, Any]) -> dict[str, Any]:
     from torch._dynamo.utils import counters
 
     account["cudagraph_skips_all"] = counters["inductor"]["cudagraph_skips"]
+    account["cuda_graphs_per_token"] = graphs_per_token(model, ids, job["tokens"], extra)
     return {
         "variant": variant,
         "first_generate_s": first,
@@ -389,6 +391,23 @@ def variant_worker(job: dict[str, Any]) -> dict[str, Any]:
         "dynamo": account,
         "forms": served_forms(model) if VARIANTS[variant][0] is not None else None,
     }
+
+
+def graphs_per_token(model: Any, ids: Any, tokens: int, extra: dict[str, Any]) -> float | None:
+    """CUDA graphs replayed per decode token, steady: (replays in generate(tokens) - in generate(1)) /
+    (tokens - 1). None where regionalize's accounting does not import or no CUDA device is."""
+    try:
+        from regionalize.verify.accounting import counting_cuda_graphs
+    except Exception:  # optional, as in dynamo_account
+        return None
+    replays = []
+    for n in (1, tokens):
+        with counting_cuda_graphs() as count:
+            generate(model, ids, n, extra)
+        if count is None:
+            return None
+        replays.append(count.replayed)
+    return (replays[1] - replays[0]) / (tokens - 1)
 
 
 def tokens_worker(job: dict[str, Any]) -> dict[str, Any]:
@@ -541,6 +560,8 @@ def dynamo_text(row: dict[str, Any]) -> str:
     parts.append(f"eager fallback {fallback}")
     if d.get("cudagraph_skips_all"):
         parts.append(f"CUDA-graph skips {d['cudagraph_skips_all']}")
+    if d.get("cuda_graphs_per_token") is not None:
+        parts.append(f"CUDA graphs replayed a token {d['cuda_graphs_per_token']:.1f}")
     return ", ".join(parts)
 
 

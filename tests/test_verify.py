@@ -23,7 +23,7 @@ from torch_support import needs_reuse
 
 from regionalize.cli.verify_command import verify as verify_command
 from regionalize.shared.options import Options
-from regionalize.verify import render, run_verify
+from regionalize.verify import accounting, render, run_verify
 from regionalize.verify.accounting import GraphAccount, _fill, describe_reason
 from regionalize.verify.checks import summarize
 from regionalize.verify.compare import compare, tolerance
@@ -861,3 +861,39 @@ def test_a_json_file_that_cannot_be_written_is_an_error(
     code = run_verify(str(tmp_path / "missing.py"), "f", json_out=str(target), cold_start=False)
     assert code == 2
     assert f"error: {target}: cannot write the JSON: No space left on device" in capsys.readouterr().err
+
+
+def test_cuda_graphs_are_counted_captured_and_replayed_and_torchs_methods_put_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The count wraps the CUDA-graph trees' manager for the body only; where no CUDA device is it is None
+    (nothing is captured). The trees need a GPU, so here their two methods are stood in for."""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.CUDAGraphTreeManager
+    monkeypatch.setattr(manager, "record_function", lambda self, inputs, function_id: ("recorded", inputs))
+    monkeypatch.setattr(manager, "execute_node", lambda self, node, inputs: ("replayed", inputs))
+    own = manager.record_function, manager.execute_node
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with accounting.recording() as account:
+        assert manager.record_function(None, [1], 0) == ("recorded", [1])
+        for _ in range(3):
+            assert manager.execute_node(None, "node", [2]) == ("replayed", [2])
+    assert (manager.record_function, manager.execute_node) == own
+    found = account.to_json()
+    assert (found["cuda_graphs_captured"], found["cuda_graphs_replayed"]) == (1, 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with accounting.recording() as account:
+        pass
+    assert account.to_json()["cuda_graphs_captured"] is None
+
+
+def test_the_table_counts_cuda_graphs_only_where_a_device_counted_them() -> None:
+    base: dict[str, Any] = {"frames": 1, "graphs": 1, "recompiles": 0, "graph_breaks": 0}
+    base |= {"fell_back_to_eager": False, "recompile_reasons": {}, "graph_break_reasons": {}, "fallback": ""}
+    result: dict[str, Any] = {"compile_s": {"full": 2.0, "regional": 1.0}, "compile_runs": {}}
+    result["accounting"] = {"full": {**base, "cuda_graphs_captured": None}, "regional": dict(base)}
+    assert not any("CUDA graphs" in line for line in render._compile(result))
+    result["accounting"]["regional"] |= {"cuda_graphs_captured": 2, "cuda_graphs_replayed": 62}
+    (line,) = [line for line in render._compile(result) if "CUDA graphs" in line]
+    assert re.fullmatch(r" +CUDA graphs captured / replayed +- +2 / 62", line)

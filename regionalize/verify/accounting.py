@@ -49,6 +49,9 @@ class GraphAccount:
     regions_stamped: int | None = 0
     # Per owner class of the hierarchical form: "whole", or "per-block: <why it fell back>".
     forms: dict[str, str] = field(default_factory=dict)
+    # CUDA graphs that torch's CUDA-graph trees (the reduce-overhead mode's) captured, and calls they
+    # served by replaying one; None where no CUDA device is.
+    cuda_graphs: CudaGraphCount | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -63,7 +66,44 @@ class GraphAccount:
             "regions_traced": self.regions_traced,
             "regions_stamped": self.regions_stamped,
             "forms": self.forms,
+            "cuda_graphs_captured": None if self.cuda_graphs is None else self.cuda_graphs.captured,
+            "cuda_graphs_replayed": None if self.cuda_graphs is None else self.cuda_graphs.replayed,
         }
+
+
+@dataclass
+class CudaGraphCount:
+    captured: int = 0
+    replayed: int = 0
+
+
+@contextlib.contextmanager
+def counting_cuda_graphs() -> Iterator[CudaGraphCount | None]:
+    """Count, during the body, the CUDA graphs that torch's CUDA-graph trees capture (`record_function`
+    of their manager) and the calls they serve by replaying a captured one (`execute_node`): the
+    manager's two methods are wrapped for the body, and are torch's own again after it. None where no
+    CUDA device is: nothing is captured there."""
+    if not torch.cuda.is_available():
+        yield None
+        return
+    from torch._inductor import cudagraph_trees
+
+    manager, count = cudagraph_trees.CUDAGraphTreeManager, CudaGraphCount()
+    record, execute = manager.record_function, manager.execute_node
+
+    def recorded(self: object, *args: object, **kwargs: object) -> object:
+        count.captured += 1
+        return record(self, *args, **kwargs)
+
+    def executed(self: object, *args: object, **kwargs: object) -> object:
+        count.replayed += 1
+        return execute(self, *args, **kwargs)
+
+    manager.record_function, manager.execute_node = recorded, executed
+    try:
+        yield count
+    finally:
+        manager.record_function, manager.execute_node = record, execute
 
 
 @contextlib.contextmanager
@@ -79,7 +119,9 @@ def recording() -> Iterator[GraphAccount]:
     dynamo_utils.set_compilation_metrics_limit(_METRICS_KEPT)
     dynamo_utils.compilation_time_metrics.clear()
     account = GraphAccount()
-    yield account
+    with counting_cuda_graphs() as graphs:
+        yield account
+    account.cuda_graphs = graphs
     _fill(account, dynamo_utils.counters, dynamo_utils.get_compilation_metrics())
     timed = dynamo_utils.compilation_time_metrics
     if importlib.util.find_spec("torch._dynamo.variables.invoke_subgraph") is None:

@@ -133,6 +133,11 @@ def _compile(result: dict[str, Any]) -> list[str]:
         ("graph breaks", lambda a: str(a["graph_breaks"])),
         ("fell back to eager", lambda a: "YES" if a["fell_back_to_eager"] else "no"),
         ("regions traced / reused", regions_text),
+        *(
+            [("CUDA graphs captured / replayed", cuda_graphs_text)]
+            if any(a.get("cuda_graphs_captured") is not None for a in accounting.values())
+            else []
+        ),
     ):
         cells = "".join(f"{render(accounting[n]) if n in accounting else '-':>{width}}" for n in names)
         lines.append(f"  {label:<{_LABEL - 2}}{cells}")
@@ -204,3 +209,9 @@ def regions_text(account: dict[str, Any]) -> str:
     if account.get("regions_traced", "-") is None:
         return "not counted by this torch"
     return f"{account.get('regions_traced', '-')} / {account.get('regions_stamped', '-')}"
+
+
+def cuda_graphs_text(account: dict[str, Any]) -> str:
+    """An account's CUDA graphs: captured / calls served by replaying one."""
+    captured = account.get("cuda_graphs_captured")
+    return "-" if captured is None else f"{captured} / {account.get('cuda_graphs_replayed')}"
