@@ -238,11 +238,11 @@ def test_graphed_path_copies_outputs_so_kept_ones_stay_valid(fake_cuda: None) ->
     assert len(calls) == 3
     for got, want in zip(kept, expected, strict=True):
         torch.testing.assert_close(got, want)
-    # CPU tensors cannot be captured: the calls still run compiled and right, with at most one warning
-    # (torch counts the skip where no GPU is).
+    # CPU tensors cannot be captured: the calls still run compiled and right, with at most one warning.
+    # Whether torch counts the skip at all varies: not where Inductor's cache on disk already held the
+    # graph, and on one H200 with torch 2.11 not for these faked tensors, on another once.
     skipped = [w for w in caught if "CUDA graphs skipped" in str(w.message)]
-    # Where a GPU is, torch 2.11 counted none on one H200 and one on another: at most one, then.
-    assert len(skipped) == 1 if not torch.cuda.is_available() else len(skipped) <= 1
+    assert len(skipped) <= 1
 
 
 @pytest.mark.parametrize("case", ["grad", "hook", "object argument", "no tensor"])
@@ -1106,17 +1106,15 @@ def test_a_rewritten_model_compiled_whole_by_its_user_matches_eager(grad: bool) 
 
 
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_without_reuse_a_compile_around_the_model_leaves_an_owner_in_cuda_graphs_alone(mode: str) -> None:
-    """Where torch does not reuse a traced region (2.11, and here any torch told so), a compile around the
-    model (transformers' `generate` compiles the forward itself for a static cache) breaks its graph at an
-    owner in CUDA graphs, which serves itself: that compile traces no block. In the default form it traces
-    them, graphing their pieces (faster per token on the GPU than the blocks compiled one by one). The
-    outputs are the original's either way."""
+def test_a_compile_around_the_model_leaves_an_owner_in_cuda_graphs_alone(mode: str) -> None:
+    """A compile around the model (transformers' `generate` compiles the forward itself for a static
+    cache) breaks its graph at an owner in CUDA graphs, which serves itself: that compile traces no block.
+    In the default form it traces them (where torch reuses no traced region, it graphs their pieces, faster
+    per token on the GPU than the blocks compiled one by one). The outputs are the original's either way."""
     source = SOURCE + "\n\nclass Served(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     source += "        self.model = Model()\n\n    def forward(self, x):\n        return self.model(x) * 2\n"
     rewritten = transform_source(source, Options(mode=mode))
     module = load(rewritten.code)
-    module._regionalize_reuses = lambda: False
     torch.manual_seed(0)
     served = module.Served().eval()
     twin = load(source).Served().eval()

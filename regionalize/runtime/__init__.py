@@ -8,9 +8,11 @@ with a full `torch.compile`, and the start is close to compiling one block.
 
 Where torch does not reuse a traced region (2.11), the owner compiled whole would trace every block, a
 full compile's start: its blocks are compiled one by one instead, a block whose cache is stood in for as
-one frame a call. In CUDA graphs there the owner is opaque to a compile around the model (transformers'
-`generate` compiles the forward itself for a static cache), which would trace every block through it:
-that compile breaks its graph at the owner, and the owner compiles itself.
+one frame a call.
+
+In CUDA graphs the owner is opaque to a compile around the model (transformers' `generate` compiles the
+forward itself for a static cache): that compile breaks its graph at the owner, which serves itself, one
+graph a call, rather than being traced through in pieces (and every block with it, on 2.11).
 
 A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then

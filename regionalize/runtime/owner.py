@@ -199,9 +199,8 @@ def _regionalize_entry(owner, whole):
 
 
 def _regionalize_opaque(state):
-    """Is the owner opaque to a compile around the model (`_regionalize_owned`): in CUDA graphs, where
-    torch does not reuse a traced region (2.11)."""
-    return state["kwargs"].get("mode") in _regionalize_graph_modes and not _regionalize_reuses()
+    """Is the owner opaque to a compile around the model (`_regionalize_owned`): in CUDA graphs."""
+    return state["kwargs"].get("mode") in _regionalize_graph_modes
 
 
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
@@ -221,18 +220,22 @@ _regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
 
 
 def _regionalize_owned(forward):
-    """The owner class's `forward` in CUDA graphs where torch does not reuse a traced region (2.11). There a
-    compile around the model (transformers' `generate` compiles the forward itself where the cache is
-    static) would trace every block through the owner and again through its compiled frame, breaking its
-    graph on the runtime. Its trace breaks at the owner instead, and the call it then makes, opaque to it
-    (`_regionalize_entry`), serves the owner as the owner's own frame does. On an H200 (torch 2.11,
-    transformers 5.17, Llama-3-8B's shape, `cache_implementation="static"`) the first generate took 47.4 s
-    and decoded at 8.62 ms a token traced through, against 28.7 s and 7.75 ms left to the owner
-    (transformers' own compile of the original: 21.5 s and 6.76 ms, then 24.4 s and 6.77 ms).
-    Not in the default form, whose blocks are compiled one by one there: a compile around them in CUDA
-    graphs graphs their pieces between cache updates, and without it they decoded at 18.2 ms a token
-    against 12.5 ms, for a first generate of 6.9 s against 9.9 s. A compile around the owner with
-    `fullgraph=True` raises at its graph break, as at any."""
+    """The owner class's `forward` in CUDA graphs. A compile around the model (transformers' `generate`
+    compiles the forward itself where the cache is static) traced through the owner and its compiled
+    frame, and broke its graph on the runtime's Python: into pieces, each a graph of its own. Its trace
+    breaks at the owner instead, and the call it then makes, opaque to it (`_regionalize_entry`), serves
+    the owner as the owner's own frame does, one graph a call.
+    - On an H200 (torch 2.11, which reuses no traced region, so that a trace through the owner traced every
+      block: transformers 5.17, Llama-3-8B's shape, `cache_implementation="static"`) the first generate
+      took 47.4 s and decoded at 8.62 ms a token traced through, against 28.7 s and 7.75 ms left to the
+      owner (transformers' own compile of the original: 21.5 s and 6.76 ms, then 24.4 s and 6.77 ms).
+    - On CPU (torch 2.13, a 32-layer Llama, the GPU stood in for), traced through: 8 graphs, a steady
+      8-token generate in 0.17 to 0.19 s, the first in 13.7 to 16.0 s; left to the owner: 3 graphs, 0.14 s,
+      15.3 to 17.0 s.
+    Not in the default form: where torch reuses no traced region its blocks are compiled one by one, and
+    a compile around them in CUDA graphs graphs their pieces between cache updates; without it they
+    decoded at 18.2 ms a token against 12.5 ms on that H200 (for a first generate of 6.9 s against 9.9 s).
+    A compile around the owner with `fullgraph=True` raises at its graph break, as at any."""
 
     @functools.wraps(forward)
     def owned(self, *args, **kwargs):
@@ -298,7 +301,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         warnings.warn(
             f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
             "its blocks are compiled one by one instead",
-            stacklevel=4,
+            stacklevel=_regionalize_caller(),
         )
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
@@ -308,9 +311,21 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
-            stacklevel=4,
+            stacklevel=_regionalize_caller(),
         )
     return _regionalize_kept(out, args, kwargs)
+
+
+def _regionalize_caller():
+    """The `stacklevel` of a warning of the function that calls this one that names the line that called
+    the owner: the first frame of neither this runtime nor torch (whose module call, and the wrapper of an
+    owner opaque to a compile around it, sit between)."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and (
+        frame.f_globals is globals() or frame.f_globals.get("__name__", "").partition(".")[0] == "torch"
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _regionalize_run_whole(state, whole, args, kwargs):
