@@ -1,0 +1,63 @@
+"""scripts/bench_serving.py's runs in parts (`--add`): what an earlier run's file keeps."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "scripts" / "bench_serving.py")
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def meta(command: str, commit: str = "abc1234", device: str = "NVIDIA H200") -> dict[str, Any]:
+    settings = {"device": "cuda", "smoke": False, "dtype": "bfloat16", "model": {"layers": 32}}
+    settings |= {"prompt_len": 128, "tokens": 32, "rounds": 5, "commands": [command]}
+    bandwidth = {"device_name": device, "versions": {"torch": "2.11.0"}}
+    return {**settings, "bandwidth": bandwidth, "prepared": {"regionalize_commit": commit}}
+
+
+def earlier(tmp_path: Path) -> Path:
+    then = meta("first")
+    then["wall_s"], then["earlier_wall_s"] = 100.0, 50.0
+    results = {"full": {"first_generate_s": 90.0}, "rewrite": {"first_generate_s": 9.0}}
+    checks = {"full": {"verdict": "identical"}, "rewrite": {"verdict": "identical"}}
+    body = {"meta": then, "results": results, "token_check": checks}
+    (tmp_path / "serving.json").write_text(json.dumps(body))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("checking", "commit", "rewrite_check_kept"),
+    [(False, "abc1234", True), (True, "abc1234", False), (False, "def5678", False)],
+)
+def test_a_run_in_parts_keeps_rows_it_does_not_measure_and_checks_it_does_not_redo(
+    tmp_path: Path, checking: bool, commit: str, rewrite_check_kept: bool
+) -> None:
+    now = meta("second", commit)
+    rows, check = bench.kept(earlier(tmp_path), now, ["rewrite"], checking)
+    assert rows == {"full": {"first_generate_s": 90.0}}  # the variant measured again is the new run's
+    assert "full" in check and ("rewrite" in check) == rewrite_check_kept
+    assert now["commands"] == ["first", "second"] and now["earlier_wall_s"] == 150.0
+
+
+def test_a_run_on_another_machine_is_not_added_to(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="another machine"):
+        bench.kept(earlier(tmp_path), meta("second", device="NVIDIA H100"), ["rewrite"], False)
+
+
+def test_the_table_says_which_command_each_row_is_from_only_where_there_are_several() -> None:
+    one = meta("first") | {"date": "2026-11-26", "wall_s": 60.0, "check_model": {}}
+    one["model"] = dict(bench.LLAMA3_8B)
+    one["check_model"] = dict(bench.CHECK)
+    assert "last of these commands" not in bench.markdown(one, {}, {})
+    several = one | {"commands": ["first", "second"], "earlier_wall_s": 60.0}
+    text = bench.markdown(several, {}, {})
+    assert "Each row is from the last of these commands that names its variant." in text
+    assert "2.0 minutes in all" in text
