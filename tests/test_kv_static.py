@@ -205,6 +205,39 @@ def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_
     assert not runtime._regionalize_static_graphable(DynamicCache())
 
 
+def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_graphed_frame(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """transformers' documented GPU path: `generate(cache_implementation="static")` compiles the forward
+    itself (here on CPU too, CUDA tensors stood in for). Its compile breaks at the owner, which reads its
+    graphs' conditions as it is called: every token after the prompt reaches the owner's graphed frame,
+    with the original's tokens. Traced through instead (before runtime 14), the conditions were read in
+    that compile's trace, came out false, and every token took the per-block path."""
+    model, twin = llama_pair(Options(mode="reduce-overhead"))
+    runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
+    monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    graphed: list[int] = []
+    run_whole = runtime["_regionalize_run_whole"]
+
+    def counted_run(state: dict, whole: Any, args: Any, kwargs: Any) -> Any:
+        graphed.append(1)
+        return run_whole(state, whole, args, kwargs)
+
+    monkeypatch.setitem(runtime, "_regionalize_run_whole", counted_run)
+    config = transformers.CompileConfig(backend="aot_eager")
+    config._compile_all_devices = True  # generate compiles only on a GPU otherwise
+    model.generation_config.compile_config = config
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CUDA graphs skipped: the tensors are the CPU's
+        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        actual = model.generate(ids, attention_mask=mask, **SETTINGS)
+    assert actual.tolist() == expected.tolist()
+    assert len(graphed) == SETTINGS["max_new_tokens"] - 1
+
+
 def test_outputs_of_a_cuda_graph_are_copies_but_the_callers_cache() -> None:
     """A replay writes its outputs' memory again: the caller keeps copies of tensors and of objects the
     call made, but the cache it handed in is its own, written in place as the original writes it."""
