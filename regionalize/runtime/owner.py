@@ -194,8 +194,8 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
 
 def _regionalize_entry(owner, whole):
     """The owner's calls: opaque to a compile around them where `_regionalize_opaque`."""
-    call = _regionalize_opaque_call if _regionalize_opaque(owner.__dict__["_regionalize_owner"]) else None
-    return functools.partial(call or _regionalize_owner_call, owner, whole)
+    opaque = _regionalize_opaque(owner.__dict__["_regionalize_owner"])
+    return functools.partial(_regionalize_opaque_call if opaque else _regionalize_owner_call, owner, whole)
 
 
 def _regionalize_opaque(state):
@@ -221,25 +221,13 @@ _regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
 
 def _regionalize_owned(forward):
     """The owner class's `forward` in CUDA graphs. A compile around the model (transformers' `generate`
-    compiles the forward itself where the cache is static) traced through the owner and its compiled
-    frame, and broke its graph on the runtime's Python: into pieces, each a graph of its own. Its trace
+    compiles the forward itself where the cache is static) traced through the owner: it read the graphs'
+    conditions in its trace and split on the runtime's Python (and traced every block on 2.11). Its trace
     breaks at the owner instead, and the call it then makes, opaque to it (`_regionalize_entry`), serves
-    the owner as the owner's own frame does, one graph a call.
-    - On an H200 (torch 2.11, which reuses no traced region, so that a trace through the owner traced every
-      block: transformers 5.17, Llama-3-8B's shape, `cache_implementation="static"`) the first generate
-      took 47.4 s and decoded at 8.62 ms a token traced through, against 28.7 s and 7.75 ms left to the
-      owner (transformers' own compile of the original: 21.5 s and 6.76 ms, then 24.4 s and 6.77 ms).
-    - Traced through there, the runtime's own Python (its counters, the graphs' conditions, the copies of
-      outputs) split that compile into 13 frames with 5 graph breaks and a recompile on a counter.
-    - On CPU (torch 2.13, a 32-layer Llama, CUDA tensors stood in for), traced through, the graphs'
-      conditions were read by that compile's trace, where they came out false: every token took the
-      per-block path, in 8 graphs (a steady 8-token generate 0.17 to 0.19 s). Left to the owner, every
-      token after the prompt was served whole, in 3 graphs (0.14 s). Not measured on a GPU with such a
-      torch yet.
-    Not in the default form: where torch reuses no traced region its blocks are compiled one by one, and
-    a compile around them in CUDA graphs graphs their pieces between cache updates; without it they
-    decoded at 18.2 ms a token against 12.5 ms on that H200 (for a first generate of 6.9 s against 9.9 s).
-    A compile around the owner with `fullgraph=True` raises at its graph break, as at any."""
+    the owner as the owner's own frame does, one graph a call. Not in the default form, whose blocks such
+    a compile graphs in pieces where they are compiled one by one (2.11): faster per token there. The
+    figures: docs/compile-forms.md, Torch versions. A compile around it with `fullgraph=True` raises at
+    its graph break, as at any."""
 
     @functools.wraps(forward)
     def owned(self, *args, **kwargs):
