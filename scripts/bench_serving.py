@@ -608,17 +608,23 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
     )
     prepared = meta.get("prepared") or {}
     several = len(meta["commands"]) > 1
+    dates = " and ".join(sorted({meta["date"], *(row.get("date", meta["date"]) for row in rows.values())}))
+    earlier: dict[str, list[str]] = {}  # rows measured on other rewrites than the last command's
+    for variant, row in rows.items():
+        if row.get("rewrites") not in (None, rewrites_of(meta, variant)):
+            earlier.setdefault(row["rewrites"], []).append(variant)
     lines = [
         title,
         "",
-        f"Measured by {' and '.join(f'`{c}`' for c in meta['commands'])} on {meta['date']}: {meta['device']} "
+        f"Measured by {' and '.join(f'`{c}`' for c in meta['commands'])} on {dates}: {meta['device']} "
         f"({bw.get('device_name', '?')}), "
         f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}, accelerate "
         f"{versions.get('accelerate', '-')}, Python {versions.get('python', '?')}; regionalize runtime "
         f"{prepared.get('runtime', '-')} (rewrites of transformers {prepared.get('transformers', '-')}'s "
         f"modeling_llama.py, regionalize {prepared.get('regionalize_commit', '-')}); "
         f"{(meta['wall_s'] + meta.get('earlier_wall_s', 0)) / 60:.1f} minutes in all. {limit_text}."
-        + (" Each row is from the last of these commands that names its variant." if several else ""),
+        + (" Each row is from the last of these commands that names its variant." if several else "")
+        + "".join(f" Rows {', '.join(vs)}: rewrites of {r}." for r, vs in earlier.items()),
         "",
         f"The model: transformers' `LlamaForCausalLM`, hidden {sizes['hidden_size']}, "
         f"{sizes['num_hidden_layers']} layers, {sizes['num_attention_heads']} heads, "
@@ -700,6 +706,14 @@ def write(out: Path, meta: dict[str, Any], rows: dict[str, Any], check: dict[str
     (out / "serving.md").write_text(markdown(meta, rows, check))
 
 
+def rewrites_of(meta: dict[str, Any], variant: str) -> str | None:
+    """Which rewrites a run of `meta` measured `variant` on: None for the original."""
+    prepared = meta.get("prepared") or {}
+    if VARIANTS[variant][0] is None:
+        return None
+    return f"runtime {prepared.get('runtime', '-')}, regionalize {prepared.get('regionalize_commit', '-')}"
+
+
 def kept(out: Path, meta: dict[str, Any], variants: list[str], checking: bool) -> tuple[dict, dict]:
     """--add: the rows and token checks of an earlier run into `out` on the same machine and versions, less
     the variants measured again (their token checks kept where this run checks none and its rewrites are
@@ -717,6 +731,9 @@ def kept(out: Path, meta: dict[str, Any], variants: list[str], checking: bool) -
     meta["commands"] = [*then["commands"], *meta["commands"]]
     meta["earlier_wall_s"] = then.get("earlier_wall_s", 0) + then.get("wall_s", 0)
     rows = {v: r for v, r in earlier["results"].items() if v not in variants}
+    for variant, row in rows.items():  # rows of runs before rows said where they came from
+        row.setdefault("date", then["date"])
+        row.setdefault("rewrites", rewrites_of(then, variant))
     same_rewrites = not checking and then.get("prepared") == now.get("prepared")
     check = {v: c for v, c in earlier["token_check"].items() if v not in variants or same_rewrites}
     return rows, check
@@ -819,6 +836,7 @@ def main() -> None:
         job = {**job_base, "kind": "variant", "variant": variant}
         with tempfile.TemporaryDirectory(prefix="bench-serving-cache-") as cache:
             rows[variant] = row = run_fresh(job, args.timeout, cache)
+            row["date"], row["rewrites"] = meta["date"], rewrites_of(meta, variant)
             if args.hot and variant != "eager" and "error" not in row:
                 again = run_fresh({**job, "kind": "restart"}, args.timeout, cache)
                 row["restart_first_generate_s"] = again.get("first_generate_s")

@@ -16,11 +16,14 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
-def meta(command: str, commit: str = "abc1234", device: str = "NVIDIA H200") -> dict[str, Any]:
+def meta(
+    command: str, commit: str = "abc1234", device: str = "NVIDIA H200", date: str = "2026-11-26"
+) -> dict[str, Any]:
     settings = {"device": "cuda", "smoke": False, "dtype": "bfloat16", "model": {"layers": 32}}
-    settings |= {"prompt_len": 128, "tokens": 32, "rounds": 5, "commands": [command]}
+    settings |= {"prompt_len": 128, "tokens": 32, "rounds": 5, "commands": [command], "date": date}
     bandwidth = {"device_name": device, "versions": {"torch": "2.11.0"}}
-    return {**settings, "bandwidth": bandwidth, "prepared": {"regionalize_commit": commit}}
+    prepared = {"regionalize_commit": commit, "runtime": 14}
+    return {**settings, "bandwidth": bandwidth, "prepared": prepared}
 
 
 def earlier(tmp_path: Path) -> Path:
@@ -42,7 +45,8 @@ def test_a_run_in_parts_keeps_rows_it_does_not_measure_and_checks_it_does_not_re
 ) -> None:
     now = meta("second", commit)
     rows, check = bench.kept(earlier(tmp_path), now, ["rewrite"], checking)
-    assert rows == {"full": {"first_generate_s": 90.0}}  # the variant measured again is the new run's
+    # The variant measured again is the new run's; a row kept says when it was measured, on no rewrite.
+    assert rows == {"full": {"first_generate_s": 90.0, "date": "2026-11-26", "rewrites": None}}
     assert "full" in check and ("rewrite" in check) == rewrite_check_kept
     assert now["commands"] == ["first", "second"] and now["earlier_wall_s"] == 150.0
 
@@ -61,3 +65,16 @@ def test_the_table_says_which_command_each_row_is_from_only_where_there_are_seve
     text = bench.markdown(several, {}, {})
     assert "Each row is from the last of these commands that names its variant." in text
     assert "2.0 minutes in all" in text
+
+
+def test_rows_measured_on_other_rewrites_or_days_are_named_in_the_table(tmp_path: Path) -> None:
+    now = meta("second", "def5678", date="2026-11-27")
+    rows, _ = bench.kept(earlier(tmp_path), now, ["full"], False)
+    now |= {"wall_s": 60.0, "model": dict(bench.LLAMA3_8B), "check_model": dict(bench.CHECK)}
+    rows = {"rewrite": rows["rewrite"] | {"error": "cut short"}}
+    text = bench.markdown(now, rows, {})
+    assert "on 2026-11-26 and 2026-11-27" in text
+    assert "Rows rewrite: rewrites of runtime 14, regionalize abc1234." in text
+    rows["rewrite"] |= {"date": "2026-11-27", "rewrites": bench.rewrites_of(now, "rewrite")}
+    text = bench.markdown(now, rows, {})
+    assert "rewrites of runtime" not in text and "on 2026-11-27:" in text

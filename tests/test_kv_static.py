@@ -126,7 +126,8 @@ def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_region
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CUDA graphs skipped: the tensors are the CPU's
         account = against_twin(model, twin, lambda: static_cache(early=True), lengths=(5, 1, 1))
-    assert served_forms(model) == {"Decoder": "whole"} and not account.fell_back_to_eager
+    whole = "whole" if reuse else "whole, in pieces (6 a call, 2 compiled in all)"
+    assert served_forms(model)["Decoder"].startswith(whole) and not account.fell_back_to_eager
     if reuse:
         assert account.regions_traced == 2 and account.regions_stamped == 2 * (DEPTH - 1)
     else:

@@ -11,6 +11,7 @@ import torch
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
 from .nested import _regionalize_reuses, _regionalize_shape
+from .pieces import _regionalize_pieces
 from .regions import (
     _regionalize_block_compiled,
     _regionalize_block_frames,
@@ -184,8 +185,17 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
         frame.__code__ = frame.__code__.replace(co_name=name)
         frame.__qualname__ = frame.__name__ = name
         frames[shapes] = frame
-    whole = functools.partial(torch.compile(frame, **compile_kwargs, fullgraph=True), owner)
-    if owner.__dict__["_regionalize_owner"]["direct"]:
+    state = owner.__dict__["_regionalize_owner"]
+    if state.get("tracing") == "flat":  # compiled in pieces: `_regionalize_pieces`
+        options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
+        dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
+        classes = {type(block) for block in state["blocks"]}
+        dynamo["backend"] = _regionalize_pieces(classes, state, compile_kwargs["mode"], options)
+        compiler = torch.compile(frame, **dynamo, fullgraph=True)
+    else:
+        compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
+    whole = functools.partial(compiler, owner)
+    if state["direct"]:
         whole = _regionalize_direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
     owner._compiled_call_impl = _regionalize_entry(owner, whole)
@@ -259,6 +269,9 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         _regionalize_reusing[0] = _regionalize_reuses()
+        inductor = state["kwargs"].get("backend", "inductor") == "inductor"
+        if graphs and inductor and not _regionalize_reusing[0]:
+            state["tracing"] = "flat"  # blocks traced as they are, the graph compiled in pieces
         if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
         elif not graphs and all(attribute for _, attribute in indexed) and not _regionalize_reuses():
@@ -284,7 +297,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    _regionalize_tracing[0] = True
+    _regionalize_tracing[0] = state.get("tracing", True)
     try:
         out = _regionalize_run_whole(state, whole, args, kwargs)
     finally:
@@ -305,7 +318,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             "such calls run compiled without them",
             stacklevel=_regionalize_caller(),
         )
-    return _regionalize_kept(out, args, kwargs)
+    return out if state.get("tracing") == "flat" else _regionalize_kept(out, args, kwargs)
 
 
 def _regionalize_caller():

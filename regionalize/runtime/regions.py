@@ -24,7 +24,9 @@ from .static import (
     _regionalize_static_setup,
 )
 
-_regionalize_tracing = [False]  # True while an owner runs whole: block forwards are nested regions then
+# True while an owner runs whole: block forwards are nested regions then; "flat" where its graph is compiled
+# in pieces (`_regionalize_pieces`), its blocks traced as they are.
+_regionalize_tracing = [False]
 _regionalize_standing_in = [False]  # True while a block's own frame runs with its cache stood in for
 _regionalize_reusing = [True]  # `_regionalize_reuses()`, read eagerly as an owner settles: not while traced
 # Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
@@ -195,7 +197,7 @@ def _regionalize_region(plain, name, position, copies):
 
     @functools.wraps(plain)
     def forward(self, *args, **kwargs):
-        if not _regionalize_tracing[0]:
+        if _regionalize_tracing[0] in (False, "flat"):
             # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
             frames = None if torch.compiler.is_compiling() else _regionalize_block_frames.get(self)
             if frames is None:

@@ -81,8 +81,9 @@ class CudaGraphCount:
 def counting_cuda_graphs() -> Iterator[CudaGraphCount | None]:
     """Count, during the body, the CUDA graphs that torch's CUDA-graph trees capture (`record_function`
     of their manager) and the calls they serve by replaying a captured one (`execute_node`): the
-    manager's two methods are wrapped for the body, and are torch's own again after it. None where no
-    CUDA device is: nothing is captured there."""
+    manager's two methods are wrapped for the body, and are torch's own again after it. Those the
+    runtime captures itself (an owner compiled in pieces) it counts in Dynamo's counters, under
+    "regionalize". None where no CUDA device is: nothing is captured there."""
     if not torch.cuda.is_available():
         yield None
         return
@@ -100,10 +101,15 @@ def counting_cuda_graphs() -> Iterator[CudaGraphCount | None]:
         return execute(self, *args, **kwargs)
 
     manager.record_function, manager.execute_node = recorded, executed
+    own = dynamo_utils.counters["regionalize"]
+    before = own["cuda_graphs_captured"], own["cuda_graphs_replayed"]
     try:
         yield count
     finally:
         manager.record_function, manager.execute_node = record, execute
+        own = dynamo_utils.counters["regionalize"]  # a new one where the body cleared the counters
+        count.captured += own["cuda_graphs_captured"] - before[0]
+        count.replayed += own["cuda_graphs_replayed"] - before[1]
 
 
 @contextlib.contextmanager
@@ -133,7 +139,8 @@ def recording() -> Iterator[GraphAccount]:
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
-    traced layer by layer, and why, where their stand-ins failed to trace), its one block compiled on its
+    traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs where
+    torch reuses no traced region), its one block compiled on its
     own (`ALONE`), per block as this torch's form (`per block, <why>`), or per block because it could
     not be compiled whole (`per-block: <why>`)."""
     forms = {}
@@ -145,6 +152,8 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
                 served = f"per block, {why}" if state.get("unreused") else f"per-block: {why}"
             elif state.get("alone"):
                 served = ALONE
+            elif state.get("pieces"):
+                served = f"whole, in pieces ({state['pieces']}): this torch does not reuse a traced region"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
             forms[type(module).__name__] = served

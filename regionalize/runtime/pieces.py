@@ -1,0 +1,222 @@
+"""In CUDA graphs on a torch that reuses no traced region (2.11): the owner traced whole, its graph compiled
+in pieces, one per block and one per stretch between blocks, each distinct piece once, and a call one CUDA
+graph of them all."""
+
+import torch
+
+from .static import _regionalize_on_graph_device
+
+_regionalize_graph_limit = 8  # graphs captured for one compiled frame: its fixed inputs moved, its sizes
+
+
+def _regionalize_pieces(classes, state, mode, options):
+    """A Dynamo backend for an owner whose blocks are of `classes`. Dynamo traces the owner and its blocks
+    whole and guards every line of it, as a full compile does (the Python between the blocks included). Its
+    graph is split where a block's nodes begin and end (their module stack names the block); pieces alike
+    (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
+    compiled piece, so Inductor compiles a block once, not once a layer. Where region reuse is missing this
+    replaces it: on an H200, a 32-layer Llama's regions cost a 28.7 s start against 24.4 s for the model
+    compiled whole. The call is one CUDA graph (`_RegionalizeGraphs`). `state` gets the counts, for the
+    form verify reports."""
+
+    pieces = {}  # shared by the owner's frames: the prompt's and the tokens' share the sizeless pieces
+
+    def backend(graph, example_inputs):
+        split = _regionalize_split(graph, classes)
+        mutated, seeded = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
+        state["pieces"] = f"{len(list(split.children()))} a call, {len(pieces)} compiled in all"
+        return _RegionalizeGraphs(split, example_inputs, mutated, not seeded)
+
+    return backend
+
+
+def _regionalize_split(graph, classes):
+    """`graph` split in order: a piece per stretch of nodes inside one block, or outside all."""
+    names = {f"{c.__module__}.{c.__qualname__}" for c in classes}
+    segment, last, parts = 0, (), {}
+    for node in graph.graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        stack = (node.meta.get("nn_module_stack") or {}).values()
+        block = next((path for path, cls in stack if cls in classes or cls in names), None)
+        if block != last:
+            segment, last = segment + 1, block
+        parts[node] = segment
+    from torch.fx.passes.split_module import split_module  # torch's compiler, imported as it compiles
+
+    return split_module(graph, None, parts.__getitem__, keep_original_order=True)
+
+
+def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
+    """Compile `split`'s pieces in place, run on fake copies of `example_inputs` to learn each piece's
+    inputs; `pieces` maps what makes pieces alike to the compiled one. Returns the positions of the
+    inputs that the graph writes to (their fake copies' versions moved) and whether it draws random
+    numbers (an op seeded from the generator)."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses import FakeTensor
+
+    fake = torch._guards.detect_fake_mode(example_inputs) or torch._guards.TracingContext.get().fake_mode
+    patches = {**torch._inductor.list_mode_options(mode), **options, "triton.cudagraphs": False}
+    seeded = []
+
+    class Seeded(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if torch.Tag.nondeterministic_seeded in func.tags and _regionalize_draws(func, args, kwargs):
+                seeded.append(func)
+            return func(*args, **kwargs)
+
+    class Compiling(torch.fx.Interpreter):
+        def call_module(self, target, args, kwargs):
+            piece = getattr(self.module, target)
+            with Seeded():
+                out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
+            key = _regionalize_piece_key(piece, args)
+            compiled = pieces.get(key) if key is not None else None
+            if compiled is None:
+                compiled = compile_fx(piece, list(args), config_patches=patches)
+                pieces[key if key is not None else object()] = compiled
+            setattr(self.module, target, _RegionalizePiece(compiled))
+            return out
+
+    with fake:
+        real = [isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) for x in example_inputs]
+        inputs = [fake.from_tensor(x) if r else x for x, r in zip(example_inputs, real, strict=True)]
+        versions = [x._version if isinstance(x, torch.Tensor) else None for x in inputs]
+        Compiling(split).run(*inputs)
+    mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and x._version != versions[i]}
+    return mutated, bool(seeded)
+
+
+def _regionalize_draws(func, args, kwargs):
+    """Does `func`, an op that may draw random numbers, draw any here: not a dropout of probability 0 or
+    out of training (attention's among them, which every call of torch's scaled dot product makes)."""
+    given = dict(zip((a.name for a in func._schema.arguments), args))
+    given.update(kwargs)
+    for a in func._schema.arguments:
+        if a.name not in given and a.has_default_value():
+            given[a.name] = a.default_value
+    p = given.get("dropout_p", given.get("p"))
+    return given.get("train", True) is not False and not (isinstance(p, (int, float)) and p == 0)
+
+
+def _regionalize_piece_key(piece, args):
+    """What makes two pieces one compiled piece: their nodes, and their inputs' sizes, layouts and dtypes.
+    None for a piece holding a constant (`get_attr`), which is its own."""
+    index, nodes = {}, []
+    for node in piece.graph.nodes:
+        if node.op == "get_attr":
+            return None
+        index[node] = len(index)
+        uses = torch.fx.node.map_arg((node.args, node.kwargs), index.__getitem__)
+        nodes.append((node.op, "" if node.op == "placeholder" else str(node.target), repr(uses)))
+    inputs = tuple(
+        (
+            repr(tuple(x.shape)),
+            repr(x.stride()),
+            x.dtype,
+            x.device,
+            x.requires_grad,
+            x.storage_offset() * x.element_size() % 16,
+        )
+        if isinstance(x, torch.Tensor)
+        else repr(x)
+        for x in args
+    )
+    return tuple(nodes), inputs
+
+
+class _RegionalizePiece(torch.nn.Module):
+    """A compiled piece where its `split_module` piece was."""
+
+    def __init__(self, compiled):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args):
+        return self.compiled(*args)
+
+
+class _RegionalizeGraphs:
+    """A compiled frame's graph, served as one CUDA graph a call, captured on the second call of each
+    set of fixed-input addresses and sizes (the first runs it as it is: Triton's tuning and any lazy set-up
+    happen outside a capture). Its inputs are fixed (parameters, tensors at addresses marked static, such
+    as a `StaticCache`'s, and any it writes to) or copied into the graph's own before each replay; a fixed
+    input at another address is a new capture, as is another size of a dynamic one, up to
+    `_regionalize_graph_limit` graphs. Its outputs are copied out of the graph's memory: the next replay
+    overwrites it. Run without a graph: with autograd, off the GPU, where it draws random numbers, past
+    the limit, and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns
+    of). Dynamo's guards on the frame stand for the Python the capture ran."""
+
+    def __init__(self, run, example_inputs, mutated, graphable):
+        self.run, self.graphs, self.warm, self.pool = run, {}, set(), None
+        self.graphable = graphable
+        tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+        self.fixed = [
+            i
+            for i in tensors
+            if i in mutated
+            or isinstance(example_inputs[i], torch.nn.Parameter)
+            or getattr(example_inputs[i], "_dynamo_static_input_type", None) is not None
+        ]
+        self.copied = [i for i in tensors if i not in self.fixed]
+        self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
+
+    def __call__(self, *args):
+        if not self.graphable or torch.is_grad_enabled():
+            return self.run(*args)
+        # A fixed input at the address it was captured at is where it was then (CUDA's addresses are
+        # unified with the host's); the others are checked.
+        key = tuple(args[i].data_ptr() for i in self.fixed), tuple(args[i] for i in self.values)
+        graph = self.graphs.get(key)
+        if not all(_regionalize_on_graph_device(args[i]) for i in (self.copied if graph else self.fixed)):
+            return self.run(*args)
+        if graph is None:
+            if not all(_regionalize_on_graph_device(args[i]) for i in self.copied):
+                return self.run(*args)
+            if key not in self.warm or len(self.graphs) >= _regionalize_graph_limit:
+                self.warm.add(key)
+                # Fixed inputs at new addresses call after call: not a frame a graph can serve.
+                self.graphable = len(self.warm) < 4 * _regionalize_graph_limit
+                return self.run(*args)
+            try:
+                graph = self.graphs[key] = self.capture(args)
+            except Exception:  # an op a CUDA graph cannot hold: this frame runs without one
+                self.graphable = False
+                torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] += 1
+                return self.run(*args)
+            # What verify counts, beside the graphs of torch's CUDA-graph trees.
+            torch._dynamo.utils.counters["regionalize"]["cuda_graphs_captured"] += 1
+        replay, buffers, outputs = graph
+        for i, buffer in buffers:
+            buffer.copy_(args[i])
+        replay()
+        torch._dynamo.utils.counters["regionalize"]["cuda_graphs_replayed"] += 1
+        # Copied out of the graph's memory, which the next replay writes; but a fixed input or a view of
+        # one, memory the graph writes in place, the caller's own.
+        return tuple(x.clone() if copy else x for x, copy in outputs)
+
+    def capture(self, args):
+        buffers = [(i, torch.empty_like(args[i]).copy_(args[i])) for i in self.copied]
+        inputs = list(args)
+        for i, buffer in buffers:
+            inputs[i] = buffer
+        replay, outputs = _regionalize_capture(self.run, inputs, self)
+        fixed = {args[i].untyped_storage().data_ptr() for i in self.fixed}
+        outputs = [
+            (x, isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in fixed) for x in outputs
+        ]
+        return replay, buffers, outputs
+
+
+def _regionalize_capture(run, inputs, graphs):
+    """`run(*inputs)` captured as a CUDA graph in the memory pool `graphs` shares among its graphs (one
+    graph's memory is free again once its outputs are copied out), returned as its replay and its
+    outputs. The capture runs nothing on the GPU: the replay does the call's work."""
+    if graphs.pool is None:
+        graphs.pool = torch.cuda.graph_pool_handle()
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph, pool=graphs.pool):
+        outputs = run(*inputs)
+    return graph.replay, outputs

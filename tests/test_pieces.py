@@ -1,0 +1,201 @@
+"""The owner in CUDA graphs where torch reuses no traced region (2.11): traced whole, its graph compiled in
+pieces, each distinct piece once, and a call one CUDA graph. Off a GPU the capture is stood in for
+(`emulated`): it runs nothing, as a capture does, and its replay runs the call into the outputs it made."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from test_kv_static import SETTINGS, llama_pair  # noqa: E402
+from test_torch_features import without_reuse  # noqa: E402, F401
+from torch import nn  # noqa: E402
+
+from regionalize.runtime import pieces  # noqa: E402
+from regionalize.shared.options import Options  # noqa: E402
+from regionalize.verify.accounting import served_forms  # noqa: E402
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(d, d)
+
+    def forward(self, x: Any) -> Any:
+        return x + self.linear(x).tanh()
+
+
+class Stack(nn.Module):
+    """Blocks between an input projection and a norm, at the widths `widths` (a projection where it
+    changes); adds one to `seen` where handed one, in place."""
+
+    def __init__(self, widths: tuple[int, ...] = (8, 8, 8, 8)) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, widths[0])
+        self.layers = nn.ModuleList(Block(d) for d in widths)
+        self.ups = nn.ModuleDict(
+            {str(i): nn.Linear(a, b) for i, (a, b) in enumerate(itertools.pairwise(widths)) if a != b}
+        )
+        self.norm = nn.LayerNorm(widths[-1])
+
+    def forward(self, x: Any, seen: Any = None) -> Any:
+        x = self.inp(x)
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if str(i) in self.ups:
+                x = self.ups[str(i)](x)
+        if seen is not None:
+            seen.add_(1)
+        return self.norm(x)
+
+
+def compiled(model: nn.Module) -> tuple[Any, dict[str, str]]:
+    state: dict[str, str] = {}
+    backend = pieces._regionalize_pieces({Block}, state, "reduce-overhead", {})
+    return torch.compile(model, backend=backend, fullgraph=True), state
+
+
+def emulated(run: Any, inputs: list[Any], graphs: Any) -> tuple[Any, Any]:
+    """A capture off the GPU: what the call writes is put back (a capture runs nothing); the replay runs
+    the call on the inputs it was captured with and writes its results into the outputs it made then."""
+    before = [x.clone() if isinstance(x, torch.Tensor) else None for x in inputs]
+    outputs = run(*inputs)
+    for x, value in zip(inputs, before, strict=True):
+        if value is not None:
+            x.copy_(value)
+
+    def replay() -> None:
+        for out, new in zip(outputs, run(*inputs), strict=True):
+            if isinstance(out, torch.Tensor):
+                out.copy_(new)
+
+    return replay, outputs
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture(params=["stood in", pytest.param("cuda", marks=cuda)])
+def on_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Where CUDA graphs run: the GPU, or the CPU standing in for it (every tensor where CUDA graphs run,
+    captures `emulated`). Yields the device and the runtime's counts of the graphs captured and replayed."""
+    if request.param == "stood in":
+        monkeypatch.setattr(pieces, "_regionalize_on_graph_device", lambda tensor: True)
+        monkeypatch.setattr(pieces, "_regionalize_capture", emulated)
+    counts = torch._dynamo.utils.counters["regionalize"]
+    counts.clear()
+    return torch.device("cpu" if request.param == "stood in" else "cuda"), counts
+
+
+def test_each_distinct_piece_is_compiled_once_and_the_call_computes_the_originals() -> None:
+    torch.manual_seed(0)
+    model, x = Stack().eval(), torch.randn(2, 3, 4)
+    whole, state = compiled(model)
+    with torch.no_grad():
+        torch.testing.assert_close(whole(x), model(x))
+    assert state["pieces"] == "6 a call, 3 compiled in all"  # the projection, the blocks, the norm
+    model = Stack(widths=(8, 8, 16, 16)).eval()
+    whole, state = compiled(model)
+    with torch.no_grad():
+        torch.testing.assert_close(whole(x), model(x))
+    # Blocks of another width are pieces of their own; the projection between is one more stretch.
+    assert state["pieces"] == "7 a call, 5 compiled in all"
+
+
+def test_a_call_is_one_graph_replayed_whose_outputs_the_caller_keeps(on_gpu: Any) -> None:
+    """The first call runs as it is, the second captures and replays, the rest replay; each output kept
+    holds its own call's result; an input the graph writes to is the caller's, written every call."""
+    device, counts = on_gpu
+    torch.manual_seed(0)
+    model = Stack().eval().to(device)
+    whole, _ = compiled(model)
+    seen, xs = torch.zeros((), device=device), [torch.randn(2, 3, 4, device=device) for _ in range(4)]
+    with torch.no_grad():
+        kept = [whole(x, seen) for x in xs]
+        for out, x in zip(kept, xs, strict=True):
+            torch.testing.assert_close(out, model(x))
+    assert seen.item() == 4
+    assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, 3)
+
+
+def test_a_written_input_at_another_address_is_captured_again_up_to_the_limit(
+    on_gpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device, counts = on_gpu
+    monkeypatch.setattr(pieces, "_regionalize_graph_limit", 2)
+    torch.manual_seed(0)
+    model = Stack().eval().to(device)
+    whole, _ = compiled(model)
+    x, counters = torch.randn(2, 3, 4, device=device), [torch.zeros((), device=device) for _ in range(3)]
+    with torch.no_grad():
+        for seen in counters:
+            for _ in range(3):
+                torch.testing.assert_close(whole(x, seen), model(x))
+    assert [c.item() for c in counters] == [3, 3, 3]
+    # Two captured, one call of each run as it is first; the third counter's calls all run without one.
+    assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (2, 4)
+
+
+def test_no_graph_with_autograd_or_random_numbers_and_none_after_a_failed_capture(
+    on_gpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device, counts = on_gpu
+    torch.manual_seed(0)
+    model, x = Stack().eval().to(device), torch.randn(2, 3, 4, device=device)
+    whole, _ = compiled(model)
+    for _ in range(3):
+        torch.testing.assert_close(whole(x), model(x))  # autograd on
+    dropped = nn.Sequential(Stack(), nn.Dropout(0.5)).train().to(device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(dropped)[0](x)
+    assert counts["cuda_graphs_captured"] == counts["cuda_graphs_replayed"] == 0
+
+    def failing(run: Any, inputs: list[Any], graphs: Any) -> Any:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(pieces, "_regionalize_capture", failing)
+    skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
+    whole, _ = compiled(Stack().eval().to(device))
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(whole(x), whole._orig_mod(x))
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == skips + 1
+    assert counts["cuda_graphs_replayed"] == 0
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_originals_tokens(
+    on_gpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers' documented GPU path, `generate(cache_implementation="static")`, on the rewrite made
+    with `--mode reduce-overhead`: the original's tokens; the owner whole in pieces, its 4 layers one
+    piece; after the prompt (which sets the cache up) and one token run as they are, one graph replayed a
+    token; the second generate, its cache set up again by transformers at the same addresses, replays
+    from its first token on."""
+    device, counts = on_gpu
+    model, twin = llama_pair(Options(mode="reduce-overhead"))
+    model, twin = model.to(device), twin.to(device)
+    runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
+    if device.type == "cpu":
+        monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
+        monkeypatch.setitem(runtime, "_regionalize_capture", emulated)
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    mask = torch.ones_like(ids)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        actual = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        tokens = SETTINGS["max_new_tokens"]
+        assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, tokens - 2)
+        again = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+    assert actual.tolist() == expected.tolist() == again.tolist()
+    assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
+    form = served_forms(model)["LlamaModel"]
+    assert form.startswith("whole, in pieces (6 a call, 3 compiled in all)"), form
