@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 from kv_support import rewritten  # noqa: E402
 from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair  # noqa: E402
 from test_torch_features import PER_BLOCK, without_reuse  # noqa: E402, F401
-from torch_support import needs_reuse  # noqa: E402
+from torch_support import needs_reuse, stand_in_gpu  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 
@@ -114,15 +114,15 @@ def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_region
     reuse: bool, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The owner compiled whole in CUDA graphs (the GPU stood for by the CPU), handed a StaticCache set up
-    ahead: its layers are stood in for where torch reuses a traced region; where it reuses none (2.11, which
-    compiles such an owner whole all the same), they are traced as they are, as a stand-in traced for every
-    layer cost more (on an H200, a 32-layer Llama's first generate: 47 s against 26 s)."""
+    ahead: its layers are stood in for where torch reuses a traced region; where it reuses none (2.11), they
+    are traced as they are, the owner compiled in pieces, as a stand-in traced for every layer cost more
+    (on an H200, a 32-layer Llama's first generate: 47 s against 26 s)."""
     if reuse and not _regionalize_reuses():
         pytest.skip("this torch does not reuse a traced region")
     if not reuse:
         request.getfixturevalue("without_reuse")
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     model, twin = pair(options=Options(mode="reduce-overhead"))
+    stand_in_gpu(monkeypatch, sys.modules[type(model).__module__])  # the runtime, inline in a lone file
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CUDA graphs skipped: the tensors are the CPU's
         account = against_twin(model, twin, lambda: static_cache(early=True), lengths=(5, 1, 1))
@@ -216,8 +216,7 @@ def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_g
     that compile's trace, came out false, and every token took the per-block path."""
     model, twin = llama_pair(Options(mode="reduce-overhead"))
     runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
-    monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    stand_in_gpu(monkeypatch, runtime)
     graphed: list[int] = []
     run_whole = runtime["_regionalize_run_whole"]
 

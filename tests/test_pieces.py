@@ -1,6 +1,6 @@
 """The owner in CUDA graphs where torch reuses no traced region (2.11): traced whole, its graph compiled in
 pieces, each distinct piece once, and a call one CUDA graph. Off a GPU the capture is stood in for
-(`emulated`): it runs nothing, as a capture does, and its replay runs the call into the outputs it made."""
+(`torch_support.emulated`), and each test runs on the GPU too where there is one."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 from test_kv_static import SETTINGS, llama_pair  # noqa: E402
 from test_torch_features import without_reuse  # noqa: E402, F401
 from torch import nn  # noqa: E402
+from torch_support import emulated, stand_in_gpu  # noqa: E402
 
 from regionalize.runtime import pieces  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
@@ -58,23 +59,6 @@ def compiled(model: nn.Module) -> tuple[Any, dict[str, str]]:
     state: dict[str, str] = {}
     backend = pieces._regionalize_pieces({Block}, state, "reduce-overhead", {})
     return torch.compile(model, backend=backend, fullgraph=True), state
-
-
-def emulated(run: Any, inputs: list[Any], graphs: Any) -> tuple[Any, Any]:
-    """A capture off the GPU: what the call writes is put back (a capture runs nothing); the replay runs
-    the call on the inputs it was captured with and writes its results into the outputs it made then."""
-    before = [x.clone() if isinstance(x, torch.Tensor) else None for x in inputs]
-    outputs = run(*inputs)
-    for x, value in zip(inputs, before, strict=True):
-        if value is not None:
-            x.copy_(value)
-
-    def replay() -> None:
-        for out, new in zip(outputs, run(*inputs), strict=True):
-            if isinstance(out, torch.Tensor):
-                out.copy_(new)
-
-    return replay, outputs
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -183,9 +167,7 @@ def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_or
     model, twin = model.to(device), twin.to(device)
     runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
     if device.type == "cpu":
-        monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
-        monkeypatch.setitem(runtime, "_regionalize_capture", emulated)
-        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+        stand_in_gpu(monkeypatch, runtime)
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
     mask = torch.ones_like(ids)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:

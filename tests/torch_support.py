@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-import torch  # noqa: F401  (the runtime reads torch.compiler)
+import torch
 
 from regionalize.runtime.nested import _regionalize_reuses
 
@@ -13,3 +15,31 @@ from regionalize.runtime.nested import _regionalize_reuses
 needs_reuse = pytest.mark.skipif(
     not _regionalize_reuses(), reason="this torch does not reuse a traced region: owners run per block"
 )
+
+
+def emulated(run: Any, inputs: list[Any], graphs: Any) -> tuple[Any, Any]:
+    """The runtime's CUDA-graph capture (`_regionalize_capture`) where the CPU stands in for the GPU: what
+    the call writes is put back (a capture runs nothing); the replay runs the call on the inputs it was
+    captured with and writes its results into the outputs it made then."""
+    before = [x.clone() if isinstance(x, torch.Tensor) else None for x in inputs]
+    outputs = run(*inputs)
+    for x, value in zip(inputs, before, strict=True):
+        if value is not None:
+            x.copy_(value)
+
+    def replay() -> None:
+        for out, new in zip(outputs, run(*inputs), strict=True):
+            if isinstance(out, torch.Tensor):
+                out.copy_(new)
+
+    return replay, outputs
+
+
+def stand_in_gpu(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
+    """The CPU standing in for the GPU for `runtime` (a copy of the runtime: its module, or its globals):
+    tensors report `is_cuda`, are where CUDA graphs run, and captures are `emulated`. Never a real capture
+    of the CPU's work, which would replay nothing on a machine that has a GPU."""
+    space = runtime if isinstance(runtime, dict) else vars(runtime)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setitem(space, "_regionalize_on_graph_device", lambda tensor: True)
+    monkeypatch.setitem(space, "_regionalize_capture", emulated)

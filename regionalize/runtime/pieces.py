@@ -23,9 +23,9 @@ def _regionalize_pieces(classes, state, mode, options):
 
     def backend(graph, example_inputs):
         split = _regionalize_split(graph, classes)
-        mutated, seeded = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
+        mutated, ungraphable = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
         state["pieces"] = f"{len(list(split.children()))} a call, {len(pieces)} compiled in all"
-        return _RegionalizeGraphs(split, example_inputs, mutated, not seeded)
+        return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable)
 
     return backend
 
@@ -50,26 +50,34 @@ def _regionalize_split(graph, classes):
 def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
     """Compile `split`'s pieces in place, run on fake copies of `example_inputs` to learn each piece's
     inputs; `pieces` maps what makes pieces alike to the compiled one. Returns the positions of the
-    inputs that the graph writes to (their fake copies' versions moved) and whether it draws random
-    numbers (an op seeded from the generator)."""
+    inputs that the graph writes to (their fake copies' versions moved) and whether it holds an op that
+    a CUDA graph cannot replay (`Ungraphable`)."""
     from torch._inductor.compile_fx import compile_fx
     from torch._subclasses import FakeTensor
 
     fake = torch._guards.detect_fake_mode(example_inputs) or torch._guards.TracingContext.get().fake_mode
     patches = {**torch._inductor.list_mode_options(mode), **options, "triton.cudagraphs": False}
-    seeded = []
+    ungraphable = []
 
-    class Seeded(torch.utils._python_dispatch.TorchDispatchMode):
+    class Ungraphable(torch.utils._python_dispatch.TorchDispatchMode):
+        """Records ops a CUDA graph cannot replay as the call would run them: those that draw random
+        numbers, and those that make a tensor off the GPU, whose work a capture would run once only (the
+        CPU's is not captured), as Inductor's CUDA-graph trees refuse a graph that holds them."""
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if torch.Tag.nondeterministic_seeded in func.tags and _regionalize_draws(func, args, kwargs):
-                seeded.append(func)
-            return func(*args, **kwargs)
+                ungraphable.append(func)
+            out = func(*args, **kwargs)
+            made = torch.utils._pytree.tree_leaves(out)
+            if any(isinstance(t, torch.Tensor) and not _regionalize_on_graph_device(t) for t in made):
+                ungraphable.append(func)
+            return out
 
     class Compiling(torch.fx.Interpreter):
         def call_module(self, target, args, kwargs):
             piece = getattr(self.module, target)
-            with Seeded():
+            with Ungraphable():
                 out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
             key = _regionalize_piece_key(piece, args)
             compiled = pieces.get(key) if key is not None else None
@@ -85,7 +93,7 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
         versions = [x._version if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
     mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and x._version != versions[i]}
-    return mutated, bool(seeded)
+    return mutated, bool(ungraphable)
 
 
 def _regionalize_draws(func, args, kwargs):
@@ -144,8 +152,8 @@ class _RegionalizeGraphs:
     as a `StaticCache`'s, and any it writes to) or copied into the graph's own before each replay; a fixed
     input at another address is a new capture, as is another size of a dynamic one, up to
     `_regionalize_graph_limit` graphs. Its outputs are copied out of the graph's memory: the next replay
-    overwrites it. Run without a graph: with autograd, off the GPU, where it draws random numbers, past
-    the limit, and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns
+    overwrites it. Run without a graph: with autograd, off the GPU, where it draws random numbers or
+    computes off the GPU, past the limit, and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns
     of). Dynamo's guards on the frame stand for the Python the capture ran."""
 
     def __init__(self, run, example_inputs, mutated, graphable):

@@ -94,8 +94,9 @@ def _regionalize_static_layer(cache, index):
 
 
 def _regionalize_on_graph_device(tensor):
-    """Is `tensor` where CUDA graphs run (the one place the capture conditions name a device)?"""
-    return tensor.is_cuda
+    """Is `tensor` where CUDA graphs run (the one place the capture conditions name a device)? Read from
+    its device, which a fake tensor reports too, as Dynamo traces."""
+    return tensor.device.type == "cuda"
 
 
 def _regionalize_static_graphable(cache):
