@@ -107,6 +107,37 @@ def test_a_call_is_one_graph_replayed_whose_outputs_the_caller_keeps(on_gpu: Any
     assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, 3)
 
 
+def test_graphs_follow_sizes_and_parameters_replaced_and_read_parameters_loaded_in_place(on_gpu: Any) -> None:
+    """Another size is another frame of Dynamo's, captured on its own; parameters replaced (at other
+    addresses) are a new capture; parameters loaded in place are read where they are, by the graph as
+    captured."""
+    device, counts = on_gpu
+    torch.manual_seed(0)
+    model, twin = Stack().eval().to(device), Stack().eval().to(device)
+    whole, _ = compiled(model)
+
+    def calls(rows: int) -> None:
+        x = torch.randn(rows, 3, 4, device=device)
+        for _ in range(3):
+            torch.testing.assert_close(whole(x), model(x))
+
+    def graphed() -> tuple[int, int]:
+        return counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]
+
+    with torch.no_grad():
+        calls(2)
+        calls(5)  # Dynamo's second frame, its sizes symbolic: each size a graph of its own
+        assert graphed() == (2, 4)
+        calls(2)
+        assert graphed() == (3, 6)
+        model.load_state_dict(twin.state_dict())  # in place
+        calls(2)
+        assert graphed() == (3, 9)
+        model.load_state_dict(Stack().to(device).state_dict(), assign=True)  # new tensors
+        calls(2)
+    assert graphed() == (4, 11)
+
+
 def test_a_written_input_at_another_address_is_captured_again_up_to_the_limit(
     on_gpu: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,6 +154,36 @@ def test_a_written_input_at_another_address_is_captured_again_up_to_the_limit(
     assert [c.item() for c in counters] == [3, 3, 3]
     # Two captured, one call of each run as it is first; the third counter's calls all run without one.
     assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (2, 4)
+
+
+class Peeking(Stack):
+    """Reads `seen` after adding one to it, through another tensor the caller hands in too."""
+
+    def forward(self, x: Any, seen: Any = None, other: Any = None) -> Any:
+        return super().forward(x, seen) + other.sum()
+
+
+def sharing(tensor: Any) -> Any:
+    """A tensor on `tensor`'s memory that is not a view of it: it has a version counter of its own."""
+    return torch.empty(0, device=tensor.device).set_(tensor.untyped_storage(), 0, tensor.shape)
+
+
+@pytest.mark.parametrize("other", ["view", "sharing"])
+def test_an_input_read_through_another_that_the_graph_writes_is_read_written(on_gpu: Any, other: str) -> None:
+    """A view of an input the graph writes is written too (views share their base's version counter): the
+    graph reads it where it is. A tensor on the same memory that is not a view is not seen to be written:
+    such a call runs without a graph."""
+    device, counts = on_gpu
+    torch.manual_seed(0)
+    model, x = Peeking().eval().to(device), torch.randn(2, 3, 4, device=device)
+    twin_seen, seen = torch.zeros(1, device=device), torch.zeros(1, device=device)
+    alias = (lambda t: t[:]) if other == "view" else sharing
+    whole, _ = compiled(model)
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(whole(x, seen, alias(seen)), model(x, twin_seen, alias(twin_seen)))
+    graphed = (1, 3) if other == "view" else (0, 0)
+    assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == graphed
 
 
 def test_no_graph_with_autograd_or_random_numbers_and_none_after_a_failed_capture(

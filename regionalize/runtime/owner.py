@@ -11,10 +11,9 @@ import torch
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
 from .nested import _regionalize_reuses, _regionalize_shape
+from .per_block import _regionalize_graph_modes, _regionalize_per_block
 from .pieces import _regionalize_pieces
 from .regions import (
-    _regionalize_block_compiled,
-    _regionalize_block_frames,
     _regionalize_compiling,
     _regionalize_kv_name,
     _regionalize_region,
@@ -25,7 +24,6 @@ from .static import _regionalize_static_checked, _regionalize_static_graphable, 
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
-_regionalize_graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -102,62 +100,6 @@ def _regionalize_registered(
     any model. So it reads no globals, which Dynamo would look up in a module that may be gone."""
     if not compiling() and module._modules.get(name, submodule) is not submodule:
         counted[0] += 1
-
-
-def _regionalize_per_block(owner):
-    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
-    state = owner.__dict__["_regionalize_owner"]
-    if state.get("compiled", 0) < len(state["blocks"]):  # once per block, not on every training call
-        graphs = _regionalize_graph_modes
-        kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
-        model = _regionalize_model(owner)
-        for block in state["blocks"]:
-            if block in _regionalize_block_frames:
-                continue
-            if type(block.__dict__.get("_regionalize_layer")) is int:  # its cache stood in for
-                _regionalize_block_compiled(block, _regionalize_static(block, kwargs, model))
-            elif block._compiled_call_impl is None:
-                block.compile(**_regionalize_static(block, kwargs, model))
-                if state["direct"]:
-                    block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
-        state["compiled"] = len(state["blocks"])
-    return owner._call_impl
-
-
-def _regionalize_model(module):
-    """The model `module` runs in: the outermost module of the calls under way (the `self` of their
-    frames) that holds it, or `module` itself. Not every module of the process: a draft model and its
-    target of one family at two widths, or a model built twice at two sizes, are separate."""
-    model, frame, seen = module, sys._getframe(1), set()
-    while frame is not None:
-        caller = frame.f_locals.get("self")
-        # A module under construction (an `__init__` building the model) may not have its submodules yet.
-        if isinstance(caller, torch.nn.Module) and "_modules" in caller.__dict__ and id(caller) not in seen:
-            seen.add(id(caller))
-            if any(m is module for m in caller.modules()):
-                model = caller
-        frame = frame.f_back
-    return model
-
-
-def _regionalize_static(module, kwargs, model):
-    """The compile options for `module`, a block compiled on its own, with `dynamic=False` when another
-    module of its class in `model` holds a parameter of the same name at another shape (stages of
-    growing width). `block.compile()` compiles torch's `_call_impl`, one code object for every module, and
-    those blocks share no graph, parameters being static: automatic dynamic shapes would only add a
-    symbolic compile for each, which on Swin's stages kept Inductor's CPU code generation busy past 5
-    minutes, against half a minute for a full compile. Compared by name, since the stages differ in what
-    they hold too (Swin's third has six blocks, its last no downsampling). Not where the parameters they
-    share agree (T5's encoder and decoder stacks, one class, the decoder's layers holding a
-    cross-attention too), nor across models (`_regionalize_model`): a decoder's cache grows every token,
-    and static shapes would compile it again for each, up to the recompile limit."""
-    if "dynamic" in kwargs:
-        return kwargs
-    own = {name: p.shape for name, p in module.named_parameters()}
-    others = [m for m in model.modules() if type(m) is type(module) and m is not module]
-    if any(own.get(name, p.shape) != p.shape for m in others for name, p in m.named_parameters()):
-        return {**kwargs, "dynamic": False}
-    return kwargs
 
 
 def _regionalize_owner_compiled(owner, compile_kwargs):

@@ -99,7 +99,7 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
 def _regionalize_draws(func, args, kwargs):
     """Does `func`, an op that may draw random numbers, draw any here: not a dropout of probability 0 or
     out of training (attention's among them, which every call of torch's scaled dot product makes)."""
-    given = dict(zip((a.name for a in func._schema.arguments), args))
+    given = dict(zip((a.name for a in func._schema.arguments), args, strict=False))
     given.update(kwargs)
     for a in func._schema.arguments:
         if a.name not in given and a.has_default_value():
@@ -153,8 +153,9 @@ class _RegionalizeGraphs:
     input at another address is a new capture, as is another size of a dynamic one, up to
     `_regionalize_graph_limit` graphs. Its outputs are copied out of the graph's memory: the next replay
     overwrites it. Run without a graph: with autograd, off the GPU, where it draws random numbers or
-    computes off the GPU, past the limit, and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns
-    of). Dynamo's guards on the frame stand for the Python the capture ran."""
+    computes off the GPU, where an input it copies in shares memory with one it writes, past the limit,
+    and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns of).
+    Dynamo's guards on the frame stand for the Python the capture ran."""
 
     def __init__(self, run, example_inputs, mutated, graphable):
         self.run, self.graphs, self.warm, self.pool = run, {}, set(), None
@@ -168,6 +169,7 @@ class _RegionalizeGraphs:
             or getattr(example_inputs[i], "_dynamo_static_input_type", None) is not None
         ]
         self.copied = [i for i in tensors if i not in self.fixed]
+        self.mutated = sorted(mutated)
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
 
     def __call__(self, *args):
@@ -177,25 +179,13 @@ class _RegionalizeGraphs:
         # unified with the host's); the others are checked.
         key = tuple(args[i].data_ptr() for i in self.fixed), tuple(args[i] for i in self.values)
         graph = self.graphs.get(key)
-        if not all(_regionalize_on_graph_device(args[i]) for i in (self.copied if graph else self.fixed)):
-            return self.run(*args)
         if graph is None:
-            if not all(_regionalize_on_graph_device(args[i]) for i in self.copied):
-                return self.run(*args)
-            if key not in self.warm or len(self.graphs) >= _regionalize_graph_limit:
-                self.warm.add(key)
-                # Fixed inputs at new addresses call after call: not a frame a graph can serve.
-                self.graphable = len(self.warm) < 4 * _regionalize_graph_limit
-                return self.run(*args)
-            try:
-                graph = self.graphs[key] = self.capture(args)
-            except Exception:  # an op a CUDA graph cannot hold: this frame runs without one
-                self.graphable = False
-                torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] += 1
-                return self.run(*args)
-            # What verify counts, beside the graphs of torch's CUDA-graph trees.
-            torch._dynamo.utils.counters["regionalize"]["cuda_graphs_captured"] += 1
-        replay, buffers, outputs = graph
+            graph = self.captured(key, args)
+        elif not self.servable(args, graph[3]):
+            graph = None
+        if graph is None:
+            return self.run(*args)
+        replay, buffers, outputs, _ = graph
         for i, buffer in buffers:
             buffer.copy_(args[i])
         replay()
@@ -204,17 +194,45 @@ class _RegionalizeGraphs:
         # one, memory the graph writes in place, the caller's own.
         return tuple(x.clone() if copy else x for x, copy in outputs)
 
-    def capture(self, args):
+    def servable(self, args, written):
+        """Can the graph take the inputs it copies in: on the GPU, none the memory of an input the graph
+        writes to (its copy would not see the write)."""
+        for i in self.copied:
+            x = args[i]
+            if not _regionalize_on_graph_device(x) or x.untyped_storage().data_ptr() in written:
+                return False
+        return True
+
+    def captured(self, key, args):
+        """The graph for `key`, captured on its second call, else None: the call runs as it is."""
+        if not all(_regionalize_on_graph_device(args[i]) for i in self.fixed):
+            return None
+        written = {args[i].untyped_storage().data_ptr() for i in self.mutated}
+        if not self.servable(args, written):
+            return None
+        if key not in self.warm or len(self.graphs) >= _regionalize_graph_limit:
+            self.warm.add(key)
+            # Fixed inputs at new addresses call after call: not a frame a graph can serve.
+            self.graphable = len(self.warm) < 4 * _regionalize_graph_limit
+            return None
         buffers = [(i, torch.empty_like(args[i]).copy_(args[i])) for i in self.copied]
         inputs = list(args)
         for i, buffer in buffers:
             inputs[i] = buffer
-        replay, outputs = _regionalize_capture(self.run, inputs, self)
+        try:
+            replay, outputs = _regionalize_capture(self.run, inputs, self)
+        except Exception:  # an op a CUDA graph cannot hold: this frame runs without one
+            self.graphable = False
+            torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] += 1
+            return None
+        # What verify counts, beside the graphs of torch's CUDA-graph trees.
+        torch._dynamo.utils.counters["regionalize"]["cuda_graphs_captured"] += 1
         fixed = {args[i].untyped_storage().data_ptr() for i in self.fixed}
         outputs = [
             (x, isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in fixed) for x in outputs
         ]
-        return replay, buffers, outputs
+        graph = self.graphs[key] = replay, buffers, outputs, written
+        return graph
 
 
 def _regionalize_capture(run, inputs, graphs):

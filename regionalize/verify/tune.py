@@ -29,7 +29,7 @@ import torch
 from torch._dynamo import utils as dynamo_utils
 
 from regionalize.codemod.transform import transform_source
-from regionalize.runtime.owner import _regionalize_static
+from regionalize.runtime.per_block import _regionalize_static
 from regionalize.shared.options import Options
 from regionalize.verify.accounting import recording
 from regionalize.verify.loading import Target, VerifyError, import_paths
