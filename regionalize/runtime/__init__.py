@@ -12,7 +12,10 @@ one frame a call.
 
 In CUDA graphs the owner is opaque to a compile around the model (transformers' `generate` compiles the
 forward itself for a static cache): that compile breaks its graph at the owner, which serves itself, one
-graph a call, rather than being traced through in pieces (and every block with it, on 2.11).
+graph a call, rather than being traced through in pieces (and every block with it, on 2.11). Where torch
+reuses no traced region (2.11) such an owner is traced whole, blocks and all, as a full compile is, and
+guarded as one; its graph is split at its blocks and each distinct piece compiled once, and a call is one
+CUDA graph of them, captured by the runtime.
 
 A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then
