@@ -91,6 +91,16 @@ def test_each_distinct_piece_is_compiled_once_and_the_call_computes_the_original
     assert state["pieces"] == "7 a call, 5 compiled in all"
 
 
+def test_pieces_alike_but_for_the_memory_their_inputs_share_are_not_one_piece() -> None:
+    """A piece compiled for two inputs on one memory may read or write it as one: it is not reused for
+    two inputs apart, nor the other way round."""
+    piece = torch.fx.symbolic_trace(lambda a, b: a.add_(1) + b)
+    x, y = torch.zeros(4), torch.zeros(4)
+    apart = pieces._regionalize_piece_key(piece, [x, y])
+    assert pieces._regionalize_piece_key(piece, [y, x]) == apart
+    assert pieces._regionalize_piece_key(piece, [x, x.view(4)]) != apart
+
+
 def test_a_call_is_one_graph_replayed_whose_outputs_the_caller_keeps(on_gpu: Any) -> None:
     """The first call runs as it is, the second captures and replays, the rest replay; each output kept
     holds its own call's result; an input the graph writes to is the caller's, written every call."""

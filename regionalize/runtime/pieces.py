@@ -16,8 +16,8 @@ def _regionalize_pieces(classes, state, mode, options):
     (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
     compiled piece, so Inductor compiles a block once, not once a layer. Where region reuse is missing this
     replaces it: on an H200, a 32-layer Llama's regions cost a 28.7 s start against 24.4 s for the model
-    compiled whole. The call is one CUDA graph (`_RegionalizeGraphs`). `state` gets the counts, for the
-    form verify reports."""
+    compiled whole; in pieces, 10.9 s (docs/compile-forms.md). The call is one CUDA graph
+    (`_RegionalizeGraphs`). `state` gets the counts, for the form verify reports."""
 
     pieces = {}  # shared by the owner's frames: the prompt's and the tokens' share the sizeless pieces
 
@@ -109,8 +109,11 @@ def _regionalize_draws(func, args, kwargs):
 
 
 def _regionalize_piece_key(piece, args):
-    """What makes two pieces one compiled piece: their nodes, and their inputs' sizes, layouts and dtypes.
-    None for a piece holding a constant (`get_attr`), which is its own."""
+    """What makes two pieces one compiled piece: their nodes, their inputs' sizes, layouts and dtypes, and
+    which of their inputs share memory (a piece compiled for an input passed twice reads it once). None for
+    a piece holding a constant (`get_attr`), which is its own."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
     index, nodes = {}, []
     for node in piece.graph.nodes:
         if node.op == "get_attr":
@@ -131,7 +134,9 @@ def _regionalize_piece_key(piece, args):
         else repr(x)
         for x in args
     )
-    return tuple(nodes), inputs
+    storages = [StorageWeakRef(x.untyped_storage()) for x in args if isinstance(x, torch.Tensor)]
+    shared = tuple(storages.index(s) for s in storages)
+    return tuple(nodes), inputs, shared
 
 
 class _RegionalizePiece(torch.nn.Module):
