@@ -196,6 +196,32 @@ def test_an_input_read_through_another_that_the_graph_writes_is_read_written(on_
     assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == graphed
 
 
+class Detour(Stack):
+    """Ends off the GPU and back: float64 stands for the CPU (`test_no_graph_for_work_off_the_gpu`)."""
+
+    def forward(self, x: Any, seen: Any = None) -> Any:
+        return super().forward(x, seen).double().tanh().float()
+
+
+def test_no_graph_for_work_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture would run the CPU's work once only, and every replay would reuse what it made then: a
+    frame that makes a tensor off the GPU is never captured (float64 tensors stand for the CPU's here,
+    every other tensor where CUDA graphs run)."""
+    monkeypatch.setattr(pieces, "_regionalize_on_graph_device", lambda tensor: tensor.dtype != torch.float64)
+    monkeypatch.setattr(pieces, "_regionalize_capture", emulated)
+    counts = torch._dynamo.utils.counters["regionalize"]
+    counts.clear()
+    torch.manual_seed(0)
+    for model, graphed in ((Stack().eval(), (1, 2)), (Detour().eval(), (0, 0))):
+        whole, _ = compiled(model)
+        x = torch.randn(2, 3, 4)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(whole(x), model(x))
+        assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == graphed
+        counts.clear()
+
+
 def test_no_graph_with_autograd_or_random_numbers_and_none_after_a_failed_capture(
     on_gpu: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
