@@ -14,10 +14,9 @@ def _regionalize_pieces(classes, state, mode, options):
     whole and guards every line of it, as a full compile does (the Python between the blocks included). Its
     graph is split where a block's nodes begin and end (their module stack names the block); pieces alike
     (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
-    compiled piece, so Inductor compiles a block once, not once a layer. Where region reuse is missing this
-    replaces it: on an H200, a 32-layer Llama's regions cost a 28.7 s start against 24.4 s for the model
-    compiled whole; in pieces, 10.9 s (docs/compile-forms.md). The call is one CUDA graph
-    (`_RegionalizeGraphs`). `state` gets the counts, for the form verify reports."""
+    compiled piece, so Inductor compiles a block once, not once a layer: where region reuse is missing,
+    this replaces it (the figures: docs/compile-forms.md, CUDA graphs in pieces). The call is one CUDA
+    graph (`_RegionalizeGraphs`). `state` gets the counts, for the form verify reports."""
 
     pieces = {}  # shared by the owner's frames: the prompt's and the tokens' share the sizeless pieces
 

@@ -94,8 +94,9 @@ def _regionalize_static_layer(cache, index):
 
 
 def _regionalize_on_graph_device(tensor):
-    """Is `tensor` where CUDA graphs run (the one place the capture conditions name a device)? Read from
-    its device, which a fake tensor reports too, as Dynamo traces."""
+    """Is `tensor` where CUDA graphs run: what a static cache's layers and a capture in pieces ask of their
+    tensors. Read from its device, which a fake tensor reports too, as Dynamo traces. (The owner routes a
+    call by its arguments' `is_cuda`, `_regionalize_graphable`.)"""
     return tensor.device.type == "cuda"
 
 
