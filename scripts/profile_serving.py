@@ -19,22 +19,16 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import pstats
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from serving import workers
+from serving.settings import LLAMA3_8B, VARIANTS
 from torch.profiler import ProfilerActivity, profile
-
-_spec = importlib.util.spec_from_file_location("bench_serving", Path(__file__).with_name("bench_serving.py"))
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_serving"] = bench
-_spec.loader.exec_module(bench)
 
 
 def kernels(run: Any) -> tuple[float, int]:
@@ -50,18 +44,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("variant", choices=list(bench.VARIANTS))
+    parser.add_argument("variant", choices=list(VARIANTS))
     parser.add_argument("--rewritten-dir", type=Path, default=Path(".bench/serving"))
     args = parser.parse_args()
     job = {"device": "cuda", "prepared": str(args.rewritten_dir.resolve()), "prompt_len": 128}
-    bench.warm_up("cuda")
-    model, extra = bench.build(job, args.variant, bench.LLAMA3_8B, "bfloat16")
-    ids = bench.prompt(job, bench.LLAMA3_8B["vocab_size"])
+    workers.warm_up("cuda")
+    model, extra = workers.build(job, args.variant, LLAMA3_8B, "bfloat16")
+    ids = workers.prompt(job, LLAMA3_8B["vocab_size"])
 
     def generate(tokens: int) -> float:
         torch.cuda.synchronize()
         start = time.perf_counter()
-        bench.generate(model, ids, tokens, extra)
+        workers.generate(model, ids, tokens, extra)
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
@@ -70,15 +64,15 @@ def main() -> None:
     rounds = [(generate(32) - generate(1)) / 31 * 1e3 for _ in range(3)]
     print(f"{args.variant}: decode ms/token {', '.join(f'{r:.2f}' for r in rounds)}")
     n = 17
-    many, many_count = kernels(lambda: bench.generate(model, ids, n, extra))
-    one, one_count = kernels(lambda: bench.generate(model, ids, 1, extra))
+    many, many_count = kernels(lambda: workers.generate(model, ids, n, extra))
+    one, one_count = kernels(lambda: workers.generate(model, ids, 1, extra))
     print(
         f"{args.variant}: GPU kernel time {(many - one) / (n - 1):.2f} ms a decode token, "
         f"{(many_count - one_count) / (n - 1):.0f} kernels a token"
     )
     profiler = cProfile.Profile()
     profiler.enable()
-    bench.generate(model, ids, n, extra)
+    workers.generate(model, ids, n, extra)
     torch.cuda.synchronize()
     profiler.disable()
     text = io.StringIO()

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "scripts" / "bench_serving.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from serving import report
+from serving.settings import CHECK, LLAMA3_8B
 
 
 def meta(
@@ -44,7 +42,7 @@ def test_a_run_in_parts_keeps_rows_it_does_not_measure_and_checks_it_does_not_re
     tmp_path: Path, checking: bool, commit: str, rewrite_check_kept: bool
 ) -> None:
     now = meta("second", commit)
-    rows, check = bench.kept(earlier(tmp_path), now, ["rewrite"], checking)
+    rows, check = report.kept(earlier(tmp_path), now, ["rewrite"], checking)
     # The variant measured again is the new run's; a row kept says when it was measured, on no rewrite.
     assert rows == {"full": {"first_generate_s": 90.0, "date": "2026-11-26", "rewrites": None}}
     assert "full" in check and ("rewrite" in check) == rewrite_check_kept
@@ -53,28 +51,28 @@ def test_a_run_in_parts_keeps_rows_it_does_not_measure_and_checks_it_does_not_re
 
 def test_a_run_on_another_machine_is_not_added_to(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="another machine"):
-        bench.kept(earlier(tmp_path), meta("second", device="NVIDIA H100"), ["rewrite"], False)
+        report.kept(earlier(tmp_path), meta("second", device="NVIDIA H100"), ["rewrite"], False)
 
 
 def test_the_table_says_which_command_each_row_is_from_only_where_there_are_several() -> None:
     one = meta("first") | {"date": "2026-11-26", "wall_s": 60.0, "check_model": {}}
-    one["model"] = dict(bench.LLAMA3_8B)
-    one["check_model"] = dict(bench.CHECK)
-    assert "last of these commands" not in bench.markdown(one, {}, {})
+    one["model"] = dict(LLAMA3_8B)
+    one["check_model"] = dict(CHECK)
+    assert "last of these commands" not in report.markdown(one, {}, {})
     several = one | {"commands": ["first", "second"], "earlier_wall_s": 60.0}
-    text = bench.markdown(several, {}, {})
+    text = report.markdown(several, {}, {})
     assert "Each row is from the last of these commands that names its variant." in text
     assert "2.0 minutes in all" in text
 
 
 def test_rows_measured_on_other_rewrites_or_days_are_named_in_the_table(tmp_path: Path) -> None:
     now = meta("second", "def5678", date="2026-11-27")
-    rows, _ = bench.kept(earlier(tmp_path), now, ["full"], False)
-    now |= {"wall_s": 60.0, "model": dict(bench.LLAMA3_8B), "check_model": dict(bench.CHECK)}
+    rows, _ = report.kept(earlier(tmp_path), now, ["full"], False)
+    now |= {"wall_s": 60.0, "model": dict(LLAMA3_8B), "check_model": dict(CHECK)}
     rows = {"rewrite": rows["rewrite"] | {"error": "cut short"}}
-    text = bench.markdown(now, rows, {})
+    text = report.markdown(now, rows, {})
     assert "on 2026-11-26 and 2026-11-27" in text
     assert "Rows rewrite: rewrites of runtime 14, regionalize abc1234." in text
-    rows["rewrite"] |= {"date": "2026-11-27", "rewrites": bench.rewrites_of(now, "rewrite")}
-    text = bench.markdown(now, rows, {})
+    rows["rewrite"] |= {"date": "2026-11-27", "rewrites": report.rewrites_of(now, "rewrite")}
+    text = report.markdown(now, rows, {})
     assert "rewrites of runtime" not in text and "on 2026-11-27:" in text

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What a session lent a GPU runs first: issue 37's benchmark, every variant in one sitting, then the tests
+# that need CUDA. Run on the GPU machine (Python 3.12, the torch and transformers of its image, no libcst),
+# one part a device call, so that a part cut short still returns what the other measured:
+#
+#   bash scripts/gpu_checks.sh bench   # carry [".whl", ".bench"], timeout_s 600; docs/serving/README.md
+#   bash scripts/gpu_checks.sh tests   # carry [".whl"], timeout_s 300
+#
+# Made here first: the libcst wheel in .whl/ (the device README's `pip download`, cp312) and the rewrites
+# in .bench/serving (`python scripts/bench_serving.py --prepare ...`, its docstring). What each part
+# writes under $OUT comes back: serving.md and serving.json (copy them into docs/serving/ unchanged), and
+# the tests' log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+part="${1:-}"
+if [[ "$part" != bench && "$part" != tests ]]; then
+  echo "usage: bash scripts/gpu_checks.sh bench|tests" >&2
+  exit 2
+fi
+out="${OUT:-/tmp/gpu-checks}"
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
+fi
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+case "$part" in
+  bench)
+    # The benchmark's own timeout leaves time for the copy, which runs even where it cut the run short.
+    timeout "${BENCH_S:-560}" python3 scripts/bench_serving.py --rewritten-dir .bench/serving --hot 2>&1 \
+      | grep -E "^==|^error|Error|Traceback" | cut -c1-1500
+    status=${PIPESTATUS[0]}
+    cp docs/serving/serving.md docs/serving/serving.json "$out"/
+    exit "$status"
+    ;;
+  tests)
+    # Every test that runs on CUDA where there is one (the parametrisations and names that say so).
+    timeout "${TESTS_S:-270}" python3 -m pytest -q -p no:cacheprovider -n 6 -k cuda tests 2>&1 \
+      | tee "$out/cuda-tests.txt" | grep -E "passed|failed|FAILED|^E " | head -40
+    exit "${PIPESTATUS[0]}"
+    ;;
+esac
