@@ -154,8 +154,9 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: An
     model, twin = pair(source=source)
     account = against_twin(model, twin, make)
     assert served_forms(model) == {"Decoder": "whole"}
-    # Prefill, the first token, then the token with the cache length symbolic: one trace each.
-    assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
+    # The prompt, then the tokens, the cache's length symbolic from the first (marked so): a trace each.
+    assert account.regions_traced == 2 and account.regions_stamped == 2 * 5
+    assert account.recompiles == 1
     assert not account.fell_back_to_eager
 
 
@@ -233,7 +234,7 @@ def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
     made: list[Any] = []  # the twin's cache, then the model's
     account = against_twin(model, twin, lambda: made.append(DynamicCache()) or made[-1])
     assert all(layer.width == 8 for layer in made[1].layers)
-    assert account.regions_traced == 3 and account.regions_stamped == 3 * 5
+    assert account.regions_traced == 2 and account.regions_stamped == 2 * 5
 
 
 READS_THE_LAYER = """
@@ -311,7 +312,8 @@ def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer
     with recording() as account:
         actual = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
     assert actual.tolist() == expected.tolist()
-    assert account.regions_traced == 3 and account.regions_stamped == 3 * 3
+    # One frame for the prompt, one that every token shares: its cache's length marked dynamic.
+    assert account.regions_traced == 2 and account.regions_stamped == 2 * 3 and account.recompiles == 1
     assert served_forms(model) == {"LlamaModel": "whole"}
 
 
@@ -338,4 +340,4 @@ def test_transformers_gpt2_generates_the_originals_tokens_from_one_traced_layer(
             actual = model.generate(ids, attention_mask=torch.ones_like(ids), **settings)
     assert actual.tolist() == expected.tolist()
     assert served_forms(model) == {"GPT2Model": "whole"} and not account.fell_back_to_eager
-    assert account.regions_traced == 3 and account.regions_stamped == 3 * 7
+    assert account.regions_traced == 2 and account.regions_stamped == 2 * 7 and account.recompiles == 1

@@ -21,8 +21,12 @@ class _RegionalizeLayerKV:
         self.updates += 1
         if self.keys is None:
             # Kept as copies: the region returns them, and a region's outputs must not alias each other
-            # or its inputs (GPT-2's keys and values are views of one projection).
-            self.keys, self.values = key_states.clone(), value_states.clone()
+            # or its inputs (GPT-2's keys and values are views of one projection). Contiguous, as
+            # transformers' own update leaves them (joined to an empty tensor) and as every later token's
+            # are: the first token's frame then takes the next ones' layout (`_regionalize_kv_growing`).
+            contiguous = torch.contiguous_format
+            self.keys = key_states.clone(memory_format=contiguous)
+            self.values = value_states.clone(memory_format=contiguous)
             return key_states, value_states
         key_states = torch.cat([self.keys, key_states], dim=-2)
         value_states = torch.cat([self.values, value_states], dim=-2)
@@ -119,6 +123,32 @@ def _regionalize_kv_past(layer):
 
 def _regionalize_kv_length(past):
     return 0 if past[0] is None else past[0].shape[-2]
+
+
+def _regionalize_kv_growing(args, kwargs):
+    """Mark the length of the keys and values of a transformers `DynamicCache` among a call's arguments (an
+    `EncoderDecoderCache`'s own) dynamic where its layers hold them: they grow by a token a call. Dynamo
+    would compile the first token's frame for its length, and the next token's again with the length
+    symbolic; marked, the first token's is the one every token shares, one compile fewer in a first
+    `generate` (a hint: Dynamo still specializes a length the code needs). None where no such cache is
+    handed; False where it holds nothing yet (the prompt)."""
+    utils = sys.modules.get("transformers.cache_utils")
+    if utils is None:
+        return None
+    found = None
+    for value in (*args, *kwargs.values()):
+        if type(value) is getattr(utils, "EncoderDecoderCache", None):
+            value = value.self_attention_cache
+        if type(value) is not getattr(utils, "DynamicCache", None):
+            continue
+        found = bool(found)
+        for layer in value.layers:
+            if type(layer) in (utils.DynamicLayer, utils.DynamicSlidingWindowLayer) and layer.is_initialized:
+                for tensor in (layer.keys, layer.values):
+                    if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
+                        torch._dynamo.maybe_mark_dynamic(tensor, tensor.dim() - 2)
+                        found = True
+    return found
 
 
 def _regionalize_kv_init(layer, keys, values):

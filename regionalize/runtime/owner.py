@@ -9,7 +9,7 @@ import weakref
 import torch
 
 from .bypass import _regionalize_direct, _regionalize_guard_filter
-from .kv import _regionalize_kv, _regionalize_kv_holds, _regionalize_layer_idx
+from .kv import _regionalize_kv, _regionalize_kv_growing, _regionalize_kv_holds, _regionalize_layer_idx
 from .nested import _regionalize_reuses, _regionalize_shape
 from .per_block import _regionalize_graph_modes, _regionalize_per_block
 from .pieces import _regionalize_pieces
@@ -227,6 +227,10 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         state["version"] = _regionalize_version[0]
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
             whole = _regionalize_owner_compiled(owner, state["kwargs"])
+    if "growing" not in state and not torch.compiler.is_compiling():  # till a call hands a cache set up
+        found = _regionalize_kv_growing(args, kwargs)
+        if found is not False:  # marked, or no cache to mark (a call without one is not a decoder's)
+            state["growing"] = found
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
     # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
