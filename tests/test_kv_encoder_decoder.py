@@ -110,7 +110,8 @@ def held(cache: EncoderDecoderCache) -> list[Any]:
 @needs_reuse
 def test_one_trace_serves_every_layer_and_the_caches_hold_the_originals() -> None:
     """The prompt writes the cross-attention keys: one region, traced once and stamped out for the other
-    five layers. The tokens read them: traced layer by layer, without regions."""
+    five layers. The tokens read them: traced layer by layer, without regions, in one frame for them all
+    (the self-attention cache's length marked dynamic from the first)."""
     model, twin = pair()
     expected_cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -126,7 +127,7 @@ def test_one_trace_serves_every_layer_and_the_caches_hold_the_originals() -> Non
             torch.testing.assert_close(got[:2], want[:2])
             assert got[2] == want[2]
     assert served_forms(model) == {"Decoder": "whole"} and not account.fell_back_to_eager
-    assert account.regions_traced == 1 and account.regions_stamped == 5
+    assert account.regions_traced == 1 and account.regions_stamped == 5 and account.recompiles == 1
 
 
 OTHER_LAYER = SOURCE.replace(
