@@ -24,7 +24,8 @@ allows graph breaks): the original's result, never an error the original would n
 
 A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
 values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every
-layer; the cache's length is marked dynamic from the first token, whose frame every token then shares. For a `StaticCache` (transformers' way to serve compiled) the region takes its layer's tensors, which
+layer; the cache's length is marked dynamic from the first token, whose frame every token then shares.
+For a `StaticCache` (transformers' way to serve compiled) the region takes its layer's tensors, which
 transformers' own update writes in place.
 
 One file, unlike the rest of regionalize: it is the text the codemod copies whole into each package it
