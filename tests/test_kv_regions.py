@@ -120,6 +120,33 @@ def against_twin(
     return account
 
 
+def test_a_dynamic_caches_length_is_marked_dynamic_once_it_holds_keys() -> None:
+    """What the owner marks before compiling a call: nothing without a `DynamicCache` (None, and it stops
+    looking) or while its layers hold nothing (False, the prompt); then the length of every layer's keys
+    and values (an `EncoderDecoderCache`'s own, not its cross-attention's), and nothing else."""
+    from transformers.cache_utils import EncoderDecoderCache, StaticCache
+
+    from regionalize.runtime.kv import _regionalize_kv_growing
+
+    def marked(tensor: Any) -> set[int]:
+        return set(getattr(tensor, "_dynamo_weak_dynamic_indices", ()))
+
+    new = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4)  # a layer's first keys and values, 5 long
+    assert _regionalize_kv_growing((torch.zeros(3),), {"past_key_values": None}) is None
+    config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=2)
+    assert _regionalize_kv_growing((), {"cache": StaticCache(config=config, max_cache_len=4)}) is None
+    cache = DynamicCache()
+    assert _regionalize_kv_growing((), {"past_key_values": cache}) is False
+    cache.update(*new, 0)
+    assert _regionalize_kv_growing((cache,), {}) is True
+    assert marked(cache.layers[0].keys) == marked(cache.layers[0].values) == {2}
+    own, cross = DynamicCache(), DynamicCache()
+    own.update(*new, 0)
+    cross.update(*new, 0)
+    assert _regionalize_kv_growing((), {"past_key_values": EncoderDecoderCache(own, cross)}) is True
+    assert marked(own.layers[0].keys) == {2} and not marked(cross.layers[0].keys)
+
+
 # As older transformers layers return `(hidden_states, None)`.
 RETURNING_NONE = SOURCE.replace(
     "return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()",
