@@ -227,10 +227,10 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         state["version"] = _regionalize_version[0]
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
             whole = _regionalize_owner_compiled(owner, state["kwargs"])
-    if "growing" not in state and not torch.compiler.is_compiling():  # till a call hands a cache set up
-        found = _regionalize_kv_growing(args, kwargs)
-        if found is not False:  # marked, or no cache to mark (a call without one is not a decoder's)
-            state["growing"] = found
+    # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
+    looking = "growing" not in state and not torch.compiler.is_compiling()
+    if looking and _regionalize_kv_growing(args, kwargs) is not False:
+        state["growing"] = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (measured: 1e6 off on a
     # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
