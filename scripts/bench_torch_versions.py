@@ -15,7 +15,9 @@ read 1.48x a full compile's time per call that way, and 0.98x interleaved, on on
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
 
-writes docs/torch-versions/versions.md and versions.json. The models are 32 layers: the forward
+writes docs/torch-versions/versions.md and versions.json. With `--update` it measures the torches given
+and keeps the other torches' rows of versions.json, each row naming the date and runtime it was
+measured with (after a change of the runtime that only one torch takes). The models are 32 layers: the forward
 benchmark's GPT-style stack and transformers' Llama (one forward, no cache), and transformers' Llama and
 Qwen2 decoders from scripts/bench_decode.py (greedy generation with a `DynamicCache`). Never run it
 beside anything else: on 2 cores another job's threads move every figure.
@@ -29,6 +31,7 @@ import functools
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -40,6 +43,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "BENCH_RESULT "
+# The runtime's version, from its first line ("# regionalize runtime 17: ...").
+RUNTIME = re.search(r"runtime (\d+)", (ROOT / "regionalize/runtime/__init__.py").read_text().splitlines()[0])
 # name -> (model, factory, generate?)
 MODELS = {
     "gpt-32": (str(ROOT / "docs/bench_forward/gpt.py"), "build", False),
@@ -104,8 +109,10 @@ def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
             warm_up(Options(), "cpu")
             torch.compiler.reset()
             first = first_call_s(built, "cpu")
+            start = time.perf_counter()
             with recording() as account:
                 out = call(built)
+            then = time.perf_counter() - start
             want = call(subject.build(_variant("eager")))
     # With generate: the tokens; their logits as a compiled model's can be, within the verifier's tolerance.
     if MODELS[name][2]:
@@ -117,6 +124,7 @@ def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
     identical &= all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in zip(*same, strict=True))
     return {
         "first_s": first,
+        "then_s": then,
         "identical": identical,
         "fell_back_to_eager": account.fell_back_to_eager,
         "forms": served_forms(built.model),
@@ -160,6 +168,7 @@ def merged(results: list[dict[str, Any]]) -> dict[str, Any]:
         **results[0],
         "first_s": statistics.median(firsts),
         "first_s_runs": firsts,
+        **({"then_s": statistics.median(r["then_s"] for r in results)} if "then_s" in results[0] else {}),
         "identical": all(r["identical"] for r in results),
         "fell_back_to_eager": any(r["fell_back_to_eager"] for r in results),
     }
@@ -210,11 +219,24 @@ def cell(result: dict[str, Any] | None, full: dict[str, Any], unit: str) -> str:
     return f"{first:.1f} s ({sooner:.2f}x sooner) / {per:.2f} {unit} ({slower:.2f}x)"
 
 
-def notes(result: dict[str, Any] | None) -> str:
+def whole(result: dict[str, Any]) -> float | None:
+    """With `generate`, the first token and then a whole generation (the tokens' compiles): the start of
+    a first generation, a prefill over."""
+    return result["first_s"] + result["then_s"] if "then_s" in result else None
+
+
+def notes(result: dict[str, Any] | None, full: dict[str, Any], generate: bool) -> str:
     if result is None or "error" in result:
         return "-"
+    started = whole(result) if generate else None
+    full_started = whole(full) if generate and full else None
     return "; ".join(
         [
+            *(
+                [f"first generate {started:.1f} s (full {full_started:.1f} s)"]
+                if started is not None and full_started is not None
+                else []
+            ),
             ", ".join(f"{k}: {v}" for k, v in result["forms"].items()) or "-",
             "outputs as eager's" if result["identical"] else "**outputs differ from eager's**",
             "**fell back to eager**" if result["fell_back_to_eager"] else "no eager fallback",
@@ -225,17 +247,33 @@ def notes(result: dict[str, Any] | None) -> str:
 def table(runs: list[dict[str, Any]]) -> str:
     lines = [
         "| torch | model | full: first / per call | default | per-block | default, regions inlined "
-        "| default: form served, outputs, fallback |",
+        "| default: first generate, form served, outputs, fallback |",
         "|---|---|---|---|---|---|---|",
     ]
     for run in runs:
+        when = ", ".join(
+            str(run[k]) if k == "date" else f"runtime {run[k]}" for k in ("date", "runtime") if k in run
+        )
         for name, by_form in run["models"].items():
             full = by_form["full"] if "error" not in by_form["full"] else {}
             unit = "ms/token" if "generate" in name else "ms"
             cells = [cell(by_form.get(form), full, unit) for form in (*FORMS, INLINED)]
-            row = [run["versions"]["torch"], name, *cells, notes(by_form["regional"])]
+            torch_cell = run["versions"]["torch"] + (f" ({when})" if when else "")
+            row = [torch_cell, name, *cells, notes(by_form["regional"], full, "generate" in name)]
             lines.append(f"| {' | '.join(row)} |")
     return "\n".join(lines)
+
+
+def kept(out: Path, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`runs` with the runs of other torches from `out`'s versions.json, in torch order. A run recorded
+    before runs named their date takes the date of the table it came from."""
+    old = json.loads((out / "versions.json").read_text(encoding="utf-8"))
+    found = re.search(r"Measured on (\d{4}-\d\d-\d\d)", (out / "versions.md").read_text(encoding="utf-8"))
+    measured = {run["versions"]["torch"] for run in runs}
+    others = [
+        {"date": found.group(1) if found else "?", **r} for r in old if r["versions"]["torch"] not in measured
+    ]
+    return sorted([*others, *runs], key=lambda r: r["versions"]["torch"])
 
 
 def main() -> None:
@@ -251,6 +289,11 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=int, default=900, help="seconds per process")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the rows of the torches not measured now from the last versions.json",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "FORM"), help=argparse.SUPPRESS)
     parser.add_argument("--steady", nargs=2, metavar=("MODEL", "FORMS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -267,6 +310,7 @@ def main() -> None:
     runs = []
     for python in args.python or [sys.executable]:
         found = {"python": python, "versions": versions(python), "models": {}}
+        found |= {"date": str(datetime.date.today()), "runtime": int(RUNTIME.group(1))}
         for name in args.models:
             names = forms(python) if name in INLINED_ON else FORMS
             tried: dict[str, list[dict[str, Any]]] = {form: [] for form in names}
@@ -295,14 +339,23 @@ def main() -> None:
                     by_form[form]["ms"] = steady[form]
         runs.append(found)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.update:
+        runs = kept(args.out, runs)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    dates = " and ".join(sorted({str(r["date"]) for r in runs}))
     header = (
-        f"# The default rewrite by torch version\n\nMeasured on {datetime.date.today()} on {machine}, CPU, "
+        f"# The default rewrite by torch version\n\nMeasured on {dates} on {machine}, CPU, "
         f"transformers {runs[0]['versions']['transformers']}, by `python scripts/bench_torch_versions.py "
         f"{' '.join('--python ' + str(r['python']) for r in runs)} --repeats {args.repeats}` "
-        f"(tokens {args.tokens}, {args.rounds} rounds). *First* is the first call (with `generate`, the "
+        + (
+            "(each torch's rows with `--update`, on the date and with the runtime beside them) "
+            if args.update
+            else ""
+        )
+        + f"(tokens {args.tokens}, {args.rounds} rounds). *First* is the first call (with `generate`, the "
         "first token), in fresh processes with an empty inductor cache, after an unrelated warm-up compile: "
-        f"the median of {args.repeats} per cell, one of each form in turn. The time per "
+        f"the median of {args.repeats} per cell, one of each form in turn; a *first generate* is that "
+        f"first token and then a whole generate of {args.tokens} tokens in the same process. The time per "
         "call (per token with `generate`) is timed in one process per model that holds every form, in "
         "interleaved rounds (one of each form in turn), the median of the rounds. Ratios are against the "
         "full compile."

@@ -1,7 +1,8 @@
 """The form follows what the running torch can do. Where Dynamo does not reuse a traced nested region
-(torch 2.11), an owner compiled whole would trace every block, a full compile's start: its blocks are
-compiled one by one instead, those whose cache a stand-in serves as one frame each with no graph break.
-These tests take that path on every torch, hiding the reuse where torch has it."""
+(torch 2.11), an owner compiled whole would compile every block, a full compile's start: with Inductor its
+graph is compiled in pieces, each distinct block once; with another backend its blocks are compiled one by
+one, those whose cache a stand-in serves as one frame each with no graph break. These tests take those
+paths on every torch, hiding the reuse where torch has it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from kv_support import load, rewritten  # noqa: E402
 from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair, sliding  # noqa: E402
-from transformers.cache_utils import DynamicCache  # noqa: E402
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
@@ -27,6 +28,8 @@ from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 PER_BLOCK = "per block, this torch does not reuse a traced region (torch 2.12 and later do)"
+PIECES = "whole, in pieces ({}): this torch does not reuse a traced region"
+STACK_IN_PIECES = PIECES.format("5 a call, 2 compiled in all")  # tests/models/stack.py: 4 blocks, a head
 
 
 def test_region_reuse_is_detected_as_torch_has_it() -> None:
@@ -49,18 +52,22 @@ def without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.compiler, "nested_compile_region", unreused)
 
 
-def stack() -> tuple[Any, Any]:
+def stack(options: Options | None = None) -> tuple[Any, Any]:
     source = (TESTS / "models" / "stack.py").read_text(encoding="utf-8")
     torch.manual_seed(0)
-    model, _ = load(transform_source(source, Options()).code).make()
+    model, _ = load(transform_source(source, options or Options()).code).make()
     twin, _ = load(source).make()
     twin.load_state_dict(model.state_dict())
     return model.eval(), twin.eval()
 
 
 @pytest.mark.usefixtures("without_reuse")
-def test_without_reuse_the_blocks_are_compiled_one_by_one_and_say_why() -> None:
-    model, twin = stack()
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_without_reuse_the_owner_is_compiled_in_pieces_or_its_blocks_one_by_one(backend: str) -> None:
+    """With Inductor one frame, its graph in five pieces (four blocks, the head), of which two are
+    compiled: the four blocks share one. With another backend, one frame a block, every
+    block's the same graph. Either way the verdict names the form, with no warning of a fallback."""
+    model, twin = stack(Options(backend=backend))
     x = torch.randn(3, 16)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")  # the form of this torch, not a fallback: no warning
@@ -69,8 +76,44 @@ def test_without_reuse_the_blocks_are_compiled_one_by_one_and_say_why() -> None:
         want = twin(x)
     for out in got:
         torch.testing.assert_close(out, want)
-    assert served_forms(model) == {"Stack": PER_BLOCK}
+    assert served_forms(model) == {"Stack": STACK_IN_PIECES if backend == "inductor" else PER_BLOCK}
     assert account.graphs == 1 and account.graph_breaks == 0 and not account.fell_back_to_eager
+
+
+def mixed(depth: int, window: int) -> DynamicCache:
+    """A cache whose layers alternate between full attention and a sliding window, as Gemma's and
+    Mistral's: their lengths are one until the window fills, and part after."""
+    cache = DynamicCache()
+    cache.layers = [
+        DynamicSlidingWindowLayer(sliding_window=window) if i % 2 else DynamicLayer() for i in range(depth)
+    ]
+    cache.layer_class_to_replicate = None
+    return cache
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_a_decoder_in_pieces_compiles_its_tokens_once_for_every_layer() -> None:
+    """The prompt's frame and the tokens' (the cache's length marked dynamic): two compiles in all, the
+    prompt's keys left contiguous (else the second token compiles again, for their strides). Each frame
+    is six pieces, one a layer, of which one is compiled: in the tokens' frame each layer's length is a
+    symbol of its own, and the frame guards them equal."""
+    model, twin = pair(options=Options())
+    account = against_twin(model, twin, lengths=(5, 1, 1, 1))
+    assert served_forms(model) == {"Decoder": PIECES.format("6 a call, 2 compiled in all")}
+    assert account.graphs == 2 and account.recompiles == 1 and not account.fell_back_to_eager
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_layers_whose_lengths_part_compile_again_not_wrongly() -> None:
+    """Full and sliding-window layers hold as many tokens until the window fills, the layers of each kind
+    sharing a piece under the frame's guard that their lengths are equal; then the sliding layers stop
+    growing. A piece with symbols is not shared with another frame, whose symbols of the same names are
+    others (shared, a piece compiled for one length ran on another: an error of Inductor's size checks).
+    The original's outputs and cache at every step."""
+    model, twin = pair(options=Options())
+    account = against_twin(model, twin, lambda: mixed(6, 8), lengths=(5, 1, 1, 1, 1, 1))
+    assert served_forms(model)["Decoder"].startswith("whole, in pieces")
+    assert not account.fell_back_to_eager
 
 
 @pytest.mark.usefixtures("without_reuse")
@@ -160,7 +203,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
         [sys.executable, "-W", "error", "-c", script, str(TESTS)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == ("whole" if _regionalize_reuses() else PER_BLOCK)
+    assert done.stdout.strip() == ("whole" if _regionalize_reuses() else STACK_IN_PIECES)
 
 
 @pytest.mark.usefixtures("without_reuse")
@@ -169,6 +212,6 @@ def test_verify_names_this_torchs_form_without_warning_of_a_fallback(tmp_path: P
 
     code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=Options())
     assert code == 0 and result["equivalent"] and not result["fell_back_to_eager"]
-    assert result["accounting"]["regional"]["forms"] == {"Stack": PER_BLOCK}
-    assert f"regional form: Stack {PER_BLOCK}" in table
+    assert result["accounting"]["regional"]["forms"] == {"Stack": STACK_IN_PIECES}
+    assert f"regional form: Stack {STACK_IN_PIECES}" in table
     assert table.splitlines()[-1] == "PASS: equivalent and checkpoint-compatible"

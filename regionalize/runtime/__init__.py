@@ -1,4 +1,4 @@
-# regionalize runtime 16: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 17: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -6,16 +6,16 @@ compiled whole, and while it is traced each block's `forward` is a nested compil
 compiles once and stamps out for the other blocks. A call is one compiled frame with one guard check, as
 with a full `torch.compile`, and the start is close to compiling one block.
 
-Where torch does not reuse a traced region (2.11), the owner compiled whole would trace every block, a
-full compile's start: its blocks are compiled one by one instead, a block whose cache is stood in for as
-one frame a call.
+Where torch does not reuse a traced region (2.11), the owner compiled whole would compile every block, a
+full compile's start. It is traced whole, blocks and all, as a full compile is, and guarded as one; its
+graph is split at its blocks and each distinct piece compiled once (a call is one frame, not a frame a
+block). With a backend other than Inductor its blocks are compiled one by one instead, a block whose
+cache is stood in for as one frame a call.
 
 In CUDA graphs the owner is opaque to a compile around the model (transformers' `generate` compiles the
 forward itself for a static cache): that compile breaks its graph at the owner, which serves itself, one
-graph a call, rather than being traced through in pieces (and every block with it, on 2.11). Where torch
-reuses no traced region (2.11) such an owner is traced whole, blocks and all, as a full compile is, and
-guarded as one; its graph is split at its blocks and each distinct piece compiled once, and a call is one
-CUDA graph of them, captured by the runtime.
+graph a call, rather than being traced through in pieces (and every block with it, on 2.11). There a call
+in pieces is one CUDA graph of them, captured by the runtime.
 
 A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then

@@ -29,10 +29,11 @@ _regionalize_version = []  # submodules replaced anywhere, counted once a block 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
 
-    Per block instead (`block.compile()`) where the owner cannot be compiled whole, on torch without
-    nested compile regions (before 2.8), and, but in CUDA graphs, where torch does not reuse a traced
-    region (2.11): there a block whose cache is stood in for is one frame a call
-    (`_regionalize_block_compiled`). Blocks that update a cache of their own: with
+    Where torch does not reuse a traced region (2.11) the owner's graph is compiled in pieces, each
+    distinct block once (`_regionalize_pieces`); with another backend than Inductor its blocks are compiled
+    one by one there. Per block too (`block.compile()`) where the owner cannot be compiled whole, and on
+    torch without nested compile regions (before 2.8): a block whose cache is stood in for is one frame a
+    call (`_regionalize_block_compiled`). Blocks that update a cache of their own: with
     `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
     `past_key_values` or `layer_past` parameter), each block is a region that returns its layer's new
     keys and values, the cache written outside it. Otherwise (`nested=False`, or another cache) a region
@@ -106,16 +107,16 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     """Compile the owner whole, its calls routed through `_regionalize_owner_call` (with its guards skipped
     under `guard_bypass="depyf"`), and return what that call runs.
 
-    Compiled as a function of the owner's class and the shapes of its parameters, not its `forward`:
-    Dynamo keeps compiled code, its recompile limit and its automatic dynamic shapes per code object (its
-    name, file and line). transformers gives every `GradientCheckpointingLayer` subclass a `forward` of one
-    code object, so an owner such as Swin's stage would share its limit with every such layer compiled in
-    the process. And owners of one class at other widths (Swin's stages, a draft model and its target)
-    would mark their widths dynamic, which torch 2.13 cannot stamp a region out at (a `KeyError` naming
-    the width): they compile as functions of their own, each static at first as any new frame, and
+    Compiled as a function of the owner's class and the shapes, dtypes and devices of its parameters, not its
+    `forward`: Dynamo keeps compiled code, its recompile limit and its automatic dynamic shapes per code
+    object (its name, file and line). transformers gives every `GradientCheckpointingLayer` subclass a
+    `forward` of one code object, so an owner such as Swin's stage would share its limit with every such layer
+    compiled in the process. And owners of one class at other widths (Swin's stages, a draft model and its
+    target) would mark their widths dynamic, which torch 2.13 cannot stamp a region out at (a `KeyError`
+    naming the width): they compile as functions of their own, each static at first as any new frame, and
     owners alike (a model built again) share theirs."""
     cls = type(owner)
-    shapes = tuple((name, tuple(p.shape)) for name, p in owner.named_parameters())
+    shapes = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in owner.named_parameters())
     frames = _regionalize_frames.setdefault(cls, {})
     frame = frames.get(shapes)
     if frame is None:
@@ -132,7 +133,7 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
         dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
         classes = {type(block) for block in state["blocks"]}
-        dynamo["backend"] = _regionalize_pieces(classes, state, compile_kwargs["mode"], options)
+        dynamo["backend"] = _regionalize_pieces(classes, state, compile_kwargs.get("mode"), options)
         compiler = torch.compile(frame, **dynamo, fullgraph=True)
     else:
         compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
@@ -176,10 +177,10 @@ def _regionalize_owned(forward):
     compiles the forward itself where the cache is static) traced through the owner: it read the graphs'
     conditions in its trace and split on the runtime's Python (and traced every block on 2.11). Its trace
     breaks at the owner instead, and the call it then makes, opaque to it (`_regionalize_entry`), serves
-    the owner as the owner's own frame does, one graph a call. Not in the default form, whose blocks such
-    a compile graphs in pieces where they are compiled one by one (2.11): faster per token there. The
-    figures: docs/compile-forms.md, Torch versions. A compile around it with `fullgraph=True` raises at
-    its graph break, as at any."""
+    the owner as the owner's own frame does, one graph a call. Not in the default form, which such a
+    compile traces through as it would the original (opaque, an owner whose blocks were compiled one by
+    one on 2.11 decoded slower: docs/compile-forms.md, Torch versions). A compile around it with
+    `fullgraph=True` raises at its graph break, as at any."""
 
     @functools.wraps(forward)
     def owned(self, *args, **kwargs):
@@ -212,13 +213,14 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         _regionalize_reusing[0] = _regionalize_reuses()
         inductor = state["kwargs"].get("backend", "inductor") == "inductor"
-        if graphs and inductor and not _regionalize_reusing[0]:
+        if inductor and not _regionalize_reusing[0]:
             state["tracing"] = "flat"  # blocks traced as they are, the graph compiled in pieces
         if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
-        elif not graphs and all(attribute for _, attribute in indexed) and not _regionalize_reuses():
-            # Compiled whole, the owner would trace every block; not where it holds blocks without regions
-            # for their cache (`nested=False`), compiled whole as a full compile would be on every torch.
+        elif not (graphs or inductor or _regionalize_reusing[0]) and all(a for _, a in indexed):
+            # Only Inductor's graph is compiled in pieces: with another backend, the owner compiled whole
+            # would compile every block. Not where it holds blocks without regions for their cache
+            # (`nested=False`), compiled whole as a full compile would be on every torch.
             state["why"] = "this torch does not reuse a traced region (torch 2.12 and later do)"
             state["unreused"] = True  # this torch's form, not a fallback
         whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
@@ -227,6 +229,14 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         state["version"] = _regionalize_version[0]
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
             whole = _regionalize_owner_compiled(owner, state["kwargs"])
+    # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
+    # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
+    # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
+    # parameter's new dtype or device.
+    if state.get("tracing") == "flat" and state.get("first") != (first := _regionalize_first(owner)):
+        if "first" in state:
+            whole = _regionalize_owner_compiled(owner, state["kwargs"])
+        state["first"] = first
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
     looking = "growing" not in state and not torch.compiler.is_compiling()
     if looking and _regionalize_kv_growing(args, kwargs) is not False:
@@ -265,6 +275,11 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             stacklevel=_regionalize_caller(),
         )
     return out if state.get("tracing") == "flat" else _regionalize_kept(out, args, kwargs)
+
+
+def _regionalize_first(owner):
+    first = next(owner.parameters(), None)
+    return None if first is None else (first.dtype, first.device)
 
 
 def _regionalize_caller():

@@ -1,4 +1,5 @@
-"""The fallback, and this torch's form where it reuses no traced region: each block compiled on its own."""
+"""The fallback, and the form where torch reuses no traced region and the backend is not Inductor: each
+block compiled on its own."""
 
 import sys
 

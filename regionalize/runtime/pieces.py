@@ -1,5 +1,5 @@
-"""In CUDA graphs on a torch that reuses no traced region (2.11): the owner traced whole, its graph compiled
-in pieces, one per block and one per stretch between blocks, each distinct piece once, and a call one CUDA
+"""On a torch that reuses no traced region (2.11): the owner traced whole, its graph compiled in pieces, one
+per block and one per stretch between blocks, each distinct piece once; in CUDA graphs a call is one CUDA
 graph of them all."""
 
 import torch
@@ -15,15 +15,23 @@ def _regionalize_pieces(classes, state, mode, options):
     graph is split where a block's nodes begin and end (their module stack names the block); pieces alike
     (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
     compiled piece, so Inductor compiles a block once, not once a layer: where region reuse is missing,
-    this replaces it (the figures: docs/compile-forms.md, CUDA graphs in pieces). The call is one CUDA
-    graph (`_RegionalizeGraphs`). `state` gets the counts, for the form verify reports."""
+    this replaces it (the figures: docs/compile-forms.md, Torch versions). A call is one Dynamo frame and
+    one call of each piece, where the per-block form makes a frame a block, whose entry alone cost more
+    (a 32-layer Llama's decode 1.3x a full compile's time per token in pieces, 1.65x per block, on CPU).
+    In CUDA graphs the call is one CUDA graph (`_RegionalizeGraphs`). `state` gets the counts, for the
+    form verify reports."""
 
-    pieces = {}  # shared by the owner's frames: the prompt's and the tokens' share the sizeless pieces
+    # Key -> the frame's `ShapeEnv`, the symbols and the compiled piece of each piece compiled under that
+    # key; shared by the owner's frames: the prompt's and the tokens' share the sizeless pieces.
+    pieces = {}
 
     def backend(graph, example_inputs):
         split = _regionalize_split(graph, classes)
         mutated, ungraphable = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
-        state["pieces"] = f"{len(list(split.children()))} a call, {len(pieces)} compiled in all"
+        compiled = sum(map(len, pieces.values()))
+        state["pieces"] = f"{len(list(split.children()))} a call, {compiled} compiled in all"
+        if not torch._inductor.list_mode_options(mode or "default").get("triton.cudagraphs"):
+            return split
         return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable)
 
     return backend
@@ -55,7 +63,7 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
     from torch._subclasses import FakeTensor
 
     fake = torch._guards.detect_fake_mode(example_inputs) or torch._guards.TracingContext.get().fake_mode
-    patches = {**torch._inductor.list_mode_options(mode), **options, "triton.cudagraphs": False}
+    patches = {**torch._inductor.list_mode_options(mode or "default"), **options, "triton.cudagraphs": False}
     ungraphable = []
 
     class Ungraphable(torch.utils._python_dispatch.TorchDispatchMode):
@@ -78,11 +86,11 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
             piece = getattr(self.module, target)
             with Ungraphable():
                 out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
-            key = _regionalize_piece_key(piece, args)
-            compiled = pieces.get(key) if key is not None else None
+            key, symbols = _regionalize_piece_key(piece, args)
+            compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
             if compiled is None:
                 compiled = compile_fx(piece, list(args), config_patches=patches)
-                pieces[key if key is not None else object()] = compiled
+                pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
             setattr(self.module, target, _RegionalizePiece(compiled))
             return out
 
@@ -109,33 +117,68 @@ def _regionalize_draws(func, args, kwargs):
 
 def _regionalize_piece_key(piece, args):
     """What makes two pieces one compiled piece: their nodes, their inputs' sizes, layouts and dtypes, and
-    which of their inputs share memory (a piece compiled for an input passed twice reads it once). None for
-    a piece holding a constant (`get_attr`), which is its own."""
+    which of their inputs share memory (a piece compiled for an input passed twice reads it once), sizes
+    that are symbols named in their order of appearance. Returns that and the piece's symbols in that
+    order, each with the `SymInt` among its inputs that is the symbol alone (None where none is): each
+    layer's cache length is a symbol of its own. The key is None for a piece holding a constant
+    (`get_attr`), which is its own."""
     from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._sympy.symbol import SymT, make_symbol
 
     index, nodes = {}, []
     for node in piece.graph.nodes:
         if node.op == "get_attr":
-            return None
+            return None, {}
         index[node] = len(index)
         uses = torch.fx.node.map_arg((node.args, node.kwargs), index.__getitem__)
         nodes.append((node.op, "" if node.op == "placeholder" else str(node.target), repr(uses)))
+    symbols = {}
+
+    def named(value):
+        if not isinstance(value, torch.SymInt):
+            return repr(value)
+        expr = value.node.expr
+        if expr.is_Symbol and symbols.get(expr) is None:
+            symbols[expr] = value
+        for symbol in sorted(expr.free_symbols, key=str):
+            symbols.setdefault(symbol, None)
+        order = list(symbols)
+        return str(expr.xreplace({s: make_symbol(SymT.SIZE, order.index(s)) for s in expr.free_symbols}))
+
     inputs = tuple(
         (
-            repr(tuple(x.shape)),
-            repr(x.stride()),
+            tuple(named(n) for n in x.shape),
+            tuple(named(n) for n in x.stride()),
             x.dtype,
             x.device,
             x.requires_grad,
-            x.storage_offset() * x.element_size() % 16,
+            named(x.storage_offset() * x.element_size() % 16),
         )
         if isinstance(x, torch.Tensor)
-        else repr(x)
+        else named(x)
         for x in args
     )
     storages = [StorageWeakRef(x.untyped_storage()) for x in args if isinstance(x, torch.Tensor)]
     shared = tuple(storages.index(s) for s in storages)
-    return tuple(nodes), inputs, shared
+    return (tuple(nodes), inputs, shared), symbols
+
+
+def _regionalize_alike(candidates, symbols, sizes):
+    """The compiled piece among `candidates` (the sizes, symbols and compiled piece of each piece of this
+    one's key) whose symbols are this piece's, or can be made so: each pair with one value now, which the
+    frame then guards equal (a call with other values compiles again). A piece with symbols is shared
+    within its frame only (`sizes`, the frame's `ShapeEnv`): another frame's symbols of the same names
+    are others, and what Inductor assumed of them is guarded in that frame only. None where none is."""
+    for theirs_sizes, theirs, compiled in candidates:
+        if symbols and theirs_sizes is not sizes:
+            continue
+        pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
+        if not all(a is not None and b is not None and a.node.hint is not None for a, b in pairs):
+            continue
+        # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
+        if all(a.node.hint == b.node.hint for a, b in pairs) and all(a == b for a, b in pairs):
+            return compiled
+    return None
 
 
 class _RegionalizePiece(torch.nn.Module):

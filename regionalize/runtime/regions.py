@@ -69,6 +69,25 @@ def _regionalize_region(plain, name, position, copies):
     def plain_region(self, *args, **kwargs):  # a block without a cache to stand in for
         return (region_copied if copies[0] else region)(self, *args, **kwargs)
 
+    def handed(args, kwargs):
+        """The slot of the cache among `args` (None: in `kwargs`, or not handed), and the cache."""
+        slot = None if name in kwargs or len(args) <= position else position
+        return slot, kwargs.get(name) if slot is None else args[slot]
+
+    def flat(self, args, kwargs):
+        """The block traced as it is in an owner compiled in pieces. A `DynamicCache` layer that it fills
+        first keeps its keys and values contiguous, as transformers' update leaves them in eager: compiled,
+        they would keep the projection's transposed strides, and the next token's frame, compiled for
+        contiguous ones after it, would be compiled again for the token after."""
+        index = self.__dict__.get("_regionalize_layer")
+        cache = handed(args, kwargs)[1] if type(index) is int else None
+        layer = None if cache is None else _regionalize_kv_layer(cache, index)
+        fresh = layer is not None and not layer.is_initialized
+        out = plain(self, *args, **kwargs)
+        if fresh:
+            layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
+        return out
+
     def run(self, cache, slot, args, kwargs):
         if slot is None:
             kwargs[name] = cache
@@ -139,8 +158,7 @@ def _regionalize_region(plain, name, position, copies):
             return uncached(self, *args, **kwargs)
         if index is None or index is False:
             return traced(self, *args, **kwargs)
-        slot = None if name in kwargs or len(args) <= position else position
-        cache = kwargs.get(name) if slot is None else args[slot]
+        slot, cache = handed(args, kwargs)
         if cache is None:
             return uncached(self, *args, **kwargs)
         # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
@@ -201,7 +219,7 @@ def _regionalize_region(plain, name, position, copies):
             # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
             frames = None if torch.compiler.is_compiling() else _regionalize_block_frames.get(self)
             if frames is None:
-                return plain(self, *args, **kwargs)
+                return flat(self, args, kwargs) if _regionalize_tracing[0] else plain(self, *args, **kwargs)
             return stood_in(self, args, kwargs, *frames)
         if "_regionalize_layer" not in self.__dict__:
             return plain_region(self, *args, **kwargs)

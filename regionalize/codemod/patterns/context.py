@@ -13,13 +13,14 @@ from regionalize.codemod import parse_spans, per_block_ints, prescan
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.patterns.ints import int_targets
 from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
-from regionalize.shared.options import CUDA_GRAPH_MODES, Options
+from regionalize.shared.options import Options
 from regionalize.shared.sites import CODES, Site
 
 # The end of an RGZ001 site line in the hierarchical form, and where the blocks' cache is not stood in for.
 OWNED = "nested regions of their owner, compiled whole"
-# Where torch reuses no traced region, the runtime compiles such blocks one by one (not in CUDA graphs).
-UNREUSED = " (per block on torch 2.11)"
+# Where torch reuses no traced region, the runtime compiles the owner's graph in pieces, each distinct block
+# once; with a backend other than Inductor, the blocks one by one.
+UNREUSED = {True: " (in pieces on torch 2.11)", False: " (per block on torch 2.11)"}
 OWNED_WITHOUT_REGIONS = "their owner compiled whole, without regions (a cache not stood in for)"
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 
@@ -144,8 +145,7 @@ class Context(cst.CSTVisitor):
         def add(code: str, action: str, hint: str = "") -> None:
             reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
             if code == "RGZ001":
-                graphs = self.options.mode in CUDA_GRAPH_MODES
-                reason = OWNED + ("" if graphs else UNREUSED) if self.owned() else "per block"
+                reason = OWNED + UNREUSED[self.options.backend == "inductor"] if self.owned() else "per block"
             self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add
