@@ -109,10 +109,8 @@ def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
             warm_up(Options(), "cpu")
             torch.compiler.reset()
             first = first_call_s(built, "cpu")
-            start = time.perf_counter()
             with recording() as account:
                 out = call(built)
-            then = time.perf_counter() - start
             want = call(subject.build(_variant("eager")))
     # With generate: the tokens; their logits as a compiled model's can be, within the verifier's tolerance.
     if MODELS[name][2]:
@@ -124,7 +122,6 @@ def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
     identical &= all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in zip(*same, strict=True))
     return {
         "first_s": first,
-        "then_s": then,
         "identical": identical,
         "fell_back_to_eager": account.fell_back_to_eager,
         "forms": served_forms(built.model),
@@ -168,7 +165,6 @@ def merged(results: list[dict[str, Any]]) -> dict[str, Any]:
         **results[0],
         "first_s": statistics.median(firsts),
         "first_s_runs": firsts,
-        **({"then_s": statistics.median(r["then_s"] for r in results)} if "then_s" in results[0] else {}),
         "identical": all(r["identical"] for r in results),
         "fell_back_to_eager": any(r["fell_back_to_eager"] for r in results),
     }
@@ -219,24 +215,11 @@ def cell(result: dict[str, Any] | None, full: dict[str, Any], unit: str) -> str:
     return f"{first:.1f} s ({sooner:.2f}x sooner) / {per:.2f} {unit} ({slower:.2f}x)"
 
 
-def whole(result: dict[str, Any]) -> float | None:
-    """With `generate`, the first token and then a whole generation (the tokens' compiles): the start of
-    a first generation, a prefill over."""
-    return result["first_s"] + result["then_s"] if "then_s" in result else None
-
-
-def notes(result: dict[str, Any] | None, full: dict[str, Any], generate: bool) -> str:
+def notes(result: dict[str, Any] | None) -> str:
     if result is None or "error" in result:
         return "-"
-    started = whole(result) if generate else None
-    full_started = whole(full) if generate and full else None
     return "; ".join(
         [
-            *(
-                [f"first generate {started:.1f} s (full {full_started:.1f} s)"]
-                if started is not None and full_started is not None
-                else []
-            ),
             ", ".join(f"{k}: {v}" for k, v in result["forms"].items()) or "-",
             "outputs as eager's" if result["identical"] else "**outputs differ from eager's**",
             "**fell back to eager**" if result["fell_back_to_eager"] else "no eager fallback",
@@ -247,7 +230,7 @@ def notes(result: dict[str, Any] | None, full: dict[str, Any], generate: bool) -
 def table(runs: list[dict[str, Any]]) -> str:
     lines = [
         "| torch | model | full: first / per call | default | per-block | default, regions inlined "
-        "| default: first generate, form served, outputs, fallback |",
+        "| default: form served, outputs, fallback |",
         "|---|---|---|---|---|---|---|",
     ]
     for run in runs:
@@ -259,7 +242,7 @@ def table(runs: list[dict[str, Any]]) -> str:
             unit = "ms/token" if "generate" in name else "ms"
             cells = [cell(by_form.get(form), full, unit) for form in (*FORMS, INLINED)]
             torch_cell = run["versions"]["torch"] + (f" ({when})" if when else "")
-            row = [torch_cell, name, *cells, notes(by_form["regional"], full, "generate" in name)]
+            row = [torch_cell, name, *cells, notes(by_form["regional"])]
             lines.append(f"| {' | '.join(row)} |")
     return "\n".join(lines)
 
@@ -294,6 +277,9 @@ def main() -> None:
         action="store_true",
         help="keep the rows of the torches not measured now from the last versions.json",
     )
+    parser.add_argument(
+        "--render", action="store_true", help="write versions.md again from versions.json, measuring nothing"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "FORM"), help=argparse.SUPPRESS)
     parser.add_argument("--steady", nargs=2, metavar=("MODEL", "FORMS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -308,7 +294,7 @@ def main() -> None:
         print(MARKER + json.dumps(steady), flush=True)
         return
     runs = []
-    for python in args.python or [sys.executable]:
+    for python in [] if args.render else args.python or [sys.executable]:
         found = {"python": python, "versions": versions(python), "models": {}}
         found |= {"date": str(datetime.date.today()), "runtime": int(RUNTIME.group(1))}
         for name in args.models:
@@ -339,7 +325,7 @@ def main() -> None:
                     by_form[form]["ms"] = steady[form]
         runs.append(found)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.update:
+    if args.update or args.render:
         runs = kept(args.out, runs)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     dates = " and ".join(sorted({str(r["date"]) for r in runs}))
@@ -354,8 +340,7 @@ def main() -> None:
         )
         + f"(tokens {args.tokens}, {args.rounds} rounds). *First* is the first call (with `generate`, the "
         "first token), in fresh processes with an empty inductor cache, after an unrelated warm-up compile: "
-        f"the median of {args.repeats} per cell, one of each form in turn; a *first generate* is that "
-        f"first token and then a whole generate of {args.tokens} tokens in the same process. The time per "
+        f"the median of {args.repeats} per cell, one of each form in turn. The time per "
         "call (per token with `generate`) is timed in one process per model that holds every form, in "
         "interleaved rounds (one of each form in turn), the median of the rounds. Ratios are against the "
         "full compile."
