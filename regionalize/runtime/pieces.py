@@ -4,6 +4,7 @@ graph of them all."""
 
 import torch
 
+from .per_block import _regionalize_graph_modes
 from .static import _regionalize_on_graph_device
 
 _regionalize_graph_limit = 8  # graphs captured for one compiled frame: its fixed inputs moved, its sizes
@@ -30,7 +31,7 @@ def _regionalize_pieces(classes, state, mode, options):
         mutated, ungraphable = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
         compiled = sum(map(len, pieces.values()))
         state["pieces"] = f"{len(list(split.children()))} a call, {compiled} compiled in all"
-        if not torch._inductor.list_mode_options(mode or "default").get("triton.cudagraphs"):
+        if mode not in _regionalize_graph_modes:
             return split
         return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable)
 
