@@ -4,6 +4,7 @@
 # one part a device call, so that a part cut short still returns what the other measured:
 #
 #   bash scripts/gpu_checks.sh bench   # carry [".whl", ".bench"], timeout_s 600; docs/serving/README.md
+#   bash scripts/gpu_checks.sh bench --variants rewrite rewrite_static --add   # what a change touched
 #   bash scripts/gpu_checks.sh tests   # carry [".whl"], timeout_s 300
 #
 # Made here first: the libcst wheel in .whl/ (the device README's `pip download`, cp312) and the rewrites
@@ -25,8 +26,10 @@ fi
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 case "$part" in
   bench)
+    # Arguments after the part go to the benchmark; without any it runs every variant, restarts too.
+    (($# > 1)) || set -- bench --hot
     # The benchmark's own timeout leaves time for the copy, which runs even where it cut the run short.
-    timeout "${BENCH_S:-560}" python3 scripts/bench_serving.py --rewritten-dir .bench/serving --hot 2>&1 \
+    timeout "${BENCH_S:-560}" python3 scripts/bench_serving.py --rewritten-dir .bench/serving "${@:2}" 2>&1 \
       | grep -E "^==|^error|Error|Traceback" | cut -c1-1500
     status=${PIPESTATUS[0]}
     cp docs/serving/serving.md docs/serving/serving.json "$out"/

@@ -23,8 +23,10 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
+from regionalize.verify.render import FIXED  # noqa: E402
 
 DEPTH = 6  # the depth of test_kv_regions' decoder
+FIXED_FORM = f"{FIXED}: this torch does not reuse a traced region"
 
 
 def static_cache(early: bool = False) -> StaticCache:
@@ -50,12 +52,14 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(early: b
 
 
 @pytest.mark.usefixtures("without_reuse")
-def test_without_reuse_each_block_is_one_frame_a_call_that_writes_the_cache() -> None:
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_without_reuse_each_block_is_one_frame_a_call_that_writes_the_cache(backend: str) -> None:
     """Where torch reuses no traced region the blocks are compiled one by one, a block and its cache's
-    update one frame, shared by every layer."""
-    model, twin = pair()
+    update one frame, shared by every layer: with Inductor too, whose owner is otherwise compiled in pieces
+    (in pieces a StaticCache started and decoded later: docs/compile-forms.md, Torch versions)."""
+    model, twin = pair(options=Options(backend=backend))
     account = against_twin(model, twin, static_cache)
-    assert served_forms(model) == {"Decoder": PER_BLOCK}
+    assert served_forms(model) == {"Decoder": FIXED_FORM if backend == "inductor" else PER_BLOCK}
     assert account.graph_breaks == 0 and account.graphs <= 2 and not account.fell_back_to_eager
     assert all(type(layer.__dict__["_regionalize_layer"]) is int for layer in model.layers)
 
@@ -184,6 +188,47 @@ def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer
 def test_without_reuse_transformers_llama_generates_the_originals_tokens_with_a_static_cache() -> None:
     model, account = generated()
     assert served_forms(model) == {"LlamaModel": PER_BLOCK} and account.graphs <= 2
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_an_owner_in_pieces_keeps_them_for_a_growing_cache() -> None:
+    """One model, handed a StaticCache and then a DynamicCache: the first per block, the second in pieces,
+    each with the original's outputs and cache."""
+    model, twin = pair(options=Options())
+    against_twin(model, twin, static_cache, lengths=(5, 1, 1))
+    account = against_twin(model, twin)
+    assert served_forms(model) == {"Decoder": f"whole, in pieces (6 a call, 2 compiled in all); {FIXED_FORM}"}
+    assert not account.fell_back_to_eager
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_without_reuse_generates_own_compile_traces_no_graph_of_two_layers() -> None:
+    """`generate` compiles the forward itself for a static cache (on CPU too where `CompileConfig` says so).
+    Around an owner in pieces that compile traced every layer into one graph, a full compile's start (on an
+    H200 68.4 s, against 13.0 s per block); served per block, no graph it traces holds two layers'
+    attention. The original's tokens, twice."""
+    from transformers import CompileConfig
+
+    model, twin = llama_pair(Options())
+    layers: list[int] = []
+
+    def backend(gm: Any, inputs: Any, **_: Any) -> Any:  # records what was traced, runs it as it is
+        layers.append(sum("scaled_dot_product_attention" in str(node.target) for node in gm.graph.nodes))
+        return gm.forward
+
+    config = CompileConfig(backend=backend, mode=None)
+    config._compile_all_devices = True
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = twin.generate(ids, attention_mask=torch.ones_like(ids), **SETTINGS)
+        with recording() as account:
+            actual = [
+                model.generate(ids, attention_mask=torch.ones_like(ids), compile_config=config, **SETTINGS)
+                for _ in range(2)
+            ]
+    assert actual[0].tolist() == actual[1].tolist() == expected.tolist()
+    assert layers and max(layers) == 1 and not account.fell_back_to_eager
+    assert served_forms(model) == {"LlamaModel": FIXED_FORM}
 
 
 def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_addresses(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._dynamo import utils as dynamo_utils
 
-from regionalize.verify.render import ALONE
+from regionalize.verify.render import ALONE, FIXED
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
@@ -139,10 +139,10 @@ def recording() -> Iterator[GraphAccount]:
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
-    traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs where
-    torch reuses no traced region), its one block compiled on its
-    own (`ALONE`), per block as this torch's form (`per block, <why>`), or per block because it could
-    not be compiled whole (`per-block: <why>`)."""
+    traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs
+    where torch reuses no traced region, and there per block where a call hands a fixed-size cache,
+    `FIXED`), its one block compiled on its own (`ALONE`), per block as this torch's form (`per block,
+    <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
@@ -152,8 +152,10 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
                 served = f"per block, {why}" if state.get("unreused") else f"per-block: {why}"
             elif state.get("alone"):
                 served = ALONE
-            elif state.get("pieces"):
-                served = f"whole, in pieces ({state['pieces']}): this torch does not reuse a traced region"
+            elif state.get("pieces") or state.get("fixed"):
+                ways = [f"whole, in pieces ({state['pieces']})"] if state.get("pieces") else []
+                ways += [FIXED] if state.get("fixed") else []
+                served = f"{'; '.join(ways)}: this torch does not reuse a traced region"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
             forms[type(module).__name__] = served
