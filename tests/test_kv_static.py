@@ -23,10 +23,10 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
-from regionalize.verify.render import FIXED  # noqa: E402
+from regionalize.verify.render import STATIC  # noqa: E402
 
 DEPTH = 6  # the depth of test_kv_regions' decoder
-FIXED_FORM = f"{FIXED}: this torch does not reuse a traced region"
+STATIC_FORM = f"{STATIC}: this torch does not reuse a traced region"
 
 
 def static_cache(early: bool = False) -> StaticCache:
@@ -59,7 +59,7 @@ def test_without_reuse_each_block_is_one_frame_a_call_that_writes_the_cache(back
     (in pieces a StaticCache started and decoded later: docs/compile-forms.md, Torch versions)."""
     model, twin = pair(options=Options(backend=backend))
     account = against_twin(model, twin, static_cache)
-    assert served_forms(model) == {"Decoder": FIXED_FORM if backend == "inductor" else PER_BLOCK}
+    assert served_forms(model) == {"Decoder": STATIC_FORM if backend == "inductor" else PER_BLOCK}
     assert account.graph_breaks == 0 and account.graphs <= 2 and not account.fell_back_to_eager
     assert all(type(layer.__dict__["_regionalize_layer"]) is int for layer in model.layers)
 
@@ -197,7 +197,23 @@ def test_without_reuse_an_owner_in_pieces_keeps_them_for_a_growing_cache() -> No
     model, twin = pair(options=Options())
     against_twin(model, twin, static_cache, lengths=(5, 1, 1))
     account = against_twin(model, twin)
-    assert served_forms(model) == {"Decoder": f"whole, in pieces (6 a call, 2 compiled in all); {FIXED_FORM}"}
+    pieces = "whole, in pieces (6 a call, 2 compiled in all)"
+    assert served_forms(model) == {"Decoder": f"{pieces}; {STATIC_FORM}"}
+    assert not account.fell_back_to_eager
+
+
+@pytest.mark.usefixtures("without_reuse")
+@pytest.mark.parametrize("body", [WRITES_TWICE, READS_THE_LAYER], ids=["updates-twice", "reads-cache-layers"])
+def test_without_reuse_a_static_cache_the_stand_in_cannot_serve_is_served_in_pieces(body: str) -> None:
+    """The first call, per block, finds that the stand-in cannot serve the block (its frame fails to
+    compile before it ran anything, and the block runs compiled as it is); from then on such calls are
+    compiled in pieces, where the block is traced as it is, not a frame for each layer."""
+    model, twin = pair(body, options=Options())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        account = against_twin(model, twin, static_cache, lengths=(5, 1, 1))
+    assert all(layer.__dict__["_regionalize_layer"] is False for layer in model.layers)
+    assert served_forms(model)["Decoder"].startswith("whole, in pieces")
     assert not account.fell_back_to_eager
 
 
@@ -228,7 +244,7 @@ def test_without_reuse_generates_own_compile_traces_no_graph_of_two_layers() -> 
             ]
     assert actual[0].tolist() == actual[1].tolist() == expected.tolist()
     assert layers and max(layers) == 1 and not account.fell_back_to_eager
-    assert served_forms(model) == {"LlamaModel": FIXED_FORM}
+    assert served_forms(model) == {"LlamaModel": STATIC_FORM}
 
 
 def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_addresses(

@@ -242,14 +242,3 @@ def _regionalize_kv_alike(a, b):
             return a.keys() == b.keys() and all(_regionalize_kv_alike(a[k], b[k]) for k in a)
         return all(_regionalize_kv_alike(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
-
-
-def _regionalize_kv_fixed(args, kwargs):
-    """Does the call hand a transformers cache of fixed size (a `StaticCache`: every layer compileable, as
-    `generate` reads it where it decides to compile the forward itself)?"""
-    utils = sys.modules.get("transformers.cache_utils")
-    cache = getattr(utils, "Cache", None)
-    return cache is not None and any(
-        isinstance(value, cache) and getattr(value, "is_compileable", False) is True
-        for value in (*args, *kwargs.values())
-    )

@@ -11,7 +11,6 @@ import torch
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import (
     _regionalize_kv,
-    _regionalize_kv_fixed,
     _regionalize_kv_growing,
     _regionalize_kv_holds,
     _regionalize_layer_idx,
@@ -26,7 +25,12 @@ from .regions import (
     _regionalize_reusing,
     _regionalize_tracing,
 )
-from .static import _regionalize_static_checked, _regionalize_static_graphable, _regionalize_static_kv
+from .static import (
+    _regionalize_static_checked,
+    _regionalize_static_graphable,
+    _regionalize_static_handed,
+    _regionalize_static_kv,
+)
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
@@ -243,17 +247,20 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         if "first" in state:
             whole = _regionalize_owner_compiled(owner, state["kwargs"])
         state["first"] = first
-    # Where torch reuses no region, a fixed-size cache's calls are served per block, not in pieces (measured
-    # with a 32-layer Llama on torch 2.11, docs/compile-forms.md, Torch versions): in pieces a `StaticCache`
-    # both started and decoded later on CPU (21.9 s and 8.0 ms a token against 6.9 s and 7.1 ms), and
-    # `generate`, which compiles the forward itself for such a cache, traced the owner in pieces as a full
-    # compile (on an H200 68.4 s and 14.1 ms a token, against 13.0 s and 15.1 ms per block).
-    fixed = state.get("tracing") == "flat" and not graphs and _regionalize_kv_fixed(args, kwargs)
-    if fixed:
-        state["fixed"] = True
+    # Where torch reuses no region, a call handing a `StaticCache` is served per block, not in pieces, where
+    # the stand-in serves every block and layer (else a block indexing the cache by its layer would compile
+    # a frame a layer). Measured with a 32-layer Llama on torch 2.11 (docs/compile-forms.md, Torch
+    # versions): in pieces it both started and decoded later on CPU (21.9 s and 8.0 ms a token against
+    # 6.9 s and 7.1 ms), and `generate`, which compiles the forward itself for such a cache, traced the
+    # owner in pieces as a full compile (on an H200 68.4 s and 14.1 ms a token, against 13.0 s and 15.1 ms).
+    static = state.get("tracing") == "flat" and not graphs and bool(state.get("indexed"))
+    static = static and all(type(b.__dict__["_regionalize_layer"]) is int for b, _ in state["indexed"])
+    static = static and _regionalize_static_handed(args, kwargs)
+    if static:
+        state["static"] = True
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call);
-    # not in a call served per block for its fixed-size cache.
-    looking = "growing" not in state and not fixed and not torch.compiler.is_compiling()
+    # not in a call served per block for its StaticCache.
+    looking = "growing" not in state and not static and not torch.compiler.is_compiling()
     if looking and _regionalize_kv_growing(args, kwargs) is not False:
         state["growing"] = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
@@ -262,7 +269,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     if (
         "why" in state
         or "alone" in state
-        or fixed
+        or static
         or torch.is_grad_enabled()
         or (graphs and not _regionalize_graphable(owner, args, kwargs))
     ):

@@ -93,6 +93,15 @@ def _regionalize_static_layer(cache, index):
     return None if state is None else (layer, state)
 
 
+def _regionalize_static_handed(args, kwargs):
+    """Does the call hand a transformers `StaticCache` whose every layer a region can stand in for?"""
+    return any(
+        _regionalize_static_cache(value)
+        and all(_regionalize_static_class(layer) is not None for layer in value.layers)
+        for value in (*args, *kwargs.values())
+    )
+
+
 def _regionalize_on_graph_device(tensor):
     """Is `tensor` where CUDA graphs run: what a static cache's layers and a capture in pieces ask of their
     tensors. Read from its device, which a fake tensor reports too, as Dynamo traces. (The owner routes a

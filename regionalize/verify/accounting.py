@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._dynamo import utils as dynamo_utils
 
-from regionalize.verify.render import ALONE, FIXED
+from regionalize.verify.render import ALONE, STATIC
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
@@ -140,8 +140,8 @@ def recording() -> Iterator[GraphAccount]:
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
     traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs
-    where torch reuses no traced region, and there per block where a call hands a fixed-size cache,
-    `FIXED`), its one block compiled on its own (`ALONE`), per block as this torch's form (`per block,
+    where torch reuses no traced region, and there per block where a call hands a StaticCache,
+    `STATIC`), its one block compiled on its own (`ALONE`), per block as this torch's form (`per block,
     <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
@@ -152,9 +152,9 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
                 served = f"per block, {why}" if state.get("unreused") else f"per-block: {why}"
             elif state.get("alone"):
                 served = ALONE
-            elif state.get("pieces") or state.get("fixed"):
+            elif state.get("pieces") or state.get("static"):
                 ways = [f"whole, in pieces ({state['pieces']})"] if state.get("pieces") else []
-                ways += [FIXED] if state.get("fixed") else []
+                ways += [STATIC] if state.get("static") else []
                 served = f"{'; '.join(ways)}: this torch does not reuse a traced region"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"

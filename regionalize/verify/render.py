@@ -6,8 +6,8 @@ from typing import Any
 
 # The form of an owner that holds one block, which the runtime compiles on its own: nothing to stamp out.
 ALONE = "one block, compiled on its own"
-# Where torch reuses no traced region, the calls that hand a fixed-size cache (a StaticCache).
-FIXED = "per block with a fixed-size cache"
+# Where torch reuses no traced region, the calls that hand a StaticCache.
+STATIC = "per block with a StaticCache"
 
 _LABEL = 24
 _COLUMN = 12
