@@ -23,10 +23,11 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
-from regionalize.verify.render import STATIC  # noqa: E402
+from regionalize.verify.render import PROMPT, STATIC  # noqa: E402
 
 DEPTH = 6  # the depth of test_kv_regions' decoder
 STATIC_FORM = f"{STATIC}: this torch does not reuse a traced region"
+PROMPT_FORM = f"{PROMPT}: this torch does not reuse a traced region"
 
 
 def static_cache(early: bool = False) -> StaticCache:
@@ -192,13 +193,13 @@ def test_without_reuse_transformers_llama_generates_the_originals_tokens_with_a_
 
 @pytest.mark.usefixtures("without_reuse")
 def test_without_reuse_an_owner_in_pieces_keeps_them_for_a_growing_cache() -> None:
-    """One model, handed a StaticCache and then a DynamicCache: the first per block, the second in pieces,
-    each with the original's outputs and cache."""
+    """One model, handed a StaticCache and then a DynamicCache: the first per block, the second's tokens in
+    pieces (its prompt per block), each with the original's outputs and cache."""
     model, twin = pair(options=Options())
     against_twin(model, twin, static_cache, lengths=(5, 1, 1))
     account = against_twin(model, twin)
-    pieces = "whole, in pieces (6 a call, 2 compiled in all)"
-    assert served_forms(model) == {"Decoder": f"{pieces}; {STATIC_FORM}"}
+    pieces = "whole, in pieces (6 a call, 1 compiled in all)"
+    assert served_forms(model) == {"Decoder": f"{pieces}; {STATIC}; {PROMPT_FORM}"}
     assert not account.fell_back_to_eager
 
 

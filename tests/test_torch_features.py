@@ -25,6 +25,7 @@ from regionalize.codemod import transform_source  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 from regionalize.verify.accounting import recording, served_forms  # noqa: E402
+from regionalize.verify.render import PROMPT  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 PER_BLOCK = "per block, this torch does not reuse a traced region (torch 2.12 and later do)"
@@ -92,15 +93,16 @@ def mixed(depth: int, window: int) -> DynamicCache:
 
 
 @pytest.mark.usefixtures("without_reuse")
-def test_without_reuse_a_decoder_in_pieces_compiles_its_tokens_once_for_every_layer() -> None:
-    """The prompt's frame and the tokens' (the cache's length marked dynamic): two compiles in all, the
-    prompt's keys left contiguous (else the second token compiles again, for their strides). Each frame
-    is six pieces, one a layer, of which one is compiled: in the tokens' frame each layer's length is a
-    symbol of its own, and the frame guards them equal."""
+def test_without_reuse_a_decoder_runs_its_prompt_per_block_and_its_tokens_in_pieces() -> None:
+    """The prompt (its cache empty) per block, one frame shared by the blocks; the tokens in one frame
+    compiled in pieces, the cache's length marked dynamic from the first: two graphs in all, no compile
+    again. Each token's call is six pieces, one a layer, of which one is compiled: each layer's length is
+    a symbol of its own, and the frame guards them equal."""
     model, twin = pair(options=Options())
     account = against_twin(model, twin, lengths=(5, 1, 1, 1))
-    assert served_forms(model) == {"Decoder": PIECES.format("6 a call, 2 compiled in all")}
-    assert account.graphs == 2 and account.recompiles == 1 and not account.fell_back_to_eager
+    forms = f"whole, in pieces (6 a call, 1 compiled in all); {PROMPT}"
+    assert served_forms(model) == {"Decoder": f"{forms}: this torch does not reuse a traced region"}
+    assert account.graphs == 2 and account.recompiles == 0 and not account.fell_back_to_eager
 
 
 @pytest.mark.usefixtures("without_reuse")
@@ -131,17 +133,31 @@ def test_without_reuse_a_cache_is_stood_in_for_in_each_blocks_frame(make: Any) -
 
 
 @pytest.mark.usefixtures("without_reuse")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("body", [TWICE, READS_THE_LAYER], ids=["updates-twice", "reads-cache-layers"])
-def test_without_reuse_a_block_the_stand_in_cannot_serve_is_compiled_as_it_is(body: str) -> None:
+def test_without_reuse_a_block_the_stand_in_cannot_serve_is_compiled_as_it_is(
+    body: str, backend: str
+) -> None:
     """Its frame with the stand-in fails to compile before it ran anything; the block is compiled as it
     is from then on, with no warning and the original's results. (As `--form per-block` is: such a block
-    indexes the cache by its layer, so its frame is compiled again for each layer, up to Dynamo's limit.)"""
-    model, twin = pair(body)
+    indexes the cache by its layer, so its frame is compiled again for each layer, up to Dynamo's limit.)
+    With Inductor that is the prompt's call, per block; the tokens', in pieces, trace the block as it is,
+    and so does a second generation's prompt, not a frame for each layer again."""
+    model, twin = pair(body, options=Options(backend=backend))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         account = against_twin(model, twin, lengths=(5, 1, 1))
-    assert served_forms(model) == {"Decoder": PER_BLOCK} and account.graph_breaks == 0
+        if backend == "inductor":
+            with recording() as again:
+                against_twin(model, twin, lengths=(4, 1))
+            assert again.graphs <= 2 and not again.fell_back_to_eager
+    if backend == "aot_eager":
+        assert served_forms(model) == {"Decoder": PER_BLOCK}
+    else:
+        assert served_forms(model)["Decoder"].startswith("whole, in pieces")
+        assert not account.fell_back_to_eager
     assert all(layer.__dict__["_regionalize_layer"] is False for layer in model.layers)
+    assert account.graph_breaks == 0
 
 
 @pytest.mark.usefixtures("without_reuse")

@@ -242,3 +242,13 @@ def _regionalize_kv_alike(a, b):
             return a.keys() == b.keys() and all(_regionalize_kv_alike(a[k], b[k]) for k in a)
         return all(_regionalize_kv_alike(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
+
+
+def _regionalize_kv_empty(args, kwargs):
+    """Does the call hand a transformers `DynamicCache` whose layers hold nothing yet (a prompt's)?"""
+    utils = sys.modules.get("transformers.cache_utils")
+    dynamic = getattr(utils, "DynamicCache", None)
+    return dynamic is not None and any(
+        type(value) is dynamic and not any(layer.is_initialized for layer in value.layers)
+        for value in (*args, *kwargs.values())
+    )

@@ -11,6 +11,7 @@ import torch
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .kv import (
     _regionalize_kv,
+    _regionalize_kv_empty,
     _regionalize_kv_growing,
     _regionalize_kv_holds,
     _regionalize_layer_idx,
@@ -247,20 +248,11 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         if "first" in state:
             whole = _regionalize_owner_compiled(owner, state["kwargs"])
         state["first"] = first
-    # Where torch reuses no region, a call handing a `StaticCache` is served per block, not in pieces, where
-    # the stand-in serves every block and layer (else a block indexing the cache by its layer would compile
-    # a frame a layer). Measured with a 32-layer Llama on torch 2.11 (docs/compile-forms.md, Torch
-    # versions): in pieces it both started and decoded later on CPU (21.9 s and 8.0 ms a token against
-    # 6.9 s and 7.1 ms), and `generate`, which compiles the forward itself for such a cache, traced the
-    # owner in pieces as a full compile (on an H200 68.4 s and 14.1 ms a token, against 13.0 s and 15.1 ms).
-    static = state.get("tracing") == "flat" and not graphs and bool(state.get("indexed"))
-    static = static and all(type(b.__dict__["_regionalize_layer"]) is int for b, _ in state["indexed"])
-    static = static and _regionalize_static_handed(args, kwargs)
-    if static:
-        state["static"] = True
-    # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call);
-    # not in a call served per block for its StaticCache.
-    looking = "growing" not in state and not static and not torch.compiler.is_compiling()
+    per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
+    if per_call is not None:
+        state[per_call] = True
+    # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
+    looking = "growing" not in state and per_call is None and not torch.compiler.is_compiling()
     if looking and _regionalize_kv_growing(args, kwargs) is not False:
         state["growing"] = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
@@ -269,7 +261,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     if (
         "why" in state
         or "alone" in state
-        or static
+        or per_call is not None
         or torch.is_grad_enabled()
         or (graphs and not _regionalize_graphable(owner, args, kwargs))
     ):
@@ -298,6 +290,28 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             stacklevel=_regionalize_caller(),
         )
     return out if state.get("tracing") == "flat" else _regionalize_kept(out, args, kwargs)
+
+
+def _regionalize_per_call(state, args, kwargs):
+    """Where torch reuses no region (an owner in pieces, without CUDA graphs), why this call is served per
+    block: "static" where it hands a `StaticCache`, "prompt" where it hands a `DynamicCache` that holds
+    nothing yet; else None. Only where the stand-in serves every block (one that it cannot, compiled on its
+    own, would compile a frame for each layer) and every layer. Measured with a 32-layer Llama on torch
+    2.11 (docs/compile-forms.md, Torch versions):
+    - A StaticCache both started and decoded later in pieces (on CPU 21.9 s and 8.0 ms a token against
+      7.0 s and 6.8 to 7.5 ms), and `generate`, which compiles the forward itself for such a cache, traced
+      the owner in pieces as a full compile (on an H200 68.4 s and 14.1 ms a token, against 13.0 s and
+      15.1 ms).
+    - A prompt is one call a generation: what a frame a block costs is paid once, not a token, and its
+      first call compiles one block where in pieces Dynamo traced every one."""
+    indexed = state.get("indexed")
+    if state.get("tracing") != "flat" or not indexed:
+        return None
+    if not all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed):
+        return None
+    if _regionalize_static_handed(args, kwargs):
+        return "static"
+    return "prompt" if _regionalize_kv_empty(args, kwargs) else None
 
 
 def _regionalize_first(owner):

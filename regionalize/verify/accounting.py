@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._dynamo import utils as dynamo_utils
 
-from regionalize.verify.render import ALONE, STATIC
+from regionalize.verify.render import ALONE, PROMPT, STATIC
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
@@ -140,9 +140,10 @@ def recording() -> Iterator[GraphAccount]:
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
     traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs
-    where torch reuses no traced region, and there per block where a call hands a StaticCache,
-    `STATIC`), its one block compiled on its own (`ALONE`), per block as this torch's form (`per block,
-    <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
+    where torch reuses no traced region, and there per block where a call hands a StaticCache, `STATIC`,
+    or a prompt's DynamicCache, `PROMPT`), its one block compiled on its own (`ALONE`), per block as this
+    torch's form (`per block, <why>`), or per block because it could not be compiled whole (`per-block:
+    <why>`)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
@@ -152,9 +153,9 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
                 served = f"per block, {why}" if state.get("unreused") else f"per-block: {why}"
             elif state.get("alone"):
                 served = ALONE
-            elif state.get("pieces") or state.get("static"):
+            elif state.get("pieces") or state.get("static") or state.get("prompt"):
                 ways = [f"whole, in pieces ({state['pieces']})"] if state.get("pieces") else []
-                ways += [STATIC] if state.get("static") else []
+                ways += [way for key, way in (("static", STATIC), ("prompt", PROMPT)) if state.get(key)]
                 served = f"{'; '.join(ways)}: this torch does not reuse a traced region"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"

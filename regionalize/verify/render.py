@@ -6,8 +6,10 @@ from typing import Any
 
 # The form of an owner that holds one block, which the runtime compiles on its own: nothing to stamp out.
 ALONE = "one block, compiled on its own"
-# Where torch reuses no traced region, the calls that hand a StaticCache.
+# Where torch reuses no traced region, the calls served per block: those that hand a StaticCache, and
+# those that hand a DynamicCache holding nothing yet.
 STATIC = "per block with a StaticCache"
+PROMPT = "per block for a prompt"
 
 _LABEL = 24
 _COLUMN = 12
