@@ -1,6 +1,5 @@
 """The owner of the blocks compiled whole, its blocks nested regions; per block where it cannot be."""
 
-import copy
 import functools
 import sys
 import warnings
@@ -9,6 +8,7 @@ import weakref
 import torch
 
 from .bypass import _regionalize_direct, _regionalize_guard_filter
+from .graphs import _regionalize_graphable, _regionalize_kept
 from .kv import (
     _regionalize_kv,
     _regionalize_kv_empty,
@@ -26,12 +26,7 @@ from .regions import (
     _regionalize_reusing,
     _regionalize_tracing,
 )
-from .static import (
-    _regionalize_static_checked,
-    _regionalize_static_graphable,
-    _regionalize_static_handed,
-    _regionalize_static_kv,
-)
+from .static import _regionalize_static_checked, _regionalize_static_handed, _regionalize_static_kv
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
@@ -369,39 +364,3 @@ def _regionalize_why(error):
     inner = getattr(error, "inner_exception", None)
     text = str(error).strip() if inner is None else f"{type(inner).__name__}: {str(inner).strip()}"
     return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"
-
-
-def _regionalize_kept(out, args, kwargs):
-    """A CUDA graph's outputs `out` as the caller may keep them, not overwritten by the next replay: tensors
-    cloned, other objects (a cache the owner created) deep-copied, with the tensors they hold; but not an
-    object the caller handed in (its static cache, written in place, as the original writes it)."""
-    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
-    given = {id(x) for x in leaves if not isinstance(x, torch.Tensor)}
-    return torch.utils._pytree.tree_map(lambda x: x if id(x) in given else _regionalize_copied(x), out)
-
-
-def _regionalize_copied(value):
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    return value if isinstance(value, (int, float, bool, str, type(None))) else copy.deepcopy(value)
-
-
-def _regionalize_graphable(owner, args, kwargs):
-    """Can one CUDA graph serve this call: no hooks, only CUDA tensors, plain values and static caches that
-    a graph can take (`_regionalize_static_graphable`)."""
-    hooks = torch.nn.modules.module
-    if owner._forward_hooks or owner._forward_pre_hooks:
-        return False
-    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
-        return False
-    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
-    plain = (int, float, bool, str, type(None))
-    for x in leaves:
-        tensor = isinstance(x, torch.Tensor)
-        if not (
-            isinstance(x, plain)
-            or (tensor and x.is_cuda)
-            or (not tensor and _regionalize_static_graphable(x))
-        ):
-            return False
-    return any(isinstance(x, torch.Tensor) for x in leaves)
