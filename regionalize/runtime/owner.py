@@ -302,11 +302,14 @@ def _regionalize_per_call(state, args, kwargs):
     indexed = state.get("indexed")
     if state.get("tracing") != "flat" or not indexed:
         return None
-    if not all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed):
-        return None
     if _regionalize_static_handed(args, kwargs):
-        return "static"
-    return "prompt" if _regionalize_kv_empty(args, kwargs) else None
+        why = "static"
+    elif _regionalize_kv_empty(args, kwargs):
+        why = "prompt"
+    else:
+        return None  # a token's call, most calls: the blocks go unread
+    served = all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
+    return why if served else None
 
 
 def _regionalize_first(owner):
