@@ -10,7 +10,10 @@ Llama on torch 2.14.1 read 12.1 s in the table's sitting and 8.3 s in a probe's,
 Then, for each model, one more process holds every form and times a call (or a decoded token) in
 interleaved rounds, one round of each form in turn, the median of the rounds: timed each in a process of
 its own, minutes apart, the forms' figures moved with the machine (a GPT-style stack's default rewrite
-read 1.48x a full compile's time per call that way, and 0.98x interleaved, on one torch on one day).
+read 1.48x a full compile's time per call that way, and 0.98x interleaved, on one torch on one day). The
+calls are made at several depths of Python's stack (verify's timing does so): made from the benchmark's
+own `main()`, one depth, the GPT-style stack's default read 1.23x to 1.49x a full compile's time per call
+in fourteen runs, every block's call taking a page fault (scripts/stack_depths.py scans the depths).
 
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
@@ -327,6 +330,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.update or args.render:
         runs = kept(args.out, runs)
+    from regionalize.verify.timing import STACK_DEPTHS
+
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     dates = " and ".join(sorted({str(r["date"]) for r in runs}))
     header = (
@@ -342,8 +347,10 @@ def main() -> None:
         "first token), in fresh processes with an empty inductor cache, after an unrelated warm-up compile: "
         f"the median of {args.repeats} per cell, one of each form in turn. The time per "
         "call (per token with `generate`) is timed in one process per model that holds every form, in "
-        "interleaved rounds (one of each form in turn), the median of the rounds. Ratios are against the "
-        "full compile."
+        "interleaved rounds (one of each form in turn), the median of the rounds, each round's calls made at "
+        f"{len(STACK_DEPTHS)} depths of Python's stack in turn (at one depth CPython's data-stack chunks can "
+        "cost the default a page fault a block: python/cpython issue 142183). Ratios are against the full "
+        "compile."
     )
     (args.out / "versions.md").write_text(f"{header}\n\n{table(runs)}\n", encoding="utf-8")
     (args.out / "versions.json").write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")

@@ -26,6 +26,14 @@ from regionalize.verify.workloads import Generate
 RESULT_MARKER = "REGIONALIZE-WORKER-RESULT "
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding `regionalize/`
 _STDERR_TAIL = 4000
+# CPython keeps a thread's frames in 16 KiB chunks of a data stack and frees a chunk as soon as the frame at
+# its base returns, so a call whose frame straddles a chunk's end maps and unmaps memory every time (a page
+# fault and a system call or two: python/cpython issue 142183, fixed in 2026 on 3.13 and later; 3.11 and
+# 3.12 keep it). The default rewrite calls one compiled function a block and a full compile none, so where
+# the caller's stack stands can cost the rewrite 1.2x to 1.4x a call, and a frame deeper costs nothing. Timed
+# calls are made at these depths, 8 spread over one chunk (136 of `at_depth`'s frames on CPython 3.11), so a
+# median is the typical position's and no one position decides it.
+STACK_DEPTHS = tuple(range(0, 136, 17))
 
 
 def synchronize(device: str) -> None:
@@ -56,6 +64,11 @@ def first_call_s(built: Built, device: str) -> float:
     return time.perf_counter() - start
 
 
+def at_depth(depth: int, fn: Callable[[], Any]) -> Any:
+    """`fn()`, called `depth` Python frames deeper than this call."""
+    return at_depth(depth - 1, fn) if depth else fn()
+
+
 def steady_us(
     built: Built,
     device: str,
@@ -64,18 +77,16 @@ def steady_us(
     min_calls: int = 5,
     max_calls: int = 200,
 ) -> float:
-    """Median latency of one call after `warmup` calls, over as many calls as fit in `budget_s`."""
+    """Median latency of one call after `warmup` calls, over as many calls as fit in `budget_s`, the calls
+    made at each of `STACK_DEPTHS` in turn."""
     for _ in range(warmup):
         call(built)
-    times: list[int] = []
+    times: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(times) < max_calls and (len(times) < min_calls or time.perf_counter() < deadline):
-        synchronize(device)
-        start = time.perf_counter_ns()
-        call(built)
-        synchronize(device)
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1000
+        depth = STACK_DEPTHS[len(times) % len(STACK_DEPTHS)]
+        times.append(at_depth(depth, lambda: timed(lambda: call(built), device)))
+    return statistics.median(times) * 1e6
 
 
 def decode_timing(
@@ -90,6 +101,7 @@ def decode_timing(
 
     Per token is (time of N tokens - time of 1 token) / (N - 1) within each round, the median over the
     rounds: the difference takes the prefill out, and pairing the two in a round keeps drift out of it.
+    Each round is made at the next of `STACK_DEPTHS`.
     """
     workload = built.workload
     assert isinstance(workload, Generate)
@@ -100,8 +112,8 @@ def decode_timing(
             workload.run(built.model)  # the first runs compile the decode step and its dynamic-shape variant
         deadline = time.perf_counter() + budget_s
         while len(whole) < max_rounds and (len(whole) < min_rounds or time.perf_counter() < deadline):
-            one = _timed(lambda: workload.run(built.model, tokens=1), device)
-            many = _timed(lambda: workload.run(built.model), device)
+            depth = STACK_DEPTHS[len(whole) % len(STACK_DEPTHS)]
+            one, many = at_depth(depth, lambda: timed_pair(workload, built.model, device))
             whole.append(many)
             if workload.tokens > 1:
                 per_token.append((many - one) / (workload.tokens - 1))
@@ -109,7 +121,12 @@ def decode_timing(
     return statistics.median(whole) * 1e6, decode_ms
 
 
-def _timed(fn: Any, device: str) -> float:
+def timed_pair(workload: Generate, model: torch.nn.Module, device: str) -> tuple[float, float]:
+    """Seconds of a generation of one token, then of the workload's tokens."""
+    return timed(lambda: workload.run(model, tokens=1), device), timed(lambda: workload.run(model), device)
+
+
+def timed(fn: Any, device: str) -> float:
     synchronize(device)
     start = time.perf_counter()
     fn()

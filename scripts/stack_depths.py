@@ -1,0 +1,165 @@
+"""Time per call (per token with `generate`) of a full compile and the default rewrite, by depth of
+Python's stack.
+
+CPython keeps a thread's frames in 16 KiB chunks and frees a chunk as soon as the frame at its base returns
+(python/cpython issue 142183, fixed in 2026 on 3.13 and later). A call whose frame straddles a chunk's end
+maps and unmaps memory every time, and takes a page fault. The default rewrite makes one Python call a block
+(its compiled subgraph), a full compile none, so at some depths the default pays that once a block.
+
+For each interpreter and each model, one process builds the model in both forms, then at each depth (0 to
+`--depths` - 1 extra frames of about 120 bytes, every `--step`th) times `--calls` calls of each form in turn
+(with `generate`, per token: (8 tokens - 1 token) / 7 in each of `--calls` rounds), the median, and counts
+the minor page faults a call took:
+
+    python scripts/stack_depths.py --python /root/.pyenv/versions/3.11.7/bin/python \\
+        --python .venvs/torch-2.14.1/bin/python [--models gpt-32 "qwen2-32 generate"] [--depths 136]
+
+writes docs/torch-versions/stack-depths.md and .json. Never run it beside anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import bench_torch_versions as versions
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = "STACK_DEPTHS_RESULT "
+FORMS = ("full", "regional")
+TOKENS = 8  # generated a round: the decode timed is (8 tokens - 1 token) / 7
+
+
+def _per_call(built: Any, calls: int) -> tuple[float, float]:
+    """Median milliseconds of one call (with `generate`, of one decoded token) over `calls` calls or rounds,
+    and the minor page faults a call or round took."""
+    from regionalize.verify.timing import call, timed, timed_pair
+
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    times = []
+    for _ in range(calls):
+        if built.workload is None:
+            times.append(timed(lambda: call(built), "cpu"))
+        else:
+            one, many = timed_pair(built.workload, built.model, "cpu")
+            times.append((many - one) / (built.workload.tokens - 1))
+    taken = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return statistics.median(times) * 1000, taken / calls
+
+
+def worker(name: str, depths: range, calls: int) -> dict[str, Any]:
+    import torch
+
+    from regionalize.verify.loading import import_paths
+    from regionalize.verify.timing import at_depth, call
+
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        target, make = versions._subject(name, TOKENS)
+        with import_paths(target):
+            subject = make(Path(work))
+            built = {form: subject.build(versions._variant(form)) for form in FORMS}
+            for one in built.values():
+                call(one)  # compiled
+                call(one)
+            for depth in depths:
+                row: dict[str, Any] = {"depth": depth}
+                for form, one in built.items():
+                    call(one)
+                    with torch.no_grad():
+                        ms, faults = at_depth(depth, lambda one=one: _per_call(one, calls))
+                    row[form] = {"ms": ms, "faults": faults}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"versions": versions.versions(sys.executable), "rows": rows}
+
+
+def summary(rows: list[dict[str, Any]], faults: int) -> str:
+    """The depths where the default took `faults` page faults a call (one a block, with `generate` one a
+    block a decoded token), and the ratio there and elsewhere."""
+    ratios = {row["depth"]: row["regional"]["ms"] / row["full"]["ms"] for row in rows}
+    faulting = [row["depth"] for row in rows if row["regional"]["faults"] >= faults]
+    others = [ratio for depth, ratio in ratios.items() if depth not in faulting]
+    there = [ratios[depth] for depth in faulting]
+    text = f"a page fault a block at {len(faulting)} of {len(rows)} depths"
+    if there:
+        where = ", ".join(map(str, faulting))
+        text += f" ({where}): {min(there):.2f}x to {max(there):.2f}x a full compile's time"
+    return text + (f"; elsewhere a median of {statistics.median(others):.2f}x" if others else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--python", action="append", help="an interpreter with its torch (repeatable)")
+    parser.add_argument("--models", nargs="+", default=["gpt-32"], choices=list(versions.MODELS))
+    parser.add_argument("--depths", type=int, default=136, help="extra frames, 0 to this - 1")
+    parser.add_argument("--step", type=int, default=1, help="time every this many depths")
+    parser.add_argument("--calls", type=int, default=40, help="calls (with generate, rounds) at each depth")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    depths = range(0, args.depths, args.step)
+    if args.worker:
+        print(MARKER + json.dumps(worker(args.worker, depths, args.calls)), flush=True)
+        return
+    runs = []
+    for python in args.python or [sys.executable]:
+        for name in args.models:
+            command = [python, __file__, "--worker", name, "--depths", str(args.depths)]
+            command += ["--step", str(args.step), "--calls", str(args.calls)]
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
+            if done.returncode or not lines:
+                sys.exit(f"error: {python} {name}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+            runs.append({"python": python, "model": name, **json.loads(lines[-1][len(MARKER) :])})
+            runs[-1]["summary"] = summary(runs[-1]["rows"], _faults(name))
+            print(f"== torch {runs[-1]['versions']['torch']} {name}: {runs[-1]['summary']}", flush=True)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    pythons = " ".join(dict.fromkeys(f"--python {r['python']}" for r in runs))
+    models = " ".join(f'"{name}"' if " " in name else name for name in args.models)
+    lines = [
+        "# Time per call by depth of Python's stack\n",
+        f"Measured on {datetime.date.today()} on {machine}, CPU, by `python scripts/stack_depths.py "
+        f"{pythons} --models {models} --depths {args.depths} --step {args.step} --calls {args.calls}`: one "
+        f"process per torch and model; at each depth the median of {args.calls} calls of each form in turn "
+        "(with `generate`, per token: (8 tokens - 1 token) / 7, in as many rounds), and the minor page "
+        "faults a call (a round) took. Ratios are the default rewrite's time against a full compile's.\n",
+        *(f"- torch {r['versions']['torch']}, {r['model']}: {r['summary']}." for r in runs),
+        "",
+        "| torch | model | depth | full: ms, faults | default: ms, faults | default / full |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        for row in r["rows"]:
+            full, default = row["full"], row["regional"]
+            lines.append(
+                f"| {r['versions']['torch']} | {r['model']} | {row['depth']} | {full['ms']:.2f}, "
+                f"{full['faults']:.0f} | {default['ms']:.2f}, {default['faults']:.0f} "
+                f"| {default['ms'] / full['ms']:.2f}x |"
+            )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "stack-depths.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (args.out / "stack-depths.json").write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
+
+
+def _faults(name: str) -> int:
+    """Page faults a call (with `generate`, a round) takes where every block's call takes one."""
+    blocks = int(name.split()[0].rsplit("-", 1)[1])
+    return blocks * (TOKENS - 1) if versions.MODELS[name][2] else blocks
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Steady-state timing makes its calls at several depths of Python's stack, so that no one position of the
+caller's stack (where CPython's data-stack chunks thrash, python/cpython issue 142183) decides a median."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from regionalize.verify.session import Built
+from regionalize.verify.timing import STACK_DEPTHS, at_depth, decode_timing, steady_us
+from regionalize.verify.workloads import Generate
+
+
+def _depth() -> int:
+    frame, depth = sys._getframe(1), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+class _Recorder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.depths: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.depths.append(_depth())
+        return x + 1
+
+
+class _RecordedGenerate(Generate):
+    """A generation that records where on the stack each run was made, and how many tokens it asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(input_ids=torch.zeros(1, 2, dtype=torch.long), tokens=4)
+        self.runs: list[tuple[int, int]] = []
+
+    def run(self, model: torch.nn.Module, tokens: int | None = None) -> Any:
+        self.runs.append((_depth(), tokens or self.tokens))
+        return {}
+
+
+def _relative(depths: list[int]) -> list[int]:
+    return [d - depths[0] for d in depths]
+
+
+def test_at_depth_calls_that_many_frames_deeper() -> None:
+    assert _relative([at_depth(n, _depth) for n in (0, 1, 17, 119)]) == [0, 1, 17, 119]
+
+
+def test_steady_calls_cycle_through_the_stack_depths() -> None:
+    model = _Recorder()
+    built = Built(model, (torch.zeros(2),), {})
+    steady_us(built, "cpu", warmup=0, budget_s=0.0, min_calls=2 * len(STACK_DEPTHS))
+    assert _relative(model.depths) == [d - STACK_DEPTHS[0] for d in STACK_DEPTHS * 2]
+
+
+def test_decode_rounds_cycle_through_the_stack_depths_one_pair_a_depth() -> None:
+    workload = _RecordedGenerate()
+    built = Built(torch.nn.Identity(), (), {}, workload=workload)
+    decode_timing(built, "cpu", warmup=0, budget_s=0.0, min_rounds=len(STACK_DEPTHS) + 1)
+    depths = [depth for depth, _ in workload.runs]
+    assert [tokens for _, tokens in workload.runs] == [1, 4] * (len(STACK_DEPTHS) + 1)
+    assert depths[0::2] == depths[1::2]  # the round's two generations at one depth: their difference is fair
+    assert _relative(depths[0::2]) == [*STACK_DEPTHS, STACK_DEPTHS[0]]
