@@ -58,8 +58,6 @@ def _per_call(built: Any, calls: int) -> tuple[float, float]:
 
 
 def worker(name: str, depths: range, calls: int) -> dict[str, Any]:
-    import torch
-
     from regionalize.verify.loading import import_paths
     from regionalize.verify.timing import at_depth, call
 
@@ -76,8 +74,7 @@ def worker(name: str, depths: range, calls: int) -> dict[str, Any]:
                 row: dict[str, Any] = {"depth": depth}
                 for form, one in built.items():
                     call(one)
-                    with torch.no_grad():
-                        ms, faults = at_depth(depth, lambda one=one: _per_call(one, calls))
+                    ms, faults = at_depth(depth, lambda one=one: _per_call(one, calls))
                     row[form] = {"ms": ms, "faults": faults}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -30,9 +31,10 @@ _STDERR_TAIL = 4000
 # its base returns, so a call whose frame straddles a chunk's end maps and unmaps memory every time (a page
 # fault and a system call or two: python/cpython issue 142183, fixed in 2026 on 3.13 and later; 3.11 and
 # 3.12 keep it). The default rewrite calls one compiled function a block and a full compile none, so where
-# the caller's stack stands can cost the rewrite 1.2x to 1.4x a call, and a frame deeper costs nothing. Timed
-# calls are made at these depths, 8 spread over one chunk (136 of `at_depth`'s frames on CPython 3.11), so a
-# median is the typical position's and no one position decides it.
+# the caller's stack stands can cost the rewrite up to 1.4x a call (1.75x a decoded token), and a frame
+# deeper nothing (docs/torch-versions/stack-depths.md). Timed calls are made at these depths, 8 spread over
+# one chunk (136 of `at_depth`'s frames on CPython 3.11), so a median is the typical position's and no one
+# position decides it.
 STACK_DEPTHS = tuple(range(0, 136, 17))
 
 
@@ -82,10 +84,10 @@ def steady_us(
     for _ in range(warmup):
         call(built)
     times: list[float] = []
+    depths = itertools.cycle(STACK_DEPTHS)
     deadline = time.perf_counter() + budget_s
     while len(times) < max_calls and (len(times) < min_calls or time.perf_counter() < deadline):
-        depth = STACK_DEPTHS[len(times) % len(STACK_DEPTHS)]
-        times.append(at_depth(depth, lambda: timed(lambda: call(built), device)))
+        times.append(at_depth(next(depths), lambda: timed(lambda: call(built), device)))
     return statistics.median(times) * 1e6
 
 
@@ -110,10 +112,10 @@ def decode_timing(
     with torch._dynamo.config.patch(**built.dynamo):
         for _ in range(warmup):
             workload.run(built.model)  # the first runs compile the decode step and its dynamic-shape variant
+        depths = itertools.cycle(STACK_DEPTHS)
         deadline = time.perf_counter() + budget_s
         while len(whole) < max_rounds and (len(whole) < min_rounds or time.perf_counter() < deadline):
-            depth = STACK_DEPTHS[len(whole) % len(STACK_DEPTHS)]
-            one, many = at_depth(depth, lambda: timed_pair(workload, built.model, device))
+            one, many = at_depth(next(depths), lambda: timed_pair(workload, built.model, device))
             whole.append(many)
             if workload.tokens > 1:
                 per_token.append((many - one) / (workload.tokens - 1))
