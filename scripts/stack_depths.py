@@ -107,6 +107,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for flag in ("depths", "step", "calls"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be at least 1, not {getattr(args, flag)}")
     depths = range(0, args.depths, args.step)
     if args.worker:
         print(MARKER + json.dumps(worker(args.worker, depths, args.calls)), flush=True)

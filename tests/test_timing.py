@@ -3,7 +3,9 @@ caller's stack (where CPython's data-stack chunks thrash, python/cpython issue 1
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,3 +67,10 @@ def test_decode_rounds_cycle_through_the_stack_depths_one_pair_a_depth() -> None
     assert [tokens for _, tokens in workload.runs] == [1, 4] * (len(STACK_DEPTHS) + 1)
     assert depths[0::2] == depths[1::2]  # the round's two generations at one depth: their difference is fair
     assert _relative(depths[0::2]) == [*STACK_DEPTHS, STACK_DEPTHS[0]]
+
+
+def test_the_depth_scan_refuses_a_step_of_zero_with_one_error_line() -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "stack_depths.py"
+    done = subprocess.run([sys.executable, str(script), "--step", "0"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith("error: --step must be at least 1, not 0")
