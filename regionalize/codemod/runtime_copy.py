@@ -1,8 +1,8 @@
 """Where a rewritten file gets the runtime helpers it calls (`runtime/`, read as text: no torch here).
 
-The runtime is written in parts, one job each (`runtime/owner.py`, `graphs.py`, `per_block.py`, `pieces.py`,
-`regions.py`, `nested.py`, `kv.py`, `static.py`, `fixes.py`, `bypass.py`), and a rewrite gets them
-joined into one module (`runtime_text`): the header and docstring of `runtime/__init__.py`, the parts'
+The runtime is written in parts, one job each (`runtime/stack.py`, `owner.py`, `graphs.py`, `per_block.py`,
+`pieces.py`, `regions.py`, `nested.py`, `kv.py`, `static.py`, `fixes.py`, `bypass.py`), and a rewrite gets
+them joined into one module (`runtime_text`): the header and docstring of `runtime/__init__.py`, the parts'
 imports once, then each part's code, its imports of the other parts left out since they are one module
 then.
 
@@ -28,8 +28,20 @@ from functools import cache
 from pathlib import Path
 
 RUNTIME = Path(__file__).parents[1] / "runtime"  # regionalize/runtime
-# In the order the joined module holds them.
-PARTS = ("owner", "graphs", "per_block", "pieces", "regions", "nested", "kv", "static", "fixes", "bypass")
+# In the order the joined module holds them: a part before any that calls it as it is defined (a decorator).
+PARTS = (
+    "stack",
+    "owner",
+    "graphs",
+    "per_block",
+    "pieces",
+    "regions",
+    "nested",
+    "kv",
+    "static",
+    "fixes",
+    "bypass",
+)
 MODULE = "_regionalize"  # the package's copy: `<top package>/_regionalize.py`
 BEGIN = "# regionalize runtime {version}: begin (written by regionalize, which updates it; do not edit)"
 END = "# regionalize runtime: end"

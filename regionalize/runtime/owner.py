@@ -26,6 +26,7 @@ from .regions import (
     _regionalize_reusing,
     _regionalize_tracing,
 )
+from .stack import _regionalize_fresh_stack
 from .static import _regionalize_static_checked, _regionalize_static_handed, _regionalize_static_kv
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
@@ -203,6 +204,7 @@ def _regionalize_outside(owner, args, kwargs):
     return owner(*args, **kwargs)
 
 
+@_regionalize_fresh_stack
 def _regionalize_owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
     graphs = state["kwargs"].get("mode") in _regionalize_graph_modes
