@@ -13,7 +13,8 @@ its own, minutes apart, the forms' figures moved with the machine (a GPT-style s
 read 1.48x a full compile's time per call that way, and 0.98x interleaved, on one torch on one day). The
 calls are made at several depths of Python's stack (verify's timing does so): made from the benchmark's
 own `main()`, one depth, the GPT-style stack's default read 1.23x to 1.49x a full compile's time per call
-in fourteen runs, every block's call taking a page fault (scripts/stack_depths.py scans the depths).
+in fourteen runs with runtime 18, every block's call taking a page fault (scripts/stack_depths.py scans
+the depths).
 
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
@@ -348,8 +349,8 @@ def main() -> None:
         f"the median of {args.repeats} per cell, one of each form in turn. The time per "
         "call (per token with `generate`) is timed in one process per model that holds every form, in "
         "interleaved rounds (one of each form in turn), the median of the rounds, each round's calls made at "
-        f"{len(STACK_DEPTHS)} depths of Python's stack in turn (at one depth CPython's data-stack chunks can "
-        "cost the default a page fault a block: python/cpython issue 142183). Ratios are against the full "
+        f"{len(STACK_DEPTHS)} depths of Python's stack in turn (at some depths CPython's data-stack chunks "
+        "cost a call page faults, in any form: python/cpython issue 142183). Ratios are against the full "
         "compile."
     )
     (args.out / "versions.md").write_text(f"{header}\n\n{table(runs)}\n", encoding="utf-8")

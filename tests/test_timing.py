@@ -3,6 +3,7 @@ caller's stack (where CPython's data-stack chunks thrash, python/cpython issue 1
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,37 @@ def test_the_depth_scan_refuses_a_step_of_zero_with_one_error_line() -> None:
     done = subprocess.run([sys.executable, str(script), "--step", "0"], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].endswith("error: --step must be at least 1, not 0")
+
+
+def test_the_depth_scan_counts_the_faults_a_full_compile_took_too_against_neither(tmp_path: Path) -> None:
+    """`--render` writes the page from its .json; a depth where both forms took faults (transformers'
+    `generate` crossing a chunk's end) is not one where the default's blocks did."""
+
+    def row(depth: int, full: tuple[float, int], default: tuple[float, int]) -> dict[str, Any]:
+        return {
+            "depth": depth,
+            "full": {"ms": full[0], "faults": full[1]},
+            "regional": {"ms": default[0], "faults": default[1]},
+        }
+
+    rows = [row(0, (8.0, 3), (10.0, 35)), row(2, (9.0, 300), (9.0, 310)), row(4, (8.0, 3), (8.4, 2))]
+    run = {"python": "python", "model": "gpt-32", "versions": {"torch": "2.13.0"}, "rows": rows}
+    sitting = {
+        "measured": "2026-11-27",
+        "machine": "x",
+        "runtime": 19,
+        "command": "c",
+        "calls": 9,
+        "runs": [run],
+    }
+    (tmp_path / "stack-depths.json").write_text(json.dumps(sitting), encoding="utf-8")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "stack_depths.py"
+    done = subprocess.run([sys.executable, str(script), "--render", "--out", str(tmp_path)], check=False)
+    assert done.returncode == 0
+    page = (tmp_path / "stack-depths.md").read_text(encoding="utf-8")
+    assert (
+        "- torch 2.13.0, gpt-32: a page fault a block more than a full compile at 1 of 3 depths (0): "
+        "1.25x to 1.25x a full compile's time; elsewhere a median of 1.02x; over every depth a median of "
+        "1.05x, at most 1.25x." in page
+    )
+    assert "| 2.13.0 | gpt-32 | 2 | 9.00, 300 | 9.00, 310 | 1.00x |" in page

@@ -30,9 +30,10 @@ _STDERR_TAIL = 4000
 # CPython keeps a thread's frames in 16 KiB chunks of a data stack and frees a chunk as soon as the frame at
 # its base returns, so a call whose frame straddles a chunk's end maps and unmaps memory every time (a page
 # fault and a system call or two: python/cpython issue 142183, fixed in 2026 on 3.13 and later; 3.11 and
-# 3.12 keep it). The default rewrite calls one compiled function a block and a full compile none, so where
-# the caller's stack stands can cost the rewrite up to 1.4x a call (1.75x a decoded token), and a frame
-# deeper nothing (docs/torch-versions/stack-depths.md). Timed calls are made at these depths, 8 spread over
+# 3.12 keep it). Where the caller's stack stands so moves any form's time: at some depths transformers'
+# `generate` took hundreds of faults a round in a full compile and the default alike, and until runtime 19
+# (an owner's call since opens a chunk of its own) the default took one a block, up to 1.75x a decoded
+# token's time (docs/torch-versions/stack-depths.md). Timed calls are made at these depths, 8 spread over
 # one chunk (136 of `at_depth`'s frames on CPython 3.11), so a median is the typical position's and no one
 # position decides it.
 STACK_DEPTHS = tuple(range(0, 136, 17))
