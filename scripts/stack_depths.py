@@ -122,7 +122,11 @@ def main() -> None:
         print(MARKER + json.dumps(worker(args.worker, depths, args.calls)), flush=True)
         return
     if args.render:
-        write(json.loads((args.out / "stack-depths.json").read_text(encoding="utf-8")), args.out)
+        saved = args.out / "stack-depths.json"
+        try:
+            write(json.loads(saved.read_text(encoding="utf-8")), args.out)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"{saved}: cannot render it: {type(error).__name__}: {error}")
         return
     runs = []
     for python in args.python or [sys.executable]:

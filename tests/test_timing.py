@@ -109,3 +109,13 @@ def test_the_depth_scan_counts_the_faults_a_full_compile_took_too_against_neithe
         "1.05x, at most 1.25x." in page
     )
     assert "| 2.13.0 | gpt-32 | 2 | 9.00, 300 | 9.00, 310 | 1.00x |" in page
+
+
+def test_the_depth_scan_renders_no_page_from_a_missing_json_with_one_error_line(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "stack_depths.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--render", "--out", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert f"error: {tmp_path / 'stack-depths.json'}: cannot render it" in done.stderr.splitlines()[-1]
+    assert not (tmp_path / "stack-depths.md").exists()
