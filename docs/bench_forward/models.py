@@ -17,10 +17,18 @@ def bert(m: ModuleType) -> Any:
     return m.BertModel(transformers.BertConfig(**_TEXT, num_hidden_layers=12)).eval(), (ids,)
 
 
-def vit(m: ModuleType) -> Any:
-    config = transformers.ViTConfig(**_TEXT, num_hidden_layers=12, image_size=64, patch_size=8)
+def _vit(m: ModuleType, layers: int) -> Any:
+    config = transformers.ViTConfig(**_TEXT, num_hidden_layers=layers, image_size=64, patch_size=8)
     pixels = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     return m.ViTModel(config).eval(), (pixels,)
+
+
+def vit(m: ModuleType) -> Any:
+    return _vit(m, 12)
+
+
+def vit_24(m: ModuleType) -> Any:
+    return _vit(m, 24)
 
 
 def llama(m: ModuleType) -> Any:

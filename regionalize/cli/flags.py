@@ -32,10 +32,10 @@ _CODEMOD_OPTIONS = [
         help="hierarchical (default where the blocks' owner is known): the owner compiled whole, each block "
         "a nested region traced once; one compiled frame per call. per-block: each block compiled on its "
         "own, a Dynamo frame per block call. Measured on a 2-core CPU against a full torch.compile "
-        "(docs/benchmarks.md): hierarchical starts 1.9-3.4x sooner and runs a forward in 0.95-1.15x its "
+        "(docs/benchmarks.md): hierarchical starts 2.0-4.8x sooner and runs a forward in 1.02-1.24x its "
         "time; generating with a KV cache at 32 layers it reaches the first token 2.8-3.2x sooner and "
-        "decodes in 1.09-1.24x its time. per-block starts 4.6-8.5x sooner (the first token 5.2-6.3x) but "
-        "runs a forward in 1.19-1.69x its time and decodes in 2.2-2.6x, often slower than eager. On a GPU "
+        "decodes in 1.09-1.24x its time. per-block starts 4.9-8.4x sooner (the first token 5.2-6.3x) but "
+        "runs a forward in 1.06-1.47x its time and decodes in 2.2-2.6x, often slower than eager. On a GPU "
         "serve with --mode reduce-overhead: without CUDA graphs a small batch is bound by work per call. "
         "An owner that cannot be compiled whole falls back to per-block at run time, with one warning.",
     ),

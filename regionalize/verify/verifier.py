@@ -179,7 +179,7 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
     return all(d.ok for d in equivalence.forward + equivalence.gradients)
 
 
-STEADY_ROUNDS = 3
+STEADY_ROUNDS = 15
 
 
 def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -> None:
@@ -221,11 +221,11 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -
         for name, built in list(ready.items()):
             try:
                 if isinstance(built.workload, Generate):
-                    whole, token_ms = decode_timing(built, subject.device, min_rounds=2, budget_s=0.7)
+                    whole, token_ms = decode_timing(built, subject.device, min_rounds=2, budget_s=0.15)
                     rounds[name].append(whole)
                     per_token[name] += [] if token_ms is None else [token_ms]
                 else:
-                    rounds[name].append(steady_us(built, subject.device, budget_s=0.2))
+                    rounds[name].append(steady_us(built, subject.device, budget_s=0.04))
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
