@@ -3,6 +3,7 @@ caller's stack (where CPython's data-stack chunks thrash, python/cpython issue 1
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -68,6 +69,23 @@ def test_decode_rounds_cycle_through_the_stack_depths_one_pair_a_depth() -> None
     assert [tokens for _, tokens in workload.runs] == [1, 4] * (len(STACK_DEPTHS) + 1)
     assert depths[0::2] == depths[1::2]  # the round's two generations at one depth: their difference is fair
     assert _relative(depths[0::2]) == [*STACK_DEPTHS, STACK_DEPTHS[0]]
+
+
+def test_rounds_of_one_call_sharing_their_depths_go_on_through_the_cycle() -> None:
+    """verify's rounds are short (a call each for slow models): each takes the next depth, not the first."""
+    model = _Recorder()
+    built = Built(model, (torch.zeros(2),), {})
+    depths = itertools.cycle(STACK_DEPTHS)
+    for _ in range(len(STACK_DEPTHS) + 1):
+        steady_us(built, "cpu", warmup=0, budget_s=0.0, min_calls=1, depths=depths)
+    assert _relative(model.depths) == [*STACK_DEPTHS, STACK_DEPTHS[0]]
+    workload = _RecordedGenerate()
+    built = Built(torch.nn.Identity(), (), {}, workload=workload)
+    for _ in range(3):
+        decode_timing(built, "cpu", warmup=0, budget_s=0.0, min_rounds=1, depths=depths)
+    assert _relative([depth for depth, _ in workload.runs[0::2]]) == [
+        d - STACK_DEPTHS[1] for d in STACK_DEPTHS[1:4]
+    ]
 
 
 def test_the_depth_scan_refuses_a_step_of_zero_with_one_error_line() -> None:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,13 +79,14 @@ def steady_us(
     budget_s: float = 0.5,
     min_calls: int = 5,
     max_calls: int = 200,
+    depths: Iterator[int] | None = None,
 ) -> float:
     """Median latency of one call after `warmup` calls, over as many calls as fit in `budget_s`, the calls
-    made at each of `STACK_DEPTHS` in turn."""
+    made at each of `STACK_DEPTHS` in turn (drawn from `depths`, which rounds of a few calls share)."""
     for _ in range(warmup):
         call(built)
     times: list[float] = []
-    depths = itertools.cycle(STACK_DEPTHS)
+    depths = depths or itertools.cycle(STACK_DEPTHS)
     deadline = time.perf_counter() + budget_s
     while len(times) < max_calls and (len(times) < min_calls or time.perf_counter() < deadline):
         times.append(at_depth(next(depths), lambda: timed(lambda: call(built), device)))
@@ -99,12 +100,13 @@ def decode_timing(
     budget_s: float = 2.0,
     min_rounds: int = 5,
     max_rounds: int = 50,
+    depths: Iterator[int] | None = None,
 ) -> tuple[float, float | None]:
     """(median microseconds of a whole generation, median milliseconds per decoded token) for `Generate`.
 
     Per token is (time of N tokens - time of 1 token) / (N - 1) within each round, the median over the
     rounds: the difference takes the prefill out, and pairing the two in a round keeps drift out of it.
-    Each round is made at the next of `STACK_DEPTHS`.
+    Each round is made at the next of `STACK_DEPTHS` (drawn from `depths`, as in `steady_us`).
     """
     workload = built.workload
     assert isinstance(workload, Generate)
@@ -113,7 +115,7 @@ def decode_timing(
     with torch._dynamo.config.patch(**built.dynamo):
         for _ in range(warmup):
             workload.run(built.model)  # the first runs compile the decode step and its dynamic-shape variant
-        depths = itertools.cycle(STACK_DEPTHS)
+        depths = depths or itertools.cycle(STACK_DEPTHS)
         deadline = time.perf_counter() + budget_s
         while len(whole) < max_rounds and (len(whole) < min_rounds or time.perf_counter() < deadline):
             one, many = at_depth(next(depths), lambda: timed_pair(workload, built.model, device))

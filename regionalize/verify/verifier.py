@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from regionalize.verify.session import (
     resolve_device,
 )
 from regionalize.verify.timing import (
+    STACK_DEPTHS,
     WorkerJob,
     call,
     cold_starts,
@@ -179,6 +181,10 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
     return all(d.ok for d in equivalence.forward + equivalence.gradients)
 
 
+# Many short rounds rather than a few long ones: the 2-core CPU box's speed drifts over seconds, and with
+# three rounds of 0.2 s a forward's ratio to a full compile read 0.87x in one process and 1.09x in the next
+# (ViT, 24 layers); with fifteen of 0.04 s, 1.04x to 1.05x in three processes. A round holds one call
+# or generation at least, so a slow model takes fifteen of each, its depths going on from round to round.
 STEADY_ROUNDS = 15
 
 
@@ -215,17 +221,22 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -
         except Exception as exc:  # one variant failing to run must not hide the others' figures
             skipped[variant.name] = f"{type(exc).__name__}: {exc}"
     rounds: dict[str, list[float]] = {name: [] for name in ready}
+    depths = {name: itertools.cycle(STACK_DEPTHS) for name in ready}
     per_token: dict[str, list[float]] = {name: [] for name in ready}
     for number in range(STEADY_ROUNDS):
         progress(f"steady state, round {number + 1} of {STEADY_ROUNDS}: {', '.join(ready)}")
         for name, built in list(ready.items()):
             try:
                 if isinstance(built.workload, Generate):
-                    whole, token_ms = decode_timing(built, subject.device, min_rounds=2, budget_s=0.15)
+                    whole, token_ms = decode_timing(
+                        built, subject.device, min_rounds=1, budget_s=0.15, depths=depths[name]
+                    )
                     rounds[name].append(whole)
                     per_token[name] += [] if token_ms is None else [token_ms]
                 else:
-                    rounds[name].append(steady_us(built, subject.device, budget_s=0.04))
+                    rounds[name].append(
+                        steady_us(built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name])
+                    )
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
