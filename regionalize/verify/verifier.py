@@ -225,17 +225,22 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -
     per_token: dict[str, list[float]] = {name: [] for name in ready}
     for number in range(STEADY_ROUNDS):
         progress(f"steady state, round {number + 1} of {STEADY_ROUNDS}: {', '.join(ready)}")
+        # The first round's warm-up compiles what the calls take (a decode step, its dynamic variant); later
+        # rounds need one call only, to bring the variant back into the caches after the others.
+        warmup = {} if number == 0 else {"warmup": 1}
         for name, built in list(ready.items()):
             try:
                 if isinstance(built.workload, Generate):
                     whole, token_ms = decode_timing(
-                        built, subject.device, min_rounds=1, budget_s=0.15, depths=depths[name]
+                        built, subject.device, min_rounds=1, budget_s=0.15, depths=depths[name], **warmup
                     )
                     rounds[name].append(whole)
                     per_token[name] += [] if token_ms is None else [token_ms]
                 else:
                     rounds[name].append(
-                        steady_us(built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name])
+                        steady_us(
+                            built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name], **warmup
+                        )
                     )
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
