@@ -50,8 +50,10 @@ Writes serving.md and serving.json to `--out` (docs/serving) after every variant
 short keeps what it measured. `--add` keeps the rows already there (same machine, versions and
 settings): where one command cannot run them all, the rest are measured by the same two lines with
 `--variants <the rest> --add`, after the first part's files are copied back into docs/serving (the
-working tree, and so they, travel to the GPU machine). A smoke run of the whole pipeline on CPU (tiny
-config, fp32, written to a temporary folder unless `--out` says otherwise; never to docs/serving):
+working tree, and so they, travel to the GPU machine); each row names its run, and rows are compared
+within one. `--render` writes serving.md again from serving.json, measuring nothing. A smoke run of
+the whole pipeline on CPU (tiny config, fp32, written to a temporary folder unless `--out` says
+otherwise; never to docs/serving):
 
     python scripts/bench_serving.py --device cpu --smoke
 """
@@ -74,7 +76,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving.report import dynamo_text, kept, rewrites_of, write
+from serving.report import dynamo_text, kept, render, rewrites_of, write
 from serving.rewrites import check_prepared, prepare
 from serving.settings import CHECK, DOCS, LLAMA3_8B, ROOT, SMOKE, VARIANTS
 from serving.workers import WORKERS
@@ -139,7 +141,16 @@ def main() -> None:
         action="store_true",
         help="keep the rows already in --out from the same machine and versions (a run in parts)",
     )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="write serving.md in --out (docs/serving) again from its serving.json, measuring nothing",
+    )
     args = parser.parse_args()
+    if args.render:
+        render(args.out or DOCS)
+        print(f"wrote {(args.out or DOCS) / 'serving.md'}")
+        return
     # A `timeout` around this script ends it with SIGTERM: as an exception, it ends the worker too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.prepare:

@@ -61,8 +61,33 @@ def test_the_table_says_which_command_each_row_is_from_only_where_there_are_seve
     assert "last of these commands" not in report.markdown(one, {}, {})
     several = one | {"commands": ["first", "second"], "earlier_wall_s": 60.0}
     text = report.markdown(several, {}, {})
-    assert "Each row is from the last of these commands that names its variant." in text
-    assert "2.0 minutes in all" in text
+    assert "Each row is from the last of these commands that names its variant (*run*)" in text
+    assert "(1) `first` and (2) `second`" in text and "2.0 minutes in all" in text
+
+
+def test_each_row_names_the_last_run_that_measured_its_variant() -> None:
+    commands = [
+        "python scripts/bench_serving.py --hot",
+        "python scripts/bench_serving.py --variants full rewrite --add --no-token-check",
+        "python scripts/bench_serving.py --add --variants rewrite",
+    ]
+    found = report.runs(commands)
+    assert found["eager"] == 1 and found["full"] == 2 and found["rewrite"] == 3
+    settings = meta("x") | {"commands": commands, "wall_s": 60.0, "earlier_wall_s": 0.0}
+    settings |= {"model": dict(LLAMA3_8B), "check_model": dict(CHECK)}
+    row = {"first_generate_s": 9.0, "decode_ms_per_token": 10.0, "peak_memory_gib": 1.0, "forms": {}}
+    text = report.markdown(settings, {"full": row, "rewrite": row | {"first_generate_s": 3.0}}, {})
+    assert "| full | (2) | 9.0 | 1.00x |" in text and "| rewrite | (3) | 3.0 | 3.00x |" in text
+
+
+def test_render_writes_the_table_again_from_its_json(tmp_path: Path) -> None:
+    settings = meta("first") | {"wall_s": 60.0, "model": dict(LLAMA3_8B), "check_model": dict(CHECK)}
+    row = {"first_generate_s": 9.0, "decode_ms_per_token": 10.0, "peak_memory_gib": 1.0, "forms": {}}
+    report.write(tmp_path, settings, {"full": row}, {})
+    written = (tmp_path / "serving.md").read_text()
+    (tmp_path / "serving.md").write_text("stale")
+    report.render(tmp_path)
+    assert (tmp_path / "serving.md").read_text() == written
 
 
 def test_rows_measured_on_other_rewrites_or_days_are_named_in_the_table(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ run in parts (`kept`)."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,21 @@ def ratios(row: dict[str, Any], rows: dict[str, dict[str, Any]], limit: float | 
         "vs_limit": decode / limit if decode and limit else None,
         "vs_transformers_static": decode / static if decode and static else None,
     }
+
+
+def runs(commands: list[str]) -> dict[str, int]:
+    """Which of `commands` (numbered from 1) each variant's row is from: the last that names it (a command
+    without `--variants` names them all). Rows of two runs are two sittings, whose machines' speeds
+    differ (docs/serving/README.md), so a ratio between them is read within one run."""
+    found = {}
+    for number, command in enumerate(commands, 1):
+        words = shlex.split(command)
+        named = list(VARIANTS)
+        if "--variants" in words:
+            rest = words[words.index("--variants") + 1 :]
+            named = rest[: next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))]
+        found |= dict.fromkeys(named, number)
+    return found
 
 
 def _restart(row: dict[str, Any]) -> str:
@@ -102,6 +118,8 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
     )
     prepared = meta.get("prepared") or {}
     several = len(meta["commands"]) > 1
+    run = runs(meta["commands"])
+    commands = [f"({n}) `{c}`" if several else f"`{c}`" for n, c in enumerate(meta["commands"], 1)]
     dates = " and ".join(sorted({meta["date"], *(row.get("date", meta["date"]) for row in rows.values())}))
     earlier: dict[str, list[str]] = {}  # rows measured on other rewrites than the last command's
     for variant, row in rows.items():
@@ -110,14 +128,19 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
     lines = [
         title,
         "",
-        f"Measured by {' and '.join(f'`{c}`' for c in meta['commands'])} on {dates}: {meta['device']} "
+        f"Measured by {' and '.join(commands)} on {dates}: {meta['device']} "
         f"({bw.get('device_name', '?')}), "
         f"torch {versions.get('torch', '?')}, transformers {versions.get('transformers', '?')}, accelerate "
         f"{versions.get('accelerate', '-')}, Python {versions.get('python', '?')}; regionalize runtime "
         f"{prepared.get('runtime', '-')} (rewrites of transformers {prepared.get('transformers', '-')}'s "
         f"modeling_llama.py, regionalize {prepared.get('regionalize_commit', '-')}); "
         f"{(meta['wall_s'] + meta.get('earlier_wall_s', 0)) / 60:.1f} minutes in all. {limit_text}."
-        + (" Each row is from the last of these commands that names its variant." if several else "")
+        + (
+            " Each row is from the last of these commands that names its variant (*run*): compare rows"
+            " of one run, since the machine's speed moved between runs."
+            if several
+            else ""
+        )
         + "".join(f" Rows {', '.join(vs)}: rewrites of {r}." for r, vs in earlier.items()),
         "",
         f"The model: transformers' `LlamaForCausalLM`, hidden {sizes['hidden_size']}, "
@@ -135,15 +158,16 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         "*Form*: how each owner of the rewrite was served. What each variant is: the docstring of "
         "scripts/bench_serving.py.",
         "",
-        "| variant | first generate (s) | vs full (x sooner) | restart: first generate (s) "
-        "| vs full's restart (x sooner) | decode ms/token | vs memory-bound limit (x) | peak memory "
-        "| tokens (fp32 check) | form | Dynamo (first generate) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| variant" + (" | run" if several else "") + " | first generate (s) | vs full (x sooner) "
+        "| restart: first generate (s) | vs full's restart (x sooner) | decode ms/token "
+        "| vs memory-bound limit (x) | peak memory | tokens (fp32 check) | form | Dynamo (first generate) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if several else ""),
     ]
     for variant, row in rows.items():
         verdict = (check.get(variant) or {}).get("verdict", "-")
+        name = f"{variant} | ({run.get(variant, '?')})" if several else variant
         if "error" in row:
-            lines.append(f"| {variant} | error: {cell(row['error'])} | | | | | | | {verdict} | | |")
+            lines.append(f"| {name} | error: {cell(row['error'])} | | | | | | | {verdict} | | |")
             continue
         r = ratios(row, rows, limit)
         memory = "-" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.1f} GiB"
@@ -151,7 +175,7 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         if row.get("forms") == {}:  # a rewrite without an owner: --form per-block
             forms = "no owner: each block compiled on its own"
         lines.append(
-            f"| {variant} | {row['first_generate_s']:.1f} | {_x(r['sooner_than_full'])} | "
+            f"| {name} | {row['first_generate_s']:.1f} | {_x(r['sooner_than_full'])} | "
             f"{_restart(row)} | {_x(r['restart_sooner_than_full'])} | {row['decode_ms_per_token']:.2f} | "
             f"{_x(r['vs_limit'])} | {memory} | {verdict} | {forms} | {dynamo_text(row)} |"
         )
@@ -191,6 +215,13 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         if notes:
             lines += ["", f"**{variant}**: " + ". ".join(notes) + "."]
     return "\n".join(lines) + "\n"
+
+
+def render(out: Path) -> None:
+    """serving.md written again from the serving.json beside it, as its run wrote it, measuring nothing:
+    after a change to how the table is laid out."""
+    found = json.loads((out / "serving.json").read_text())
+    (out / "serving.md").write_text(markdown(found["meta"], found["results"], found["token_check"]))
 
 
 def write(out: Path, meta: dict[str, Any], rows: dict[str, Any], check: dict[str, Any]) -> None:
