@@ -154,22 +154,50 @@ def test_graphs_follow_sizes_and_parameters_replaced_and_read_parameters_loaded_
     assert graphed() == (4, 11)
 
 
-def test_a_written_input_at_another_address_is_captured_again_up_to_the_limit(
+def test_a_written_input_at_another_address_is_a_new_graph_the_least_recently_replayed_giving_way(
     on_gpu: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each new written input (a cache a request brings) is captured on its second call, whatever came
+    before: past the limit the graph replayed least recently gives way, and is captured again when its
+    input comes back. Every call computes the original's result."""
     device, counts = on_gpu
     monkeypatch.setattr(pieces, "_regionalize_graph_limit", 2)
     torch.manual_seed(0)
     model = Stack().eval().to(device)
     whole, _ = compiled(model)
     x, counters = torch.randn(2, 3, 4, device=device), [torch.zeros((), device=device) for _ in range(3)]
+
+    def calls(seen: Any, n: int = 3) -> tuple[int, int]:
+        for _ in range(n):
+            torch.testing.assert_close(whole(x, seen), model(x))
+        return counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]
+
+    a, b, c = counters
     with torch.no_grad():
-        for seen in counters:
-            for _ in range(3):
+        assert calls(a) == (1, 2) and calls(b) == (2, 4)  # the first call of each runs as it is
+        assert calls(a, 1) == (2, 5)  # replayed: b is now the least recently replayed
+        assert calls(c) == (3, 7)  # captured, b giving way
+        assert calls(a, 1) == (3, 8)
+        assert calls(b, 1) == (4, 9)  # seen before: captured again at once, c giving way
+    assert [t.item() for t in counters] == [5, 4, 3]
+
+
+def test_a_new_written_input_every_few_calls_is_graphed_however_long_the_run(on_gpu: Any) -> None:
+    """A service whose every request brings a new cache: each is captured on its second call and
+    replayed after, the hundredth as the first."""
+    device, counts = on_gpu
+    torch.manual_seed(0)
+    model = Stack().eval().to(device)
+    whole, _ = compiled(model)
+    x = torch.randn(2, 3, 4, device=device)
+    requests = 10 * pieces._regionalize_graph_limit
+    with torch.no_grad():
+        for _ in range(requests):
+            seen = torch.zeros((), device=device)
+            for _ in range(4):
                 torch.testing.assert_close(whole(x, seen), model(x))
-    assert [c.item() for c in counters] == [3, 3, 3]
-    # Two captured, one call of each run as it is first; the third counter's calls all run without one.
-    assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (2, 4)
+            assert seen.item() == 4
+    assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (requests, 3 * requests)
 
 
 class Peeking(Stack):

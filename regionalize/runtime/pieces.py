@@ -7,7 +7,9 @@ import torch
 from .per_block import _regionalize_graph_modes
 from .static import _regionalize_on_graph_device
 
-_regionalize_graph_limit = 8  # graphs captured for one compiled frame: its fixed inputs moved, its sizes
+# Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
+# making room for a new one: transformers' `generate` makes a new StaticCache every call.
+_regionalize_graph_limit = 8
 
 
 def _regionalize_pieces(classes, state, mode, options):
@@ -198,15 +200,17 @@ class _RegionalizeGraphs:
     set of fixed-input addresses and sizes (the first runs it as it is: Triton's tuning and any lazy set-up
     happen outside a capture). Its inputs are fixed (parameters, tensors at addresses marked static, such
     as a `StaticCache`'s, and any it writes to) or copied into the graph's own before each replay; a fixed
-    input at another address is a new capture, as is another size of a dynamic one, up to
-    `_regionalize_graph_limit` graphs. Its outputs are copied out of the graph's memory: the next replay
-    overwrites it. Run without a graph: with autograd, off the GPU, where it draws random numbers or
-    computes off the GPU, where an input it copies in shares memory with one it writes, past the limit,
+    input at another address is a new capture, as is another size of a dynamic one; the frame keeps
+    `_regionalize_graph_limit` graphs, the least recently replayed giving way to a new one, so a service
+    whose requests each bring a new cache keeps its graphs. Its outputs are copied out of the graph's
+    memory: the next replay overwrites it. Run without a graph: with autograd, off the GPU, where it draws
+    random numbers or computes off the GPU, where an input it copies in shares memory with one it writes,
     and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns of).
     Dynamo's guards on the frame stand for the Python the capture ran."""
 
     def __init__(self, run, example_inputs, mutated, graphable):
-        self.run, self.graphs, self.warm, self.pool = run, {}, set(), None
+        # Both in the order of their last use (a dict keeps the order its keys were set in).
+        self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable = graphable
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
         self.fixed = [
@@ -231,6 +235,8 @@ class _RegionalizeGraphs:
             graph = self.captured(key, args)
         elif not self.servable(args, graph[3]):
             graph = None
+        else:
+            self.graphs[key] = self.graphs.pop(key)
         if graph is None:
             return self.run(*args)
         replay, buffers, outputs, _ = graph
@@ -258,11 +264,14 @@ class _RegionalizeGraphs:
         written = {args[i].untyped_storage().data_ptr() for i in self.mutated}
         if not self.servable(args, written):
             return None
-        if key not in self.warm or len(self.graphs) >= _regionalize_graph_limit:
-            self.warm.add(key)
-            # Fixed inputs at new addresses call after call: not a frame a graph can serve.
-            self.graphable = len(self.warm) < 4 * _regionalize_graph_limit
+        if key not in self.warm:
+            self.warm[key] = None
+            if len(self.warm) > 4 * _regionalize_graph_limit:  # the keys seen, the oldest forgotten
+                del self.warm[next(iter(self.warm))]
             return None
+        if len(self.graphs) >= _regionalize_graph_limit:
+            # Its memory in the pool the graphs share is free between its replays, as every graph's is.
+            del self.graphs[next(iter(self.graphs))]
         buffers = [(i, torch.empty_like(args[i]).copy_(args[i])) for i in self.copied]
         inputs = list(args)
         for i, buffer in buffers:
