@@ -191,9 +191,11 @@ def test_a_new_written_input_every_few_calls_is_graphed_however_long_the_run(on_
     whole, _ = compiled(model)
     x = torch.randn(2, 3, 4, device=device)
     requests = 10 * pieces._regionalize_graph_limit
+    kept = []  # each request's cache at an address of its own, none freed for the next to take
     with torch.no_grad():
         for _ in range(requests):
             seen = torch.zeros((), device=device)
+            kept.append(seen)
             for _ in range(4):
                 torch.testing.assert_close(whole(x, seen), model(x))
             assert seen.item() == 4
@@ -313,3 +315,57 @@ def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_or
     assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
     form = served_forms(model)["LlamaModel"]
     assert form.startswith("whole, in pieces (6 a call, 3 compiled in all)"), form
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_the_default_form_serves_the_tokens_generates_own_compile_hands_over_in_one_graph(
+    on_gpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default rewrite through transformers' documented GPU path, `generate(cache_implementation=
+    "static")`, whose own compile (in CUDA graphs, `CompileConfig`) hands each token's call to the owner:
+    served whole in pieces, one graph a token after the first, where traced through per block it was
+    graphed between the blocks' frames. The prompt, which `generate` runs uncompiled, per block; the
+    original's tokens, twice."""
+    device, counts = on_gpu
+    model, twin = llama_pair(Options())
+    model, twin = model.to(device), twin.to(device)
+    runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
+    if device.type == "cpu":
+        stand_in_gpu(monkeypatch, runtime)
+        config = transformers.CompileConfig(backend="eager")
+        config._compile_all_devices = True  # generate compiles only on a GPU otherwise
+        model.generation_config.compile_config = config
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    mask = torch.ones_like(ids)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        actual = model.generate(ids, attention_mask=mask, **SETTINGS)
+        tokens = SETTINGS["max_new_tokens"]
+        assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, tokens - 2)
+        again = model.generate(ids, attention_mask=mask, **SETTINGS)
+    assert actual.tolist() == expected.tolist() == again.tolist()
+    assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
+    form = served_forms(model)["LlamaModel"]
+    assert form.startswith("whole, in pieces (6 a call, 3 compiled in all)"), form
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_the_default_form_graphs_nothing_without_a_compile_around_it_to_hand_over(
+    on_gpu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without `generate`'s own compile (`disable_compile=True`) the default form's calls with a static
+    cache are served as they were, per block, and nothing is captured."""
+    device, counts = on_gpu
+    model, twin = llama_pair(Options())
+    model, twin = model.to(device), twin.to(device)
+    if device.type == "cpu":
+        stand_in_gpu(monkeypatch, type(model.model.layers[0]).forward.__globals__)
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        actual = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+    assert actual.tolist() == expected.tolist()
+    assert counts["cuda_graphs_captured"] == counts["cuda_graphs_replayed"] == 0
+    assert "whole" not in served_forms(model)["LlamaModel"]

@@ -32,6 +32,7 @@ RUNTIME = Path(__file__).parents[1] / "runtime"  # regionalize/runtime
 PARTS = (
     "stack",
     "owner",
+    "around",
     "graphs",
     "per_block",
     "pieces",

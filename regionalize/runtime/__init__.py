@@ -15,7 +15,9 @@ cache is stood in for as one frame a call.
 In CUDA graphs the owner is opaque to a compile around the model (transformers' `generate` compiles the
 forward itself for a static cache): that compile breaks its graph at the owner, which serves itself, one
 graph a call, rather than being traced through in pieces (and every block with it, on 2.11). There a call
-in pieces is one CUDA graph of them, captured by the runtime.
+in pieces is one CUDA graph of them, captured by the runtime. In the default form, where torch reuses no
+traced region, such a compile hands over the calls that bring a `StaticCache` on the GPU, which the owner
+serves so too: transformers compiles them in CUDA graphs.
 
 A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
 the owner whole, is raised while compiling, before the compiled frame has run anything. The owner then

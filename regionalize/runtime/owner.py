@@ -7,6 +7,13 @@ import weakref
 
 import torch
 
+from .around import (
+    _regionalize_handed,
+    _regionalize_handoff,
+    _regionalize_opaque,
+    _regionalize_outside,
+    _regionalize_owned,
+)
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .graphs import _regionalize_graphable, _regionalize_kept
 from .kv import (
@@ -18,7 +25,7 @@ from .kv import (
 )
 from .nested import _regionalize_reuses, _regionalize_shape
 from .per_block import _regionalize_graph_modes, _regionalize_per_block
-from .pieces import _regionalize_pieces
+from .pieces import _regionalize_graphing, _regionalize_pieces
 from .regions import (
     _regionalize_compiling,
     _regionalize_kv_name,
@@ -82,7 +89,8 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     if "why" in state:
         _regionalize_per_block(owner)
         return
-    if _regionalize_opaque(state) and not hasattr(type(owner).forward, "_regionalize_owned"):
+    handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
+    if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
         type(owner).forward = _regionalize_owned(type(owner).forward)
     if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
         owner._compiled_call_impl = _regionalize_entry(owner, None)
@@ -158,17 +166,15 @@ def _regionalize_entry(owner, whole):
     return functools.partial(_regionalize_opaque_call if opaque else _regionalize_owner_call, owner, whole)
 
 
-def _regionalize_opaque(state):
-    """Is the owner opaque to a compile around the model (`_regionalize_owned`): in CUDA graphs."""
-    return state["kwargs"].get("mode") in _regionalize_graph_modes
-
-
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
     """A call of `owner`, where the warnings filter makes no warning an error; otherwise with torch's own
     warnings kept at Python's default. torch warns as it compiles (2.11 and 2.13 import a module of
     Inductor's passes that warns of a deprecation), and under `filterwarnings = error` a full compile
     raises that warning as the first call's error: the owner would fall back to per-block compilation
-    for a reason that is not its own. Warnings of other modules (the model's) stay errors."""
+    for a reason that is not its own. Warnings of other modules (the model's) stay errors. A call that a
+    compile around the model traces and hands over (`_regionalize_handoff`) breaks its graph here."""
+    if _regionalize_handoff(owner, args, kwargs):
+        return _regionalize_outside(owner, args, kwargs)
     if not any(action == "error" for action, *_ in warnings.filters):
         return _regionalize_owner_serve(owner, whole, args, kwargs)
     with warnings.catch_warnings():
@@ -179,35 +185,11 @@ def _regionalize_owner_call(owner, whole, *args, **kwargs):
 _regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
 
 
-def _regionalize_owned(forward):
-    """The owner class's `forward` in CUDA graphs. A compile around the model (transformers' `generate`
-    compiles the forward itself where the cache is static) traced through the owner: it read the graphs'
-    conditions in its trace and split on the runtime's Python (and traced every block on 2.11). Its trace
-    breaks at the owner instead, and the call it then makes, opaque to it (`_regionalize_entry`), serves
-    the owner as the owner's own frame does, one graph a call. Not in the default form, which such a
-    compile traces through as it would the original (opaque, an owner whose blocks were compiled one by
-    one on 2.11 decoded slower: docs/compile-forms.md, Torch versions). A compile around it with
-    `fullgraph=True` raises at its graph break, as at any."""
-
-    @functools.wraps(forward)
-    def owned(self, *args, **kwargs):
-        if torch.compiler.is_compiling() and not _regionalize_tracing[0]:
-            return _regionalize_outside(self, args, kwargs)
-        return forward(self, *args, **kwargs)
-
-    owned._regionalize_owned = True
-    return owned
-
-
-@torch.compiler.disable
-def _regionalize_outside(owner, args, kwargs):
-    return owner(*args, **kwargs)
-
-
 @_regionalize_fresh_stack
 def _regionalize_owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
-    graphs = state["kwargs"].get("mode") in _regionalize_graph_modes
+    # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
+    graphs = state["kwargs"].get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
     if "settled" not in state:  # by the first call, every module of the model is built and set up
         state["settled"] = True
         indexed = state.get("indexed", [])
@@ -265,11 +247,11 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    _regionalize_tracing[0] = state.get("tracing", True)
+    _regionalize_tracing[0], _regionalize_graphing[0] = state.get("tracing", True), graphs
     try:
         out = _regionalize_run_whole(state, whole, args, kwargs)
     finally:
-        _regionalize_tracing[0] = False
+        _regionalize_tracing[0] = _regionalize_graphing[0] = False
     if "why" in state:
         warnings.warn(
             f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "

@@ -10,6 +10,9 @@ from .static import _regionalize_on_graph_device
 # Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
 # making room for a new one: transformers' `generate` makes a new StaticCache every call.
 _regionalize_graph_limit = 8
+# Set while the owner serves a call in CUDA graphs: in the default form, only a call a compile around the
+# model handed over to it.
+_regionalize_graphing = [False]
 
 
 def _regionalize_pieces(classes, state, mode, options):
@@ -33,9 +36,8 @@ def _regionalize_pieces(classes, state, mode, options):
         mutated, ungraphable = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
         compiled = sum(map(len, pieces.values()))
         state["pieces"] = f"{len(list(split.children()))} a call, {compiled} compiled in all"
-        if mode not in _regionalize_graph_modes:
-            return split
-        return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable)
+        always = mode in _regionalize_graph_modes
+        return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable, always)
 
     return backend
 
@@ -208,10 +210,10 @@ class _RegionalizeGraphs:
     and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns of).
     Dynamo's guards on the frame stand for the Python the capture ran."""
 
-    def __init__(self, run, example_inputs, mutated, graphable):
+    def __init__(self, run, example_inputs, mutated, graphable, always=True):
         # Both in the order of their last use (a dict keeps the order its keys were set in).
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
-        self.graphable = graphable
+        self.graphable, self.always = graphable, always
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
         self.fixed = [
             i
@@ -225,7 +227,7 @@ class _RegionalizeGraphs:
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
 
     def __call__(self, *args):
-        if not self.graphable or torch.is_grad_enabled():
+        if not (self.graphable and (self.always or _regionalize_graphing[0])) or torch.is_grad_enabled():
             return self.run(*args)
         # A fixed input at the address it was captured at is where it was then (CUDA's addresses are
         # unified with the host's); the others are checked.
