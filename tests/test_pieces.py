@@ -287,6 +287,17 @@ def test_no_graph_with_autograd_or_random_numbers_and_none_after_a_failed_captur
     assert counts["cuda_graphs_replayed"] == 0
 
 
+def llama_on(device: Any, monkeypatch: pytest.MonkeyPatch, options: Options) -> tuple[Any, Any, Any, Any]:
+    """test_kv_static's rewritten Llama and its original on `device` (the CPU standing in for the GPU for
+    the rewrite's runtime), a prompt and its mask."""
+    model, twin = llama_pair(options)
+    model, twin = model.to(device), twin.to(device)
+    if device.type == "cpu":
+        stand_in_gpu(monkeypatch, type(model.model.layers[0]).forward.__globals__)  # the package's runtime
+    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    return model, twin, ids, torch.ones_like(ids)
+
+
 @pytest.mark.usefixtures("without_reuse")
 def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_originals_tokens(
     on_gpu: Any, monkeypatch: pytest.MonkeyPatch
@@ -297,13 +308,7 @@ def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_or
     token; the second generate, its cache set up again by transformers at the same addresses, replays
     from its first token on."""
     device, counts = on_gpu
-    model, twin = llama_pair(Options(mode="reduce-overhead"))
-    model, twin = model.to(device), twin.to(device)
-    runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
-    if device.type == "cpu":
-        stand_in_gpu(monkeypatch, runtime)
-    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
-    mask = torch.ones_like(ids)
+    model, twin, ids, mask = llama_on(device, monkeypatch, Options(mode="reduce-overhead"))
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
@@ -327,16 +332,11 @@ def test_the_default_form_serves_the_tokens_generates_own_compile_hands_over_in_
     graphed between the blocks' frames. The prompt, which `generate` runs uncompiled, per block; the
     original's tokens, twice."""
     device, counts = on_gpu
-    model, twin = llama_pair(Options())
-    model, twin = model.to(device), twin.to(device)
-    runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
+    model, twin, ids, mask = llama_on(device, monkeypatch, Options())
     if device.type == "cpu":
-        stand_in_gpu(monkeypatch, runtime)
         config = transformers.CompileConfig(backend="eager")
         config._compile_all_devices = True  # generate compiles only on a GPU otherwise
         model.generation_config.compile_config = config
-    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
-    mask = torch.ones_like(ids)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
@@ -357,12 +357,7 @@ def test_the_default_form_graphs_nothing_without_a_compile_around_it_to_hand_ove
     """Without `generate`'s own compile (`disable_compile=True`) the default form's calls with a static
     cache are served as they were, per block, and nothing is captured."""
     device, counts = on_gpu
-    model, twin = llama_pair(Options())
-    model, twin = model.to(device), twin.to(device)
-    if device.type == "cpu":
-        stand_in_gpu(monkeypatch, type(model.model.layers[0]).forward.__globals__)
-    ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
-    mask = torch.ones_like(ids)
+    model, twin, ids, mask = llama_on(device, monkeypatch, Options())
     with torch.no_grad():
         expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
         actual = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
