@@ -16,6 +16,7 @@ from test_kv_static import SETTINGS, llama_pair  # noqa: E402
 from test_torch_features import without_reuse  # noqa: E402, F401
 from torch import nn  # noqa: E402
 from torch_support import emulated, stand_in_gpu  # noqa: E402
+from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.runtime import pieces  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
@@ -364,3 +365,30 @@ def test_the_default_form_graphs_nothing_without_a_compile_around_it_to_hand_ove
     assert actual.tolist() == expected.tolist()
     assert counts["cuda_graphs_captured"] == counts["cuda_graphs_replayed"] == 0
     assert "whole" not in served_forms(model)["LlamaModel"]
+
+
+@pytest.mark.usefixtures("without_reuse")
+def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a call that a compile around the model traces (not the owner's own trace), with a StaticCache
+    on the GPU, and only where the owner is in pieces: not a DynamicCache's, nor one off the GPU."""
+    model, _, ids, mask = llama_on(torch.device("cpu"), monkeypatch, Options())
+    runtime = type(model.model.layers[0]).forward.__globals__
+    owner = model.model
+    with torch.no_grad():
+        model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)  # the owner settles
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    cache.early_initialization(batch_size=1, num_heads=2, head_dim=8, dtype=torch.float32, device="cpu")
+    embeds = torch.zeros(1, 1, 32)
+    handoff = runtime["_regionalize_handoff"]
+    assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})  # not compiling
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
+    assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": DynamicCache()})
+    monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: False)
+    assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
+    monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
+    monkeypatch.setitem(runtime, "_regionalize_tracing", ["flat"])  # the owner's own trace
+    assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
+    monkeypatch.setitem(runtime, "_regionalize_tracing", [False])
+    monkeypatch.setitem(owner.__dict__["_regionalize_owner"], "tracing", True)  # nested regions reused
+    assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
