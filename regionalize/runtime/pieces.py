@@ -211,7 +211,7 @@ class _RegionalizeGraphs:
     Dynamo's guards on the frame stand for the Python the capture ran."""
 
     def __init__(self, run, example_inputs, mutated, graphable, always=True):
-        # Both in the order of their last use (a dict keeps the order its keys were set in).
+        # The graphs in the order of their last replay, the keys seen in the order first seen (dicts).
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always = graphable, always
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
