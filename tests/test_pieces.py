@@ -299,6 +299,25 @@ def llama_on(device: Any, monkeypatch: pytest.MonkeyPatch, options: Options) -> 
     return model, twin, ids, torch.ones_like(ids)
 
 
+def generates_in_one_graph_a_token(
+    model: Any, twin: Any, ids: Any, mask: Any, counts: Any, **kwargs: Any
+) -> None:
+    """Two generates of `model` with `kwargs` give `twin`'s tokens, without the runtime's warnings; in the
+    first, after the prompt and one token run as they are, one graph is captured and replayed a token; the
+    owner whole in pieces, its 4 layers one piece."""
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
+        actual = model.generate(ids, attention_mask=mask, **kwargs, **SETTINGS)
+        tokens = SETTINGS["max_new_tokens"]
+        assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, tokens - 2)
+        again = model.generate(ids, attention_mask=mask, **kwargs, **SETTINGS)
+    assert actual.tolist() == expected.tolist() == again.tolist()
+    assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
+    form = served_forms(model)["LlamaModel"]
+    assert form.startswith("whole, in pieces (6 a call, 3 compiled in all)"), form
+
+
 @pytest.mark.usefixtures("without_reuse")
 def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_originals_tokens(
     on_gpu: Any, monkeypatch: pytest.MonkeyPatch
@@ -310,17 +329,7 @@ def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_or
     from its first token on."""
     device, counts = on_gpu
     model, twin, ids, mask = llama_on(device, monkeypatch, Options(mode="reduce-overhead"))
-    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
-        actual = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
-        tokens = SETTINGS["max_new_tokens"]
-        assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, tokens - 2)
-        again = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
-    assert actual.tolist() == expected.tolist() == again.tolist()
-    assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
-    form = served_forms(model)["LlamaModel"]
-    assert form.startswith("whole, in pieces (6 a call, 3 compiled in all)"), form
+    generates_in_one_graph_a_token(model, twin, ids, mask, counts, disable_compile=True)
 
 
 @pytest.mark.usefixtures("without_reuse")
@@ -338,17 +347,7 @@ def test_the_default_form_serves_the_tokens_generates_own_compile_hands_over_in_
         config = transformers.CompileConfig(backend="eager")
         config._compile_all_devices = True  # generate compiles only on a GPU otherwise
         model.generation_config.compile_config = config
-    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
-        actual = model.generate(ids, attention_mask=mask, **SETTINGS)
-        tokens = SETTINGS["max_new_tokens"]
-        assert (counts["cuda_graphs_captured"], counts["cuda_graphs_replayed"]) == (1, tokens - 2)
-        again = model.generate(ids, attention_mask=mask, **SETTINGS)
-    assert actual.tolist() == expected.tolist() == again.tolist()
-    assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
-    form = served_forms(model)["LlamaModel"]
-    assert form.startswith("whole, in pieces (6 a call, 3 compiled in all)"), form
+    generates_in_one_graph_a_token(model, twin, ids, mask, counts)
 
 
 @pytest.mark.usefixtures("without_reuse")
