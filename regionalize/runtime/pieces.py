@@ -237,7 +237,7 @@ class _RegionalizeGraphs:
             graph = self.captured(key, args)
         elif not self.servable(args, graph[3]):
             graph = None
-        else:
+        elif len(self.graphs) > 1:  # the last replayed last: one graph, the usual case, needs no move
             self.graphs[key] = self.graphs.pop(key)
         if graph is None:
             return self.run(*args)
