@@ -4,7 +4,7 @@ The model is transformers' `LlamaForCausalLM` in the Llama-3-8B shape (hidden 40
 8 KV heads, intermediate 14336, vocab 128256), random weights, bf16, built on the GPU: nothing is
 downloaded. A 128-token prompt, greedy `generate` of 32 new tokens (`min_new_tokens` = `max_new_tokens`).
 Each variant runs in a fresh process with an empty Inductor (and Triton) cache, after one small unrelated
-warm-up compile:
+warm-up compile (a run without `--variants` runs all but `rewrite_static_cuda_graphs`, issue 37's seven):
 
 - `eager`: the original model, DynamicCache;
 - `full`: the original, `model.forward = torch.compile(model.forward)`, DynamicCache;
@@ -23,8 +23,8 @@ With a DynamicCache, `generate` gets `disable_compile=True`. *First generate* is
 of 5 rounds, with the CUDA graphs replayed per token. The memory-bound limit is the weights' bytes over
 the device's copy bandwidth (a large `dst.copy_(src)`, 2 x bytes / time, median of several): the time a
 token takes if every weight is read once at that speed. A small fp32 config of the same family (4 layers,
-hidden 256) is generated eagerly and each variant's way in one more process, and its tokens compared
-with eager's.
+hidden 256) is generated eagerly and each variant's way, a process each, all at once before the variants
+run (nothing is timed then), and each variant's tokens compared with eager's.
 
 The GPU machine has no libcst, so the rewrites are made here first and carried along (`.bench/` is
 gitignored). They must be made from the transformers the GPU machine has (5.17.0): the script checks
@@ -41,8 +41,12 @@ that the modeling_llama.py there is the one they were made from.
     # back here: the files it wrote, unchanged
     cp <files_at>/serving.md <files_at>/serving.json docs/serving/
 
-`--hot` also times each compiled variant's restart: its first generate in one more process, without the
-warm-up compile, that finds the compile caches the first process left on disk.
+`--hot` also times the restarts that issue 37's restart target compares (`RESTARTED` in
+serving/settings.py: a full compile, the static-cache rewrites, transformers' own path): each variant's
+first generate in one more process, without the warm-up compile, that finds the compile caches its first
+process left on disk. They run after every variant's first process, so that a sitting cut short loses
+restarts rather than rows. The header says where the sitting's time went (the bandwidth, the token
+check, the first processes, the restarts) and each row's `phases` in serving.json where its process's.
 
 Without `--rewritten-dir`, where libcst imports, the rewrites are made from the installed transformers
 into a temporary folder. `--variants` runs a subset; `--no-token-check` leaves the fp32 check out.
@@ -61,6 +65,7 @@ otherwise; never to docs/serving):
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import datetime
 import importlib.util
@@ -78,14 +83,17 @@ from typing import Any
 
 from serving.report import dynamo_text, kept, render, rewrites_of, write
 from serving.rewrites import check_prepared, prepare
-from serving.settings import CHECK, DOCS, LLAMA3_8B, ROOT, SMOKE, VARIANTS
+from serving.settings import CHECK, DEFAULT_VARIANTS, DOCS, LLAMA3_8B, RESTARTED, ROOT, SMOKE, VARIANTS
 from serving.workers import WORKERS
 
 RESULT = "BENCH_SERVING_RESULT "  # the line a worker prints its result on
 
 
-def run_fresh(job: dict[str, Any], timeout: float, kept: str | None = None) -> dict[str, Any]:
-    """One worker in a fresh process with empty Inductor and Triton caches, or with those in `kept`."""
+def run_fresh(
+    job: dict[str, Any], timeout: float, kept: str | None = None, threads: int | None = None
+) -> dict[str, Any]:
+    """One worker in a fresh process with empty Inductor and Triton caches, or with those in `kept`;
+    Inductor compiles on `threads` (its default: a pool the size of the machine)."""
     with contextlib.ExitStack() as stack:
         cache = kept or stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-serving-cache-"))
         path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -95,6 +103,9 @@ def run_fresh(job: dict[str, Any], timeout: float, kept: str | None = None) -> d
             "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
         }
         env["PYTHONPATH"] = path
+        if threads is not None:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
+        job = {**job, "spawned": time.time()}
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(job)]
         start = time.perf_counter()
         try:
@@ -110,6 +121,32 @@ def run_fresh(job: dict[str, Any], timeout: float, kept: str | None = None) -> d
     return {**json.loads(lines[-1].removeprefix(RESULT)), "wall_s": wall}
 
 
+def token_check(job: dict[str, Any], variants: list[str], timeout: float) -> dict[str, Any]:
+    """Each variant's fp32 tokens against eager's: a process a variant, all at once, each compiling on one
+    thread (nothing is timed meanwhile: this runs before the variants)."""
+    names = ["eager", *(v for v in variants if v != "eager")]
+
+    def tokens(variant: str) -> dict[str, Any]:
+        return run_fresh({**job, "kind": "tokens", "variant": variant}, timeout, threads=1)
+
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        found = dict(zip(names, pool.map(tokens, names), strict=True))
+    expected = found["eager"].get("tokens")
+    check: dict[str, Any] = {}
+    for variant in variants:
+        got = found[variant]
+        if expected is None or "error" in got:
+            error = got.get("error") or f"eager: {found['eager'].get('error')}"
+            check[variant] = {"verdict": "error", "error": error}
+            continue
+        tokens = got["tokens"]
+        longer = range(max(len(tokens), len(expected)))
+        first = next((i for i in longer if tokens[i : i + 1] != expected[i : i + 1]), None)
+        verdict = "identical" if first is None else "differ"
+        check[variant] = {"verdict": verdict, "tokens": tokens, "first_differ": first}
+    return check
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         job = json.loads(sys.argv[2])
@@ -121,7 +158,13 @@ def main() -> None:
     parser.add_argument("--prepare", type=Path, metavar="DIR", help="write the rewrites to DIR and stop")
     parser.add_argument("--transformers-wheel", type=Path, help="with --prepare: rewrite this wheel's file")
     parser.add_argument("--rewritten-dir", type=Path, help="the rewrites --prepare wrote")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=DEFAULT_VARIANTS,
+        choices=list(VARIANTS),
+        help=f"default: {' '.join(DEFAULT_VARIANTS)}",
+    )
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--smoke", action="store_true", help="tiny config, fp32: the pipeline, no figures")
     parser.add_argument("--prompt-len", type=int, help="default 128 (smoke 8)")
@@ -131,8 +174,9 @@ def main() -> None:
     parser.add_argument(
         "--hot",
         action="store_true",
-        help="also time each compiled variant's restart: its first generate in one more process that "
-        "finds the compile caches the first left on disk",
+        help=f"also time the restart of {', '.join(RESTARTED)} (those measured), after every variant's "
+        "first process: the first generate in one more process that finds the compile caches the first "
+        "left on disk",
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument("--out", type=Path, help="folder for serving.md/.json (docs/serving; smoke: a temp)")
@@ -148,6 +192,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.render:
+        if not (args.out or DOCS).joinpath("serving.json").is_file():
+            sys.exit(f"error: {(args.out or DOCS) / 'serving.json'}: no such file to render")
         render(args.out or DOCS)
         print(f"wrote {(args.out or DOCS) / 'serving.md'}")
         return
@@ -196,7 +242,9 @@ def main() -> None:
         "prepared": None if prepared is None else check_prepared(prepared),
         **{k: job_base[k] for k in ("dtype", "model", "check_model", "prompt_len", "tokens", "rounds")},
     }
+    stages = meta["stages"] = {}  # seconds each stage of this sitting took
     meta["bandwidth"] = run_fresh({**job_base, "kind": "bandwidth"}, args.timeout)
+    stages["bandwidth_s"] = meta["bandwidth"]["wall_s"]
     print(f"== bandwidth: {json.dumps(meta['bandwidth'])}", flush=True)
     rows, check = kept(out, meta, variants, args.token_check) if args.add else ({}, {})
 
@@ -206,28 +254,36 @@ def main() -> None:
         write(out, meta, ordered, {v: check[v] for v in VARIANTS if v in check})
 
     if args.token_check:
-        found = run_fresh({**job_base, "kind": "tokens"}, 2 * args.timeout)
-        meta["token_check_wall_s"] = found.pop("wall_s")
-        error = found.pop("error", None)
-        check.update({v: {"verdict": "error", "error": error} for v in variants} if error else found)
+        begun = time.perf_counter()
+        check.update(token_check(job_base, variants, 2 * args.timeout))
+        stages["token_check_s"] = time.perf_counter() - begun
         print(f"== tokens: { {v: c['verdict'] for v, c in check.items()} }", flush=True)
         save()
-    for variant in variants:
-        job = {**job_base, "kind": "variant", "variant": variant}
-        with tempfile.TemporaryDirectory(prefix="bench-serving-cache-") as cache:
-            rows[variant] = row = run_fresh(job, args.timeout, cache)
+    with contextlib.ExitStack() as stack:
+        caches = {}  # each variant's compile caches, which its restart finds
+        stages["first_processes_s"] = 0.0
+        for variant in variants:
+            caches[variant] = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-serving-cache-"))
+            job = {**job_base, "kind": "variant", "variant": variant}
+            rows[variant] = row = run_fresh(job, args.timeout, caches[variant])
             row["date"], row["rewrites"] = meta["date"], rewrites_of(meta, variant)
-            if args.hot and variant != "eager" and "error" not in row:
-                again = run_fresh({**job, "kind": "restart"}, args.timeout, cache)
-                row["restart_first_generate_s"] = again.get("first_generate_s")
-                row["restart_error"] = again.get("error")
-        summary = row.get("error") or (
-            f"first generate {row['first_generate_s']:.2f} s, "
-            f"restart {row.get('restart_first_generate_s') or '-'} s, "
-            f"decode {row['decode_ms_per_token']:.2f} ms/token, forms {row['forms']}, {dynamo_text(row)}"
-        )
-        print(f"== {variant} ({row['wall_s']:.0f} s): {summary}", flush=True)
-        save()
+            stages["first_processes_s"] += row["wall_s"]
+            summary = row.get("error") or (
+                f"first generate {row['first_generate_s']:.2f} s, "
+                f"decode {row['decode_ms_per_token']:.2f} ms/token, forms {row['forms']}, {dynamo_text(row)}"
+            )
+            print(f"== {variant} ({row['wall_s']:.0f} s): {summary}", flush=True)
+            save()
+        stages["restarts_s"] = 0.0
+        for variant in [v for v in RESTARTED if args.hot and v in variants and "error" not in rows[v]]:
+            row = rows[variant]
+            job = {**job_base, "kind": "restart", "variant": variant}
+            again = run_fresh(job, args.timeout, caches[variant])
+            row["restart_first_generate_s"] = again.get("first_generate_s")
+            row["restart_error"], row["restart_phases"] = again.get("error"), again.get("phases")
+            stages["restarts_s"] += again["wall_s"]
+            print(f"== {variant} restart ({again['wall_s']:.0f} s): {again.get('error') or ''}", flush=True)
+            save()
     if temporary is not None:
         shutil.rmtree(temporary, ignore_errors=True)
     print((out / "serving.md").read_text())

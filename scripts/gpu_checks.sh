@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a session lent a GPU runs first: issue 37's benchmark, every variant in one sitting, then the tests
-# that need CUDA. Run on the GPU machine (Python 3.12, the torch and transformers of its image, no libcst),
+# What a session lent a GPU runs first: issue 37's benchmark, its seven variants in one sitting, then the
+# tests that need CUDA. Run on the GPU machine (Python 3.12, the torch and transformers of its image, no libcst),
 # one part a device call, so that a part cut short still returns what the other measured:
 #
 #   bash scripts/gpu_checks.sh bench   # carry [".whl", ".bench"], timeout_s 600; docs/serving/README.md
@@ -26,7 +26,7 @@ fi
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 case "$part" in
   bench)
-    # Arguments after the part go to the benchmark; without any it runs every variant, restarts too.
+    # Arguments after the part go to the benchmark; without any it runs the default variants, with --hot.
     (($# > 1)) || set -- bench --hot
     # The benchmark's own timeout leaves time for the copy, which runs even where it cut the run short.
     timeout "${BENCH_S:-560}" python3 scripts/bench_serving.py --rewritten-dir .bench/serving "${@:2}" 2>&1 \

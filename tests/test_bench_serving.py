@@ -1,4 +1,5 @@
-"""scripts/bench_serving.py's runs in parts (`--add`): what an earlier run's file keeps."""
+"""scripts/bench_serving.py: a run's order and token check, with its processes stood in for, and its runs in
+parts (`--add`): what an earlier run's file keeps."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import bench_serving
 from serving import report
-from serving.settings import CHECK, LLAMA3_8B
+from serving.settings import CHECK, DEFAULT_VARIANTS, LLAMA3_8B
 
 
 def meta(
@@ -101,3 +103,79 @@ def test_rows_measured_on_other_rewrites_or_days_are_named_in_the_table(tmp_path
     rows["rewrite"] |= {"date": "2026-11-27", "rewrites": report.rewrites_of(now, "rewrite")}
     text = report.markdown(now, rows, {})
     assert "rewrites of runtime" not in text and "on 2026-11-27:" in text
+
+
+def test_a_run_without_variants_names_the_default_ones() -> None:
+    found = report.runs(["python scripts/bench_serving.py --hot"])
+    assert list(found) == DEFAULT_VARIANTS and "rewrite_static_cuda_graphs" not in found
+
+
+def test_the_header_says_where_the_last_commands_time_went() -> None:
+    settings = meta("first") | {"wall_s": 120.0, "model": dict(LLAMA3_8B), "check_model": dict(CHECK)}
+    settings["stages"] = {"bandwidth_s": 15.2, "token_check_s": 24.6, "first_processes_s": 70.0}
+    text = report.markdown(settings, {}, {})
+    stages = "the bandwidth 15 s, the token check 25 s, the variants' first processes 70 s"
+    assert f"2.0 minutes in all ({stages})." in text
+    text = report.markdown(settings | {"earlier_wall_s": 60.0}, {}, {})
+    assert f"3.0 minutes in all (the last command's 2.0: {stages})." in text
+    assert "minutes in all. " in report.markdown(settings | {"stages": {}}, {}, {})
+
+
+def fake_processes(monkeypatch: pytest.MonkeyPatch, tokens: dict[str, Any]) -> list[tuple[str, str]]:
+    """bench_serving's fresh processes stood in for: what each would have run, in order; a variant's fp32
+    tokens from `tokens` (a string: the process's error)."""
+    ran = []
+
+    def run_fresh(job: dict[str, Any], timeout: float, kept: Any = None, threads: Any = None) -> dict:
+        ran.append((job["kind"], job.get("variant", "")))
+        if job["kind"] == "tokens":
+            got = tokens[job["variant"]]
+            return {"error": got} if isinstance(got, str) else {"tokens": got}
+        if job["kind"] == "bandwidth":
+            return {"device_name": "cpu", "versions": {}, "wall_s": 1.0}
+        row = {"first_generate_s": 2.0, "decode_ms_per_token": 1.0, "peak_memory_gib": None, "forms": None}
+        return {**row, "variant": job.get("variant"), "wall_s": 3.0}
+
+    monkeypatch.setattr(bench_serving, "run_fresh", run_fresh)
+    return ran
+
+
+def test_the_token_check_compares_each_variants_tokens_with_eagers(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = {"eager": [5, 6, 7], "full": [5, 6, 7], "rewrite": [5, 9, 7], "per_block": [5, 6]}
+    tokens["rewrite_static"] = "RuntimeError: boom"
+    ran = fake_processes(monkeypatch, tokens)
+    check = bench_serving.token_check({}, ["full", "rewrite", "per_block", "rewrite_static"], 10.0)
+    assert sorted(ran) == sorted(("tokens", v) for v in tokens)  # eager's too, not reported
+    assert check["full"]["verdict"] == "identical"
+    assert (check["rewrite"]["verdict"], check["rewrite"]["first_differ"]) == ("differ", 1)
+    assert (check["per_block"]["verdict"], check["per_block"]["first_differ"]) == ("differ", 2)
+    assert check["rewrite_static"] == {"verdict": "error", "error": "RuntimeError: boom"}
+    ran = fake_processes(monkeypatch, tokens | {"eager": "OSError: no"})
+    assert bench_serving.token_check({}, ["full"], 10.0)["full"]["error"] == "eager: OSError: no"
+
+
+def test_restarts_come_after_every_first_process_and_only_for_the_serving_paths_and_full(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    variants = ["eager", "full", "transformers_static"]
+    ran = fake_processes(monkeypatch, {v: [1, 2] for v in variants})
+    argv = ["bench_serving.py", "--device", "cpu", "--smoke", "--hot", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--variants", *variants])
+    monkeypatch.setattr(bench_serving.signal, "signal", lambda *_: None)  # pytest's handlers kept
+    bench_serving.main()
+    assert ran[0] == ("bandwidth", "") and sorted(ran[1:4]) == sorted(("tokens", v) for v in variants)
+    assert ran[4:] == [
+        *(("variant", v) for v in variants),
+        ("restart", "full"),
+        ("restart", "transformers_static"),
+    ]
+    found = json.loads((tmp_path / "serving.json").read_text())
+    assert found["results"]["full"]["restart_first_generate_s"] == 2.0
+    assert "restart_first_generate_s" not in found["results"]["eager"]
+    assert set(found["meta"]["stages"]) == {"bandwidth_s", "token_check_s", "first_processes_s", "restarts_s"}
+
+
+def test_render_without_a_json_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "argv", ["bench_serving.py", "--render", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"error: .*serving\.json: no such file to render"):
+        bench_serving.main()

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .settings import TARGET_LIMIT, TARGET_SOONER, TARGETS, VARIANTS
+from .settings import DEFAULT_VARIANTS, TARGET_LIMIT, TARGET_SOONER, TARGETS, VARIANTS
 
 
 def cell(text: object) -> str:
@@ -39,12 +39,12 @@ def ratios(row: dict[str, Any], rows: dict[str, dict[str, Any]], limit: float | 
 
 def runs(commands: list[str]) -> dict[str, int]:
     """Which of `commands` (numbered from 1) each variant's row is from: the last that names it (a command
-    without `--variants` names them all). Rows of two runs are two sittings, whose machines' speeds
+    without `--variants` names the default ones). Rows of two runs are two sittings, whose machines' speeds
     differ (docs/serving/README.md), so a ratio between them is read within one run."""
     found = {}
     for number, command in enumerate(commands, 1):
         words = shlex.split(command)
-        named = list(VARIANTS)
+        named = DEFAULT_VARIANTS
         if "--variants" in words:
             rest = words[words.index("--variants") + 1 :]
             named = rest[: next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))]
@@ -57,6 +57,22 @@ def _restart(row: dict[str, Any]) -> str:
         return f"error: {cell(row['restart_error'])}"
     seconds = row.get("restart_first_generate_s")
     return "-" if seconds is None else f"{seconds:.1f}"
+
+
+def _stages(meta: dict[str, Any]) -> str:
+    """Where the last command's time went, where it says."""
+    stages = meta.get("stages") or {}
+    names = {
+        "bandwidth_s": "the bandwidth",
+        "token_check_s": "the token check",
+        "first_processes_s": "the variants' first processes",
+        "restarts_s": "their restarts",
+    }
+    parts = [f"{names[k]} {stages[k]:.0f} s" for k in names if stages.get(k)]
+    if not parts:
+        return ""
+    last = f"the last command's {meta['wall_s'] / 60:.1f}: " if meta.get("earlier_wall_s") else ""
+    return f" ({last}{', '.join(parts)})"
 
 
 def dynamo_text(row: dict[str, Any]) -> str:
@@ -134,7 +150,8 @@ def markdown(meta: dict[str, Any], rows: dict[str, dict[str, Any]], check: dict[
         f"{versions.get('accelerate', '-')}, Python {versions.get('python', '?')}; regionalize runtime "
         f"{prepared.get('runtime', '-')} (rewrites of transformers {prepared.get('transformers', '-')}'s "
         f"modeling_llama.py, regionalize {prepared.get('regionalize_commit', '-')}); "
-        f"{(meta['wall_s'] + meta.get('earlier_wall_s', 0)) / 60:.1f} minutes in all. {limit_text}."
+        f"{(meta['wall_s'] + meta.get('earlier_wall_s', 0)) / 60:.1f} minutes in all{_stages(meta)}. "
+        f"{limit_text}."
         + (
             " Each row is from the last of these commands that names its variant (*run*): compare rows"
             " of one run, since the machine's speed moved between runs."

@@ -25,6 +25,13 @@ VARIANTS: dict[str, tuple[str | None, str, str]] = {
     "per_block": ("per_block", "rewrite", "dynamic"),
     "accelerate_regions": (None, "accelerate", "dynamic"),
 }
+# A run without --variants: issue 37's seven. The `--mode reduce-overhead` rewrite is a user's choice beside
+# them (since runtime 20 the default form serves generate's static-cache calls in CUDA graphs as well);
+# `--variants` names it where it is wanted.
+DEFAULT_VARIANTS = [v for v in VARIANTS if v != "rewrite_static_cuda_graphs"]
+# What --hot restarts, in this order after every first process: a full compile and the serving paths that
+# its restart target compares with it, then transformers' own. A run cut short loses restarts, not rows.
+RESTARTED = ("full", "rewrite_static", "rewrite_static_cuda_graphs", "transformers_static")
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}  # the prompt avoids them
 LLAMA3_8B = {
     "vocab_size": 128256,

@@ -1,5 +1,6 @@
 """What each fresh process of the serving benchmark measures: a variant's first generate and decode, its
-restart, the fp32 token check, the device's bandwidth."""
+restart, its fp32 tokens, the device's bandwidth. A worker's `phases` say where its process's time went
+(from its start, `spawned` in the job), so that a sitting's length can be read from its rows."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from typing import Any
 
 from .rewrites import load_rewritten
 from .settings import MODELING, SPECIAL, VARIANTS
+
+
+class Phases(dict):
+    """Seconds each stage of a worker took, by name; `start_s` is the process's start and the script's
+    imports, before the worker ran."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        super().__init__(start_s=time.time() - job["spawned"])
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Any:
+        start = time.perf_counter()
+        yield
+        self[f"{name}_s"] = time.perf_counter() - start
 
 
 def sync(device: str) -> None:
@@ -122,42 +137,52 @@ def served_forms(model: Any) -> dict[str, str] | None:
 def restart_worker(job: dict[str, Any]) -> dict[str, Any]:
     """A restarted service's first generate: the compile caches an earlier process left on disk found, no
     warm-up compile first (as `regionalize verify` times a hot start)."""
-    import torch
-
-    model, extra = build(job, job["variant"], job["model"], job["dtype"])
-    ids = prompt(job, job["model"]["vocab_size"])
-    # torch.compile's own imports paid before the clock starts, as the variants that call it at build do.
-    torch.compile(lambda: None)
+    phases = Phases(job)
+    with phases("imports"):
+        import torch
+        import transformers  # noqa: F401  (its import is the process's, not the first generate's)
+    with phases("build"):
+        model, extra = build(job, job["variant"], job["model"], job["dtype"])
+        ids = prompt(job, job["model"]["vocab_size"])
+        # torch.compile's own imports paid before the clock starts, as the variants that call it at build do.
+        torch.compile(lambda: None)
     first, _ = timed(lambda: generate(model, ids, job["tokens"], extra), job["device"])
-    return {"variant": job["variant"], "first_generate_s": first}
+    return {"variant": job["variant"], "first_generate_s": first, "phases": phases}
 
 
 def variant_worker(job: dict[str, Any]) -> dict[str, Any]:
-    import torch
+    phases = Phases(job)
+    with phases("imports"):
+        import torch
+        import transformers  # noqa: F401  (as in restart_worker)
 
     device, variant = job["device"], job["variant"]
-    warm_up(device)
-    model, extra = build(job, variant, job["model"], job["dtype"])
-    ids = prompt(job, job["model"]["vocab_size"])
+    with phases("warm_up"):
+        warm_up(device)
+    with phases("build"):
+        model, extra = build(job, variant, job["model"], job["dtype"])
+        ids = prompt(job, job["model"]["vocab_size"])
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     (first, _), account = dynamo_account(
         lambda: timed(lambda: generate(model, ids, job["tokens"], extra), device)
     )
-    generate(model, ids, 1, extra)  # untimed: whatever the one-token call alone compiles or captures
-    generate(model, ids, job["tokens"], extra)
     rounds = []
-    for _ in range(job["rounds"]):
-        one, _ = timed(lambda: generate(model, ids, 1, extra), device)
-        many, _ = timed(lambda: generate(model, ids, job["tokens"], extra), device)
-        rounds.append(
-            {"generate_1_s": one, "generate_n_s": many, "ms": (many - one) / (job["tokens"] - 1) * 1e3}
-        )
-    from torch._dynamo.utils import counters
+    with phases("decode"):
+        generate(model, ids, 1, extra)  # untimed: whatever the one-token call alone compiles or captures
+        generate(model, ids, job["tokens"], extra)
+        for _ in range(job["rounds"]):
+            one, _ = timed(lambda: generate(model, ids, 1, extra), device)
+            many, _ = timed(lambda: generate(model, ids, job["tokens"], extra), device)
+            rounds.append(
+                {"generate_1_s": one, "generate_n_s": many, "ms": (many - one) / (job["tokens"] - 1) * 1e3}
+            )
+        from torch._dynamo.utils import counters
 
-    account["cudagraph_skips_all"] = counters["inductor"]["cudagraph_skips"]
-    account["cuda_graphs_per_token"] = graphs_per_token(model, ids, job["tokens"], extra)
+        account["cudagraph_skips_all"] = counters["inductor"]["cudagraph_skips"]
+        account["cuda_graphs_per_token"] = graphs_per_token(model, ids, job["tokens"], extra)
     return {
+        "phases": phases,
         "variant": variant,
         "first_generate_s": first,
         "decode_ms_per_token": statistics.median(r["ms"] for r in rounds),
@@ -186,36 +211,11 @@ def graphs_per_token(model: Any, ids: Any, tokens: int, extra: dict[str, Any]) -
 
 
 def tokens_worker(job: dict[str, Any]) -> dict[str, Any]:
-    """The fp32 check: eager's tokens, then each variant's, in this one process (Dynamo reset between)."""
-    import torch
-
-    warm_up(job["device"])
+    """The fp32 check of one variant: its tokens on the small config (compared with eager's by the caller)."""
     sizes = job["check_model"]
+    model, extra = build(job, job["variant"], sizes, "float32")
     ids = prompt(job, sizes["vocab_size"])
-    expected = None
-    found: dict[str, Any] = {}
-    for variant in ["eager", *(v for v in job["variants"] if v != "eager")]:
-        torch.compiler.reset()
-        try:
-            model, extra = build(job, variant, sizes, "float32")
-            tokens = generate(model, ids, job["tokens"], extra)[0, job["prompt_len"] :].tolist()
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300]
-            if variant == "eager":  # nothing to compare with
-                return {v: {"verdict": "error", "error": f"eager: {error}"} for v in job["variants"]}
-            found[variant] = {"verdict": "error", "error": error}
-            continue
-        if expected is None:
-            expected = tokens
-        same = tokens == expected
-        first = next((i for i, (a, b) in enumerate(zip(tokens, expected, strict=True)) if a != b), None)
-        found[variant] = {
-            "verdict": "identical" if same else "differ",
-            "tokens": tokens,
-            "first_differ": first,
-        }
-        del model
-    return found
+    return {"tokens": generate(model, ids, job["tokens"], extra)[0, job["prompt_len"] :].tolist()}
 
 
 def bandwidth_worker(job: dict[str, Any]) -> dict[str, Any]:
