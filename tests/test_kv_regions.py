@@ -123,7 +123,8 @@ def against_twin(
 def test_a_dynamic_caches_length_is_marked_dynamic_once_it_holds_keys() -> None:
     """What the owner marks before compiling a call: nothing without a `DynamicCache` (None, and it stops
     looking) or while its layers hold nothing (False, the prompt); then the length of every layer's keys
-    and values (an `EncoderDecoderCache`'s own, not its cross-attention's), and nothing else."""
+    and values (an `EncoderDecoderCache`'s own, not its cross-attention's) and the last size of a tensor
+    argument one longer than them (the attention mask), and nothing else."""
     from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
     from regionalize.runtime.kv import _regionalize_kv_growing
@@ -138,8 +139,10 @@ def test_a_dynamic_caches_length_is_marked_dynamic_once_it_holds_keys() -> None:
     cache = DynamicCache()
     assert _regionalize_kv_growing((), {"past_key_values": cache}) is False
     cache.update(*new, 0)
-    assert _regionalize_kv_growing((cache,), {}) is True
+    mask, positions, ids = torch.ones(1, 6), torch.zeros(1, 1), torch.zeros(1, 1)
+    assert _regionalize_kv_growing((cache, ids), {"attention_mask": mask, "position_ids": positions}) is True
     assert marked(cache.layers[0].keys) == marked(cache.layers[0].values) == {2}
+    assert marked(mask) == {1} and not marked(positions) and not marked(ids)  # the mask: one token longer
     own, cross = DynamicCache(), DynamicCache()
     own.update(*new, 0)
     cross.update(*new, 0)

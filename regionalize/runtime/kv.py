@@ -130,12 +130,15 @@ def _regionalize_kv_growing(args, kwargs):
     `EncoderDecoderCache`'s own) dynamic where its layers hold them: they grow by a token a call. Dynamo
     would compile the first token's frame for its length, and the next token's again with the length
     symbolic; marked, the first token's is the one every token shares, one compile fewer in a first
-    `generate` (a hint: Dynamo still specializes a length the code needs). None where no such cache is
-    handed; False where it holds nothing yet (the prompt)."""
+    `generate` (a hint: Dynamo still specializes a length the code needs). So is the last size of a tensor
+    argument one longer than such keys: the attention mask, whose length transformers 5.17 specialized
+    ("tensor 'kwargs['attention_mask']' size mismatch at index 1. expected 129, actual 130": the owner
+    traced twice on an H200, docs/serving). None where no such cache is handed; False where it holds
+    nothing yet (the prompt)."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None:
         return None
-    found = None
+    found, lengths = None, set()
     for value in (*args, *kwargs.values()):
         if type(value) is getattr(utils, "EncoderDecoderCache", None):
             value = value.self_attention_cache
@@ -147,7 +150,11 @@ def _regionalize_kv_growing(args, kwargs):
                 for tensor in (layer.keys, layer.values):
                     if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
                         torch._dynamo.maybe_mark_dynamic(tensor, tensor.dim() - 2)
+                        lengths.add(tensor.shape[-2] + 1)
                         found = True
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[-1] in lengths:
+            torch._dynamo.maybe_mark_dynamic(value, value.dim() - 1)
     return found
 
 
