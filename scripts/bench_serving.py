@@ -282,7 +282,8 @@ def main() -> None:
             row["restart_first_generate_s"] = again.get("first_generate_s")
             row["restart_error"], row["restart_phases"] = again.get("error"), again.get("phases")
             stages["restarts_s"] += again["wall_s"]
-            print(f"== {variant} restart ({again['wall_s']:.0f} s): {again.get('error') or ''}", flush=True)
+            summary = again.get("error") or f"first generate {again['first_generate_s']:.2f} s"
+            print(f"== {variant} restart ({again['wall_s']:.0f} s): {summary}", flush=True)
             save()
     if temporary is not None:
         shutil.rmtree(temporary, ignore_errors=True)

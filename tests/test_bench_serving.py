@@ -155,7 +155,7 @@ def test_the_token_check_compares_each_variants_tokens_with_eagers(monkeypatch: 
 
 
 def test_restarts_come_after_every_first_process_and_only_for_the_serving_paths_and_full(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     variants = ["eager", "full", "transformers_static"]
     ran = fake_processes(monkeypatch, {v: [1, 2] for v in variants})
@@ -173,6 +173,7 @@ def test_restarts_come_after_every_first_process_and_only_for_the_serving_paths_
     assert found["results"]["full"]["restart_first_generate_s"] == 2.0
     assert "restart_first_generate_s" not in found["results"]["eager"]
     assert set(found["meta"]["stages"]) == {"bandwidth_s", "token_check_s", "first_processes_s", "restarts_s"}
+    assert "== full restart (3 s): first generate 2.00 s" in capsys.readouterr().out
 
 
 def test_render_without_a_json_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
