@@ -140,7 +140,7 @@ def restart_worker(job: dict[str, Any]) -> dict[str, Any]:
     phases = Phases(job)
     with phases("imports"):
         import torch
-        import transformers  # noqa: F401  (its import is the process's, not the first generate's)
+        import transformers  # noqa: F401  (timed with the imports, not with the build)
     with phases("build"):
         model, extra = build(job, job["variant"], job["model"], job["dtype"])
         ids = prompt(job, job["model"]["vocab_size"])
