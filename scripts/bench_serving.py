@@ -192,10 +192,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.render:
-        if not (args.out or DOCS).joinpath("serving.json").is_file():
-            sys.exit(f"error: {(args.out or DOCS) / 'serving.json'}: no such file to render")
-        render(args.out or DOCS)
-        print(f"wrote {(args.out or DOCS) / 'serving.md'}")
+        folder = args.out or DOCS
+        if not (folder / "serving.json").is_file():
+            sys.exit(f"error: {folder / 'serving.json'}: no such file to render")
+        render(folder)
+        print(f"wrote {folder / 'serving.md'}")
         return
     # A `timeout` around this script ends it with SIGTERM: as an exception, it ends the worker too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
