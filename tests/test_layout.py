@@ -4,6 +4,7 @@ and no module name used for two things. Read with `ast` from the source, imports
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -188,3 +189,19 @@ def test_no_two_modules_share_a_name() -> None:
     """A name says one thing: no module or package is named as another anywhere in the package."""
     names = Counter(name.rpartition(".")[2] for name in MODULES if name != TOP)
     assert not [name for name, count in names.items() if count > 1]
+
+
+def test_only_the_runtimes_internals_module_names_torchs_private_names() -> None:
+    """torch's private names (`torch._dynamo`, `torch.utils._pytree`, `torch._C._dynamo`, ...) are reached
+    through `regionalize/runtime/internals.py` alone, so that a torch that moves one breaks one module.
+    Its docstrings and comments count too: a name quoted there is one a reader would look for there."""
+    private = re.compile(r"torch\._|utils\._|_C\._")
+    named = sorted(
+        f"{name}:{number}"
+        for name, path in MODULES.items()
+        if _part(name) == "runtime" and name != "regionalize.runtime.internals"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if private.search(line)
+    )
+    assert not named
+    assert private.search((PACKAGE / "runtime" / "internals.py").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-# regionalize runtime 21: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 22: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -30,6 +30,7 @@ layer; the cache's length is marked dynamic from the first token, whose frame ev
 For a `StaticCache` (transformers' way to serve compiled) the region takes its layer's tensors, which
 transformers' own update writes in place.
 
-One file, unlike the rest of regionalize: it is the text the codemod copies whole into each package it
-rewrites (`_regionalize.py`), or in part into a lone file, and a rewritten model imports nothing else.
+A rewritten model calls it through the public API (`api.py`, `import regionalize`), which needs torch
+alone. With `--vendor` the codemod joins the other parts into one text and copies it into the package it
+rewrites (`_regionalize.py`, this docstring its head), or in part into a lone file.
 """

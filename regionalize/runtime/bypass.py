@@ -2,6 +2,8 @@
 
 import torch
 
+from .internals import _regionalize_global_hooks, _regionalize_guarded_code
+
 
 def _regionalize_guard_filter(entries):
     """regionalize guard bypass: skip guards on the structure of modules, keep guards on values.
@@ -47,9 +49,6 @@ def _regionalize_direct(module, guarded, frame=None):
     import inspect
     import types
 
-    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
-    from torch.nn.modules import module as nn_module
-
     forward = frame or type(module).forward
     signature = inspect.signature(forward)
     plain = (int, float, bool, str, type(None))
@@ -81,10 +80,7 @@ def _regionalize_direct(module, guarded, frame=None):
             or module._backward_hooks
             or module._backward_pre_hooks
             or "forward" in module.__dict__
-            or nn_module._global_forward_hooks
-            or nn_module._global_forward_pre_hooks
-            or nn_module._global_backward_hooks
-            or nn_module._global_backward_pre_hooks
+            or _regionalize_global_hooks()
         )
 
     def dispatch(*args, **kwargs):
@@ -110,16 +106,11 @@ def _regionalize_direct(module, guarded, frame=None):
         frame = dict(bound.arguments) | {
             n: c.cell_contents for n, c in zip(names, forward.__closure__ or (), strict=True)
         }
-        for entry in _debug_get_cache_entry_list(forward.__code__):  # the order Dynamo tries them in
-            if entry.guard_manager.check(frame):
-                direct[k] = types.FunctionType(
-                    entry.code,
-                    forward.__globals__,
-                    forward.__name__,
-                    forward.__defaults__,
-                    forward.__closure__,
-                )
-                break
+        code = _regionalize_guarded_code(forward.__code__, frame)
+        if code is not None:
+            direct[k] = types.FunctionType(
+                code, forward.__globals__, forward.__name__, forward.__defaults__, forward.__closure__
+            )
         return out
 
     return dispatch

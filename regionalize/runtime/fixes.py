@@ -3,7 +3,8 @@ attributes traced symbolically (RGZ004)."""
 
 import torch
 
-from .regions import _regionalize_standing_in, _regionalize_tracing
+from .internals import _regionalize_config_patch
+from .threads import _regionalize_standing_in, _regionalize_tracing
 
 
 def _regionalize_eager(call):
@@ -25,9 +26,10 @@ def _regionalize_symbolic_ints(forward):
     """regionalize: trace `forward` with the integer attributes of modules symbolic, so that blocks that
     differ only in such an integer (a layer index) share graphs: one per outcome of a branch on it, not
     one per block. Eager calls compute the same; the setting holds only while this function is traced."""
-    if not hasattr(torch._dynamo, "patch_dynamo_config"):  # torch < 2.8: compiled per block, still right
+    patch_config = _regionalize_config_patch()
+    if patch_config is None:  # each block a graph of its own, still right
         return forward
-    patch = torch._dynamo.patch_dynamo_config(allow_unspec_int_on_nn_module=True)
+    patch = patch_config(allow_unspec_int_on_nn_module=True)
 
     def traced(*args, **kwargs):
         with patch:

@@ -4,6 +4,7 @@ import copy
 
 import torch
 
+from .internals import _regionalize_global_hooks, _regionalize_tree_leaves, _regionalize_tree_map
 from .static import _regionalize_static_graphable
 
 
@@ -11,9 +12,9 @@ def _regionalize_kept(out, args, kwargs):
     """A CUDA graph's outputs `out` as the caller may keep them, not overwritten by the next replay: tensors
     cloned, other objects (a cache the owner created) deep-copied, with the tensors they hold; but not an
     object the caller handed in (its static cache, written in place, as the original writes it)."""
-    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    leaves = _regionalize_tree_leaves((args, kwargs))
     given = {id(x) for x in leaves if not isinstance(x, torch.Tensor)}
-    return torch.utils._pytree.tree_map(lambda x: x if id(x) in given else _regionalize_copied(x), out)
+    return _regionalize_tree_map(lambda x: x if id(x) in given else _regionalize_copied(x), out)
 
 
 def _regionalize_copied(value):
@@ -25,12 +26,9 @@ def _regionalize_copied(value):
 def _regionalize_graphable(owner, args, kwargs):
     """Can one CUDA graph serve this call: no hooks, only CUDA tensors, plain values and static caches that
     a graph can take (`_regionalize_static_graphable`)."""
-    hooks = torch.nn.modules.module
-    if owner._forward_hooks or owner._forward_pre_hooks:
+    if owner._forward_hooks or owner._forward_pre_hooks or _regionalize_global_hooks(backward=False):
         return False
-    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
-        return False
-    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    leaves = _regionalize_tree_leaves((args, kwargs))
     plain = (int, float, bool, str, type(None))
     for x in leaves:
         tensor = isinstance(x, torch.Tensor)

@@ -5,6 +5,8 @@ import sys
 
 import torch
 
+from .internals import _regionalize_mark_dynamic
+
 # Do transformers' cache layers update as the cache-updating regions assume? False if not, else how a layer
 # is set up on its first update (`_regionalize_kv_holds`).
 _regionalize_kv = [None]
@@ -132,8 +134,7 @@ def _regionalize_kv_growing(args, kwargs):
     symbolic; marked, the first token's is the one every token shares, one compile fewer in a first
     `generate` (a hint: Dynamo still specializes a length the code needs). So is the last size of a tensor
     argument one longer than such keys: the attention mask, whose length transformers 5.17 specialized
-    ("tensor 'kwargs['attention_mask']' size mismatch at index 1. expected 129, actual 130": the owner
-    traced twice on an H200, docs/serving). None where no such cache is handed; False where it holds
+    (the owner traced twice, docs/serving). None where no such cache is handed; False where it holds
     nothing yet (the prompt)."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None:
@@ -149,19 +150,19 @@ def _regionalize_kv_growing(args, kwargs):
             if type(layer) in (utils.DynamicLayer, utils.DynamicSlidingWindowLayer) and layer.is_initialized:
                 for tensor in (layer.keys, layer.values):
                     if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
-                        torch._dynamo.maybe_mark_dynamic(tensor, tensor.dim() - 2)
+                        _regionalize_mark_dynamic(tensor, tensor.dim() - 2)
                         lengths.add(tensor.shape[-2] + 1)
                         found = True
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor) and value.dim() and value.shape[-1] in lengths:
-            torch._dynamo.maybe_mark_dynamic(value, value.dim() - 1)
+            _regionalize_mark_dynamic(value, value.dim() - 1)
     return found
 
 
 def _regionalize_kv_init(layer, keys, values):
     """What a layer's `lazy_initialization` sets, less the empty tensors that its `update` joins the first
-    keys to and the store does not: Dynamo traced those at 11 ms a layer, a quarter of what a 32-layer
-    Llama's prefill traced outside its regions."""
+    keys to and the store does not: tracing those was much of what a prefill traced outside its
+    regions."""
     layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
     if layer.is_sliding:
         layer._sliding_window_tensor = layer._sliding_window_tensor.to(keys.device)

@@ -1,16 +1,9 @@
 """A function as a nested compile region: its arguments flattened, its outputs packed and unaliased, and
 the structures of blocks, which their regions take so that one is never reused for another."""
 
-import inspect
-
 import torch
 
-
-def _regionalize_reuses():
-    """Does Dynamo reuse a nested region traced for one block for the others ("stamping out", with its
-    limit `max_reuse_entries`)? Without it (torch 2.11) the owner compiled whole traces every block, as
-    a full compile does."""
-    return "max_reuse_entries" in inspect.signature(torch.compiler.nested_compile_region).parameters
+from .internals import _regionalize_reuses, _regionalize_tree_leaves, _regionalize_tree_map_only
 
 
 def _regionalize_nested_region(fn):
@@ -33,7 +26,7 @@ def _regionalize_nested(fn, label, extras=0):
     of other blocks are not candidates for their reuse."""
 
     def as_given(self, structure, *args, **kwargs):
-        inputs = torch.utils._pytree.tree_leaves((args, kwargs))
+        inputs = _regionalize_tree_leaves((args, kwargs))
         return _regionalize_pack(_regionalize_unaliased(inputs, fn(self, *args, **kwargs)), extras)
 
     as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
@@ -98,7 +91,7 @@ def _regionalize_unaliased(inputs, value):
         return tensor if tensor._base is None else tensor._base
 
     given = [base(t) for t in inputs if isinstance(t, torch.Tensor)]
-    made = [base(t) for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    made = [base(t) for t in _regionalize_tree_leaves(value) if isinstance(t, torch.Tensor)]
 
     def own(tensor):
         root = base(tensor)
@@ -108,7 +101,7 @@ def _regionalize_unaliased(inputs, value):
             return _regionalize_copy(tensor)
         return tensor
 
-    return torch.utils._pytree.tree_map_only(torch.Tensor, own, value)
+    return _regionalize_tree_map_only(torch.Tensor, own, value)
 
 
 _regionalize_structures = {}  # the classes of a block's modules -> the name its regions take for them
@@ -120,7 +113,7 @@ def _regionalize_shape(blocks):
     another whose submodule is of another class, where the first reads nothing of it that the second
     lacks (ModernBERT's first layer has an `nn.Identity` where the others have an `nn.LayerNorm`): the
     others would compute the first one's function. Blocks that differ in it differ in an argument, which
-    the reuse check compares. Named eagerly: tracing `modules()` cost 30 ms a block."""
+    the reuse check compares. Named eagerly: tracing `modules()` for every block is slow."""
     changed = False
     for block in blocks:
         classes = tuple(type(m) for m in block.modules())

@@ -7,15 +7,15 @@ import weakref
 
 import torch
 
-from .around import (
-    _regionalize_handed,
-    _regionalize_handoff,
-    _regionalize_opaque,
-    _regionalize_outside,
-    _regionalize_owned,
-)
+from .around import _regionalize_handoff, _regionalize_opaque, _regionalize_outside, _regionalize_owned
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .graphs import _regionalize_graphable, _regionalize_kept
+from .internals import (
+    _regionalize_compiling,
+    _regionalize_counters,
+    _regionalize_inductor_pieces,
+    _regionalize_traced,
+)
 from .kv import (
     _regionalize_kv,
     _regionalize_kv_empty,
@@ -25,84 +25,71 @@ from .kv import (
 )
 from .nested import _regionalize_reuses, _regionalize_shape
 from .per_block import _regionalize_graph_modes, _regionalize_per_block
-from .pieces import _regionalize_graphing, _regionalize_pieces
-from .regions import (
-    _regionalize_compiling,
-    _regionalize_kv_name,
-    _regionalize_region,
-    _regionalize_reusing,
-    _regionalize_tracing,
-)
+from .pieces import _regionalize_pieces
+from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_reusing
 from .stack import _regionalize_fresh_stack
 from .static import _regionalize_static_checked, _regionalize_static_handed, _regionalize_static_kv
+from .threads import (
+    _regionalize_graphing,
+    _regionalize_handed,
+    _regionalize_locked,
+    _regionalize_setup_lock,
+    _regionalize_torch_warnings,
+    _regionalize_tracing,
+)
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
-    """regionalize: compile `block` as a nested region of `owner`, which is compiled whole.
-
-    Where torch does not reuse a traced region (2.11) the owner's graph is compiled in pieces, each
-    distinct block once (`_regionalize_pieces`); with another backend than Inductor its blocks are compiled
-    one by one there. Per block too (`block.compile()`) where the owner cannot be compiled whole, and on
-    torch without nested compile regions (before 2.8): a block whose cache is stood in for is one frame a
-    call (`_regionalize_block_compiled`). Blocks that update a cache of their own: with
-    `cache_index="layer_idx"` (the attribute their update takes) and a transformers `DynamicCache` (a
-    `past_key_values` or `layer_past` parameter), each block is a region that returns its layer's new
-    keys and values, the cache written outside it. Otherwise (`nested=False`, or another cache) a region
-    would be traced again for every block, so the owner is compiled whole without regions, as a full
-    compile would be.
-    (Not with Dynamo's graph deduplication: in torch 2.13 it generated other tokens than eager on
-    transformers' GPT-2, a full compile with it too.)
-
-    `guard_bypass="filter"` or `"depyf"` applies that guard bypass to the owner's one frame (and to the
-    blocks, where they fall back to per-block compilation).
-
-    An owner that holds one block (a UNet's `Transformer2DModel`, one `BasicTransformerBlock` each) has
-    nothing to stamp out and makes one frame a call either way, so compiling it whole would only compile
-    its glue too: its block is compiled on its own (measured on diffusers' UNet: whole, a first call 1.08x
-    to 1.15x as late as per block, and no consistent gain per call). Not where that block updates a cache
-    (the per-block form breaks its graph around the update) or runs in CUDA graphs (one graph for the
-    owner's call).
-
-    With a CUDA-graph mode the owner's frame is one CUDA graph for the calls it can serve (no grad, no
-    hooks, CUDA tensors and plain values), its outputs copied out of the graph's memory pool; other calls
-    take the per-block path.
-    """
-    if guard_bypass == "filter":
-        compile_kwargs["options"] = {
-            **compile_kwargs.get("options", {}),
-            "guard_filter_fn": _regionalize_guard_filter,
-        }
-    state = owner.__dict__.setdefault(
-        "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
-    )
-    state["blocks"].append(block)
-    if not _regionalize_version:
-        _regionalize_version.append(0)
-        torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
-    if not hasattr(torch.compiler, "nested_compile_region"):
-        state["why"] = "this torch has no nested compile regions"
-    elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-        state["why"] = "the eager backend cannot differentiate nested regions"
-    if "why" in state:
-        _regionalize_per_block(owner)
-        return
-    handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
-    if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
-        type(owner).forward = _regionalize_owned(type(owner).forward)
-    if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
-        owner._compiled_call_impl = _regionalize_entry(owner, None)
-    cls = type(block)
-    if cache_index or not nested:  # traced in the owner's frame until its first call says how
-        block.__dict__["_regionalize_layer"] = None
-        state.setdefault("indexed", []).append((block, cache_index))
-    if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
-        # The parameter that takes a transformers cache, or None: read once from the forward's signature.
-        cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
-        cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
-        cls.forward = _regionalize_region(cls.forward, *cls._regionalize_kv_param, cls._regionalize_copies)
+    """regionalize: compile `block` as a nested region of `owner`, which is compiled whole: the block traced
+    once and stamped out, a call one compiled frame. Where torch reuses no traced region (2.11) the owner's
+    graph is compiled in pieces, each distinct block once (`_regionalize_pieces`); per block
+    (`block.compile()`) where the owner cannot be compiled whole, with another backend than Inductor there,
+    and on torch without nested compile regions. Blocks that update a transformers cache
+    (`cache_index="layer_idx"`, the attribute their update takes) are regions taking their layer's tensors,
+    the cache written outside. With `nested=False` (or another cache) the owner is compiled whole without
+    regions, as a full compile would be. An owner of one block compiles it on its own, nothing to stamp
+    out, unless it updates a cache or runs in CUDA graphs. A CUDA-graph mode serves the calls it can in one
+    CUDA graph (no grad, no hooks, CUDA tensors), the others per block. `guard_bypass` ("filter" or
+    "depyf") applies to the owner's frame. The forms' figures: docs/compile-forms.md."""
+    # Models built in two threads at once: a class's `forward` made a region once, the hook set once.
+    with _regionalize_setup_lock:
+        if guard_bypass == "filter":
+            compile_kwargs["options"] = {
+                **compile_kwargs.get("options", {}),
+                "guard_filter_fn": _regionalize_guard_filter,
+            }
+        state = owner.__dict__.setdefault(
+            "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
+        )
+        state["blocks"].append(block)
+        if not _regionalize_version:
+            _regionalize_version.append(0)
+            torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
+        if not hasattr(torch.compiler, "nested_compile_region"):
+            state["why"] = "this torch has no nested compile regions"
+        elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
+            state["why"] = "the eager backend cannot differentiate nested regions"
+        if "why" in state:
+            _regionalize_per_block(owner)
+            return
+        handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
+        if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
+            type(owner).forward = _regionalize_owned(type(owner).forward)
+        if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
+            owner._compiled_call_impl = _regionalize_entry(owner, None)
+        cls = type(block)
+        if cache_index or not nested:  # traced in the owner's frame until its first call says how
+            block.__dict__["_regionalize_layer"] = None
+            state.setdefault("indexed", []).append((block, cache_index))
+        if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
+            # The parameter that takes a transformers cache, or None: read once from the forward's signature.
+            cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
+            cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
+            kv_param, copies = cls._regionalize_kv_param, cls._regionalize_copies
+            cls.forward = _regionalize_region(cls.forward, *kv_param, copies)
 
 
 def _regionalize_registered(
@@ -168,17 +155,19 @@ def _regionalize_entry(owner, whole):
 
 def _regionalize_owner_call(owner, whole, *args, **kwargs):
     """A call of `owner`, where the warnings filter makes no warning an error; otherwise with torch's own
-    warnings kept at Python's default. torch warns as it compiles (2.11 and 2.13 import a module of
-    Inductor's passes that warns of a deprecation), and under `filterwarnings = error` a full compile
-    raises that warning as the first call's error: the owner would fall back to per-block compilation
-    for a reason that is not its own. Warnings of other modules (the model's) stay errors. A call that a
-    compile around the model traces and hands over (`_regionalize_handoff`) breaks its graph here."""
+    warnings kept at Python's default. torch warns as it compiles (a deprecation, on 2.11 and 2.13), and
+    under `filterwarnings = error` the first call would raise it and the owner fall back for a reason not
+    its own. Warnings of other modules (the model's) stay errors. A call that a compile around the model
+    traces and hands over (`_regionalize_handoff`) breaks its graph here."""
     if _regionalize_handoff(owner, args, kwargs):
         return _regionalize_outside(owner, args, kwargs)
     if not any(action == "error" for action, *_ in warnings.filters):
         return _regionalize_owner_serve(owner, whole, args, kwargs)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("default", module=r"torch(\.|$)")
+    if _regionalize_traced():  # Dynamo's trace, which takes `catch_warnings` but no lock
+        with warnings.catch_warnings():
+            warnings.filterwarnings("default", module=r"torch(\.|$)")
+            return _regionalize_owner_serve(owner, whole, args, kwargs)
+    with _regionalize_torch_warnings:
         return _regionalize_owner_serve(owner, whole, args, kwargs)
 
 
@@ -190,53 +179,22 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
     graphs = state["kwargs"].get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
-    if "settled" not in state:  # by the first call, every module of the model is built and set up
-        state["settled"] = True
-        indexed = state.get("indexed", [])
-        kv = bool(indexed) and all(attribute for _, attribute in indexed)
-        kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
-        if kv and _regionalize_kv[0] is None:
-            _regionalize_kv[0] = _regionalize_kv_holds()
-            _regionalize_static_kv[0] = _regionalize_static_checked()
-        kv = kv and _regionalize_kv[0]
-        for block, attribute in indexed if kv else ():
-            block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
-        _regionalize_reusing[0] = _regionalize_reuses()
-        inductor = state["kwargs"].get("backend", "inductor") == "inductor"
-        if inductor and not _regionalize_reusing[0]:
-            state["tracing"] = "flat"  # blocks traced as they are, the graph compiled in pieces
-        if len(state["blocks"]) == 1 and not indexed and not graphs:
-            state["alone"] = True
-        elif not (graphs or inductor or _regionalize_reusing[0]) and all(a for _, a in indexed):
-            # Only Inductor's graph is compiled in pieces: with another backend, the owner compiled whole
-            # would compile every block. Not where it holds blocks without regions for their cache
-            # (`nested=False`), compiled whole as a full compile would be on every torch.
-            state["why"] = "this torch does not reuse a traced region (torch 2.12 and later do)"
-            state["unreused"] = True  # this torch's form, not a fallback
-        whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
-    if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
-        renamed = _regionalize_shape(state["blocks"]) and "version" in state
-        state["version"] = _regionalize_version[0]
-        if renamed:  # compiled again, the direct calls of a guard bypass forgotten
-            whole = _regionalize_owner_compiled(owner, state["kwargs"])
-    # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
-    # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
-    # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
-    # parameter's new dtype or device.
-    if state.get("tracing") == "flat" and state.get("first") != (first := _regionalize_first(owner)):
-        if "first" in state:
-            whole = _regionalize_owner_compiled(owner, state["kwargs"])
-        state["first"] = first
+    if (
+        "settled" not in state
+        or state.get("version") != _regionalize_version[0]
+        or (state.get("tracing") == "flat" and state.get("first") != _regionalize_first(owner))
+        or whole is None  # called before another thread's first call, which set the owner up, compiled it
+    ):
+        whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
     per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
     if per_call is not None:
         state[per_call] = True
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
-    looking = "growing" not in state and per_call is None and not torch.compiler.is_compiling()
+    looking = "growing" not in state and per_call is None and not _regionalize_traced()
     if looking and _regionalize_kv_growing(args, kwargs) is not False:
         state["growing"] = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
-    # regions returns wrong gradients (measured: 1e6 off on a
-    # 2-layer Llama, where a full compile is exact). Served under no_grad, the owner runs whole.
+    # regions returns wrong gradients (where a full compile's are exact). Under no_grad the owner runs whole.
     if (
         "why" in state
         or "alone" in state
@@ -245,7 +203,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         or (graphs and not _regionalize_graphable(owner, args, kwargs))
     ):
         return _regionalize_per_block(owner)(*args, **kwargs)
-    skips = torch._dynamo.utils.counters["inductor"] if graphs else {}
+    skips = _regionalize_counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
     _regionalize_tracing[0], _regionalize_graphing[0] = state.get("tracing", True), graphs
     try:
@@ -271,18 +229,64 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     return out if state.get("tracing") == "flat" else _regionalize_kept(out, args, kwargs)
 
 
+def _regionalize_owner_setup(owner, whole, graphs):
+    """Set the owner up on its first call, and compile it again where its blocks or its parameters changed
+    since; return the compiled frame its calls run. Under the set-up lock: a thread whose first call waited
+    on another's takes the frame that one compiled, not the None its call was made with."""
+    state = owner.__dict__["_regionalize_owner"]
+    entry = owner._compiled_call_impl
+    if not _regionalize_traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
+        whole = entry.args[1]
+    if "settled" not in state:  # by the first call, every module of the model is built and set up
+        state["settled"] = True
+        indexed = state.get("indexed", [])
+        kv = bool(indexed) and all(attribute for _, attribute in indexed)
+        kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
+        if kv and _regionalize_kv[0] is None:
+            _regionalize_kv[0] = _regionalize_kv_holds()
+            _regionalize_static_kv[0] = _regionalize_static_checked()
+        kv = kv and _regionalize_kv[0]
+        for block, attribute in indexed if kv else ():
+            block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
+        _regionalize_reusing[0] = _regionalize_reuses()
+        inductor = state["kwargs"].get("backend", "inductor") == "inductor"
+        # Without what compiling in pieces needs of torch's compiler, blocks compiled as with another backend.
+        pieces = inductor and not _regionalize_reusing[0] and _regionalize_inductor_pieces() is not None
+        if pieces:
+            state["tracing"] = "flat"  # blocks traced as they are, the graph compiled in pieces
+        if len(state["blocks"]) == 1 and not indexed and not graphs:
+            state["alone"] = True
+        elif not (graphs or pieces or _regionalize_reusing[0]) and all(a for _, a in indexed):
+            # Only Inductor's graph is compiled in pieces: with another backend, the owner compiled whole
+            # would compile every block. Not where it holds blocks without regions for their cache
+            # (`nested=False`), compiled whole as a full compile would be on every torch.
+            state["why"] = "this torch does not reuse a traced region (torch 2.12 and later do)"
+            state["unreused"] = True  # this torch's form, not a fallback
+        whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
+    if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
+        renamed = _regionalize_shape(state["blocks"]) and "version" in state
+        if renamed:  # compiled again, the direct calls of a guard bypass forgotten
+            whole = _regionalize_owner_compiled(owner, state["kwargs"])
+        state["version"] = _regionalize_version[0]  # once compiled: other threads' checks skip the lock
+    # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
+    # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
+    # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
+    # parameter's new dtype or device.
+    if state.get("tracing") == "flat" and state.get("first") != (first := _regionalize_first(owner)):
+        if "first" in state:
+            whole = _regionalize_owner_compiled(owner, state["kwargs"])
+        state["first"] = first
+    return whole
+
+
 def _regionalize_per_call(state, args, kwargs):
     """Where torch reuses no region (an owner in pieces, without CUDA graphs), why this call is served per
     block: "static" where it hands a `StaticCache`, "prompt" where it hands a `DynamicCache` that holds
     nothing yet; else None. Only where the stand-in serves every block (one that it cannot, compiled on its
-    own, would compile a frame for each layer) and every layer. Measured with a 32-layer Llama on torch
-    2.11 (docs/compile-forms.md, Torch versions):
-    - A StaticCache both started and decoded later in pieces (on CPU 21.9 s and 8.0 ms a token against
-      7.0 s and 6.8 to 7.5 ms), and `generate`, which compiles the forward itself for such a cache, traced
-      the owner in pieces as a full compile (on an H200 68.4 s and 14.1 ms a token, against 13.0 s and
-      15.1 ms).
-    - A prompt is one call a generation: what a frame a block costs is paid once, not a token, and its
-      first call compiles one block where in pieces Dynamo traced every one."""
+    own, would compile a frame for each layer) and every layer. A StaticCache both started and decoded
+    later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
+    a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
+    (the figures: docs/compile-forms.md, Torch versions)."""
     indexed = state.get("indexed")
     if state.get("tracing") != "flat" or not indexed:
         return None

@@ -7,6 +7,7 @@ import torch
 
 from .bypass import _regionalize_direct
 from .regions import _regionalize_block_compiled, _regionalize_block_frames
+from .threads import _regionalize_locked
 
 _regionalize_graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
 
@@ -15,6 +16,14 @@ def _regionalize_per_block(owner):
     """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
     state = owner.__dict__["_regionalize_owner"]
     if state.get("compiled", 0) < len(state["blocks"]):  # once per block, not on every training call
+        _regionalize_locked(_regionalize_per_block_compile, owner, state)
+    return owner._call_impl
+
+
+def _regionalize_per_block_compile(owner, state):
+    """Compile each of the owner's blocks not compiled yet (under the set-up lock: once, whichever thread's
+    call comes first)."""
+    if state.get("compiled", 0) < len(state["blocks"]):
         graphs = _regionalize_graph_modes
         kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
         model = _regionalize_model(owner)
@@ -28,7 +37,6 @@ def _regionalize_per_block(owner):
                 if state["direct"]:
                     block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
         state["compiled"] = len(state["blocks"])
-    return owner._call_impl
 
 
 def _regionalize_model(module):

@@ -2,17 +2,26 @@
 per block and one per stretch between blocks, each distinct piece once; in CUDA graphs a call is one CUDA
 graph of them all."""
 
+import threading
+
 import torch
 
+from .internals import (
+    _regionalize_counters,
+    _regionalize_inductor_pieces,
+    _regionalize_op_arguments,
+    _regionalize_static_marked,
+    _regionalize_sym_expr,
+    _regionalize_sym_hint,
+    _regionalize_tree_leaves,
+)
 from .per_block import _regionalize_graph_modes
 from .static import _regionalize_on_graph_device
+from .threads import _regionalize_graphing
 
 # Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
 # making room for a new one: transformers' `generate` makes a new StaticCache every call.
 _regionalize_graph_limit = 8
-# Set while the owner serves a call in CUDA graphs: in the default form, only a call a compile around the
-# model handed over to it.
-_regionalize_graphing = [False]
 
 
 def _regionalize_pieces(classes, state, mode, options):
@@ -22,8 +31,7 @@ def _regionalize_pieces(classes, state, mode, options):
     (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
     compiled piece, so Inductor compiles a block once, not once a layer: where region reuse is missing,
     this replaces it (the figures: docs/compile-forms.md, Torch versions). A call is one Dynamo frame and
-    one call of each piece, where the per-block form makes a frame a block, whose entry alone cost more
-    (a 32-layer Llama's decode 1.3x a full compile's time per token in pieces, 1.65x per block, on CPU).
+    one call of each piece, where the per-block form makes a frame a block, whose entry alone costs more.
     In CUDA graphs the call is one CUDA graph (`_RegionalizeGraphs`). `state` gets the counts, for the
     form verify reports."""
 
@@ -54,8 +62,7 @@ def _regionalize_split(graph, classes):
         if block != last:
             segment, last = segment + 1, block
         parts[node] = segment
-    from torch.fx.passes.split_module import split_module  # torch's compiler, imported as it compiles
-
+    split_module = _regionalize_inductor_pieces().split_module
     return split_module(graph, None, parts.__getitem__, keep_original_order=True)
 
 
@@ -64,14 +71,12 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
     inputs; `pieces` maps what makes pieces alike to the compiled one. Returns the positions of the
     inputs that the graph writes to (their fake copies' versions moved) and whether it holds an op that
     a CUDA graph cannot replay (`Ungraphable`)."""
-    from torch._inductor.compile_fx import compile_fx
-    from torch._subclasses import FakeTensor
-
-    fake = torch._guards.detect_fake_mode(example_inputs) or torch._guards.TracingContext.get().fake_mode
-    patches = {**torch._inductor.list_mode_options(mode or "default"), **options, "triton.cudagraphs": False}
+    tools = _regionalize_inductor_pieces()
+    fake = tools.fake_mode(example_inputs)
+    patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
     ungraphable = []
 
-    class Ungraphable(torch.utils._python_dispatch.TorchDispatchMode):
+    class Ungraphable(tools.dispatch_mode):
         """Records ops a CUDA graph cannot replay as the call would run them: those that draw random
         numbers, and those that make a tensor off the GPU, whose work a capture would run once only (the
         CPU's is not captured), as Inductor's CUDA-graph trees refuse a graph that holds them."""
@@ -81,7 +86,7 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
             if torch.Tag.nondeterministic_seeded in func.tags and _regionalize_draws(func, args, kwargs):
                 ungraphable.append(func)
             out = func(*args, **kwargs)
-            made = torch.utils._pytree.tree_leaves(out)
+            made = _regionalize_tree_leaves(out)
             if any(isinstance(t, torch.Tensor) and not _regionalize_on_graph_device(t) for t in made):
                 ungraphable.append(func)
             return out
@@ -94,13 +99,13 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
             key, symbols = _regionalize_piece_key(piece, args)
             compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
             if compiled is None:
-                compiled = compile_fx(piece, list(args), config_patches=patches)
+                compiled = tools.compile_fx(piece, list(args), config_patches=patches)
                 pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
             setattr(self.module, target, _RegionalizePiece(compiled))
             return out
 
     with fake:
-        real = [isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) for x in example_inputs]
+        real = [isinstance(x, torch.Tensor) and not isinstance(x, tools.fake_tensor) for x in example_inputs]
         inputs = [fake.from_tensor(x) if r else x for x, r in zip(example_inputs, real, strict=True)]
         versions = [x._version if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
@@ -111,11 +116,7 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
 def _regionalize_draws(func, args, kwargs):
     """Does `func`, an op that may draw random numbers, draw any here: not a dropout of probability 0 or
     out of training (attention's among them, which every call of torch's scaled dot product makes)."""
-    given = dict(zip((a.name for a in func._schema.arguments), args, strict=False))
-    given.update(kwargs)
-    for a in func._schema.arguments:
-        if a.name not in given and a.has_default_value():
-            given[a.name] = a.default_value
+    given = _regionalize_op_arguments(func, args, kwargs)
     p = given.get("dropout_p", given.get("p"))
     return given.get("train", True) is not False and not (isinstance(p, (int, float)) and p == 0)
 
@@ -127,9 +128,7 @@ def _regionalize_piece_key(piece, args):
     order, each with the `SymInt` among its inputs that is the symbol alone (None where none is): each
     layer's cache length is a symbol of its own. The key is None for a piece holding a constant
     (`get_attr`), which is its own."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-    from torch.utils._sympy.symbol import SymT, make_symbol
-
+    tools = _regionalize_inductor_pieces()
     index, nodes = {}, []
     for node in piece.graph.nodes:
         if node.op == "get_attr":
@@ -142,13 +141,13 @@ def _regionalize_piece_key(piece, args):
     def named(value):
         if not isinstance(value, torch.SymInt):
             return repr(value)
-        expr = value.node.expr
+        expr = _regionalize_sym_expr(value)
         if expr.is_Symbol and symbols.get(expr) is None:
             symbols[expr] = value
         for symbol in sorted(expr.free_symbols, key=str):
             symbols.setdefault(symbol, None)
         order = list(symbols)
-        return str(expr.xreplace({s: make_symbol(SymT.SIZE, order.index(s)) for s in expr.free_symbols}))
+        return str(expr.xreplace({s: tools.size_symbol(order.index(s)) for s in expr.free_symbols}))
 
     inputs = tuple(
         (
@@ -163,7 +162,7 @@ def _regionalize_piece_key(piece, args):
         else named(x)
         for x in args
     )
-    storages = [StorageWeakRef(x.untyped_storage()) for x in args if isinstance(x, torch.Tensor)]
+    storages = [tools.storage(x.untyped_storage()) for x in args if isinstance(x, torch.Tensor)]
     shared = tuple(storages.index(s) for s in storages)
     return (tuple(nodes), inputs, shared), symbols
 
@@ -178,10 +177,11 @@ def _regionalize_alike(candidates, symbols, sizes):
         if symbols and theirs_sizes is not sizes:
             continue
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
-        if not all(a is not None and b is not None and a.node.hint is not None for a, b in pairs):
+        hint = _regionalize_sym_hint
+        if not all(a is not None and b is not None and hint(a) is not None for a, b in pairs):
             continue
         # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
-        if all(a.node.hint == b.node.hint for a, b in pairs) and all(a == b for a, b in pairs):
+        if all(hint(a) == hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
             return compiled
     return None
 
@@ -213,14 +213,14 @@ class _RegionalizeGraphs:
     def __init__(self, run, example_inputs, mutated, graphable, always=True):
         # The graphs in the order of their last replay, the keys seen in the order first seen (dicts).
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
-        self.graphable, self.always = graphable, always
+        self.graphable, self.always, self.lock = graphable, always, threading.Lock()
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
         self.fixed = [
             i
             for i in tensors
             if i in mutated
             or isinstance(example_inputs[i], torch.nn.Parameter)
-            or getattr(example_inputs[i], "_dynamo_static_input_type", None) is not None
+            or _regionalize_static_marked(example_inputs[i])
         ]
         self.copied = [i for i in tensors if i not in self.fixed]
         self.mutated = sorted(mutated)
@@ -229,6 +229,12 @@ class _RegionalizeGraphs:
     def __call__(self, *args):
         if not (self.graphable and (self.always or _regionalize_graphing[0])) or torch.is_grad_enabled():
             return self.run(*args)
+        # One thread's call at a time: every call's inputs are copied into the same buffers, and its
+        # outputs out of the same memory.
+        with self.lock:
+            return self.replayed(args)
+
+    def replayed(self, args):
         # A fixed input at the address it was captured at is where it was then (CUDA's addresses are
         # unified with the host's); the others are checked.
         key = tuple(args[i].data_ptr() for i in self.fixed), tuple(args[i] for i in self.values)
@@ -245,7 +251,7 @@ class _RegionalizeGraphs:
         for i, buffer in buffers:
             buffer.copy_(args[i])
         replay()
-        torch._dynamo.utils.counters["regionalize"]["cuda_graphs_replayed"] += 1
+        _regionalize_counters()["regionalize"]["cuda_graphs_replayed"] += 1
         # Copied out of the graph's memory, which the next replay writes; but a fixed input or a view of
         # one, memory the graph writes in place, the caller's own.
         return tuple(x.clone() if copy else x for x, copy in outputs)
@@ -282,10 +288,10 @@ class _RegionalizeGraphs:
             replay, outputs = _regionalize_capture(self.run, inputs, self)
         except Exception:  # an op a CUDA graph cannot hold: this frame runs without one
             self.graphable = False
-            torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] += 1
+            _regionalize_counters()["inductor"]["cudagraph_skips"] += 1
             return None
         # What verify counts, beside the graphs of torch's CUDA-graph trees.
-        torch._dynamo.utils.counters["regionalize"]["cuda_graphs_captured"] += 1
+        _regionalize_counters()["regionalize"]["cuda_graphs_captured"] += 1
         fixed = {args[i].untyped_storage().data_ptr() for i in self.fixed}
         outputs = [
             (x, isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in fixed) for x in outputs

@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from .internals import _regionalize_compiling, _regionalize_traced, _regionalize_tree_map_only
 from .kv import (
     _regionalize_encoder_decoder_kv,
     _regionalize_kv,
@@ -23,11 +24,9 @@ from .static import (
     _regionalize_static_run,
     _regionalize_static_setup,
 )
+from .threads import _regionalize_standing_in, _regionalize_tracing
 
-# True while an owner runs whole: block forwards are nested regions then; "flat" where its graph is compiled
-# in pieces (`_regionalize_pieces`), its blocks traced as they are.
-_regionalize_tracing = [False]
-_regionalize_standing_in = [False]  # True while a block's own frame runs with its cache stood in for
+# Process-wide, as what it reads is: set by every owner's set-up, under the lock, to the same value.
 _regionalize_reusing = [True]  # `_regionalize_reuses()`, read eagerly as an owner settles: not while traced
 # Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
 # Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
@@ -62,7 +61,7 @@ def _regionalize_region(plain, name, position, copies):
     @functools.wraps(plain)
     def copied(self, *args, **kwargs):
         out = plain(self, *args, **kwargs)
-        return torch.utils._pytree.tree_map_only(torch.Tensor, _regionalize_copy, out)
+        return _regionalize_tree_map_only(torch.Tensor, _regionalize_copy, out)
 
     region_copied = _regionalize_nested(copied, f"{label}_copied")
 
@@ -162,17 +161,16 @@ def _regionalize_region(plain, name, position, copies):
         if cache is None:
             return uncached(self, *args, **kwargs)
         # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
-        # traced for every layer all the same, and cost more than the layers traced as they are (measured
-        # on an H200, a 32-layer Llama's first generate: 47 s against 26 s).
+        # traced for every layer all the same, and cost more than the layers traced as they are
+        # (docs/compile-forms.md, Torch versions).
         served = _regionalize_reusing[0] or not _regionalize_tracing[0]
         static = _regionalize_static_layer(cache, index) if served else None
         pair = None if static else _regionalize_kv_pair(cache, index)
         layer = static[0] if static else _regionalize_kv_layer(cache, index) if pair is None else pair[0]
         written = None if pair is None else cache.is_updated.get(index)
         # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
-        # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, made
-        # BART decode at 1.37x a full compile's time per token (measured on CPU, 12 layers), where tracing
-        # them layer by layer, once, costs 1.06x.
+        # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, decoded
+        # far slower than tracing them layer by layer, once (BART, docs/compile-forms.md).
         if layer is None or (pair is not None and (written or pair[1].is_initialized)):
             return traced(self, *args, **kwargs)  # a cache of another kind
         given = args, kwargs
@@ -217,7 +215,7 @@ def _regionalize_region(plain, name, position, copies):
     def forward(self, *args, **kwargs):
         if _regionalize_tracing[0] in (False, "flat"):
             # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
-            frames = None if torch.compiler.is_compiling() else _regionalize_block_frames.get(self)
+            frames = None if _regionalize_traced() else _regionalize_block_frames.get(self)
             if frames is None:
                 return flat(self, args, kwargs) if _regionalize_tracing[0] else plain(self, *args, **kwargs)
             return stood_in(self, args, kwargs, *frames)
@@ -233,24 +231,10 @@ def _regionalize_block_compiled(block, compile_kwargs):
     """Compile `block`, whose cache a stand-in serves, one by one: the block runs eagerly and its cache is
     read and written there, and the rest is one compiled frame per call, shared by the blocks of its
     class, as the region would be. Compiled as it is (`block.compile()`), the block's frame breaks its
-    graph around each cache update: two frames a block (a decode 2.2x to 2.6x a full compile's time per
-    token on CPU). A frame that cannot be compiled whole with the stand-in falls back to the block's own
-    code compiled (`stood_in`)."""
+    graph around each cache update: two frames a block, each call's entry paid twice. A frame that cannot
+    be compiled whole with the stand-in falls back to the block's own code compiled (`stood_in`)."""
     *bodies, whole = type(block).forward._regionalize_bodies
     full = {**compile_kwargs, "fullgraph": True}
     frame = torch.compile(whole, **compile_kwargs)
     frames = tuple(torch.compile(body, **full) for body in bodies), frame, frame
     _regionalize_block_frames[block] = frames
-
-
-def _regionalize_compiling(error):
-    """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
-    if isinstance(error, (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)):
-        return True
-    # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") == "torch._dynamo.convert_frame":
-            return True
-        tb = tb.tb_next
-    return False

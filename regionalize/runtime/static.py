@@ -5,6 +5,7 @@ import sys
 
 import torch
 
+from .internals import _regionalize_static_marked
 from .kv import _regionalize_kv_alike
 
 # A StaticCache's layer classes that a region can stand in for -> the class of their stand-ins, and the
@@ -112,7 +113,7 @@ def _regionalize_on_graph_device(tensor):
 def _regionalize_static_graphable(cache):
     """Can a CUDA graph take `cache`, a call's argument: a transformers `StaticCache` whose layers a region
     stands in for, every one set up, its tensors on the GPU at addresses marked static
-    (`torch._dynamo.mark_static_address`, as transformers' own `lazy_initialization` marks them outside a
+    (Dynamo's `mark_static_address`, as transformers' own `lazy_initialization` marks them outside a
     compile). A graph replays the writes into those same tensors, as the original writes them. A layer
     not set up yet (the prompt, where `generate` made the cache) would make its tensors inside the graph,
     where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
@@ -123,8 +124,7 @@ def _regionalize_static_graphable(cache):
             return False
         for name in _regionalize_static_made_names:
             tensor = getattr(layer, name)
-            marked = getattr(tensor, "_dynamo_static_input_type", None) is not None
-            if not (_regionalize_on_graph_device(tensor) and marked):
+            if not (_regionalize_on_graph_device(tensor) and _regionalize_static_marked(tensor)):
                 return False
     return True
 

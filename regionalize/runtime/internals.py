@@ -1,0 +1,263 @@
+"""Every private name of torch that the runtime reaches, in one place, so that a torch that moves one breaks
+one module. What a capability needs is probed, never read from torch's version: each probe runs once, and
+where it fails takes a fallback that keeps the model's results, with one warning."""
+
+import collections
+import functools
+import inspect
+import types
+import warnings
+
+import torch
+
+# pytree, through which regions flatten their arguments: the functions themselves, so that Dynamo traces
+# the calls it traced before.
+_regionalize_tree_leaves = torch.utils._pytree.tree_leaves
+_regionalize_tree_map = torch.utils._pytree.tree_map
+_regionalize_tree_map_only = torch.utils._pytree.tree_map_only
+# The module whose frames raise what Dynamo raises while it compiles (its tracer's own errors among them).
+_regionalize_dynamo_module = "torch._dynamo.convert_frame"
+
+
+def _regionalize_fallback(probe, error, fallback):
+    """Warn that `probe` failed on this torch and which fallback is taken; its caller returns that."""
+    warnings.warn(
+        f"regionalize: this torch lacks what {probe} needs ({type(error).__name__}: {error}); {fallback}",
+        stacklevel=3,
+    )
+
+
+@functools.cache
+def _regionalize_tracing_context():
+    """Probe: Dynamo's tracing context of this thread (`TracingContext.try_get`, None while no compile is
+    under way in it). Fallback None: `_regionalize_traced` trusts `torch.compiler.is_compiling()` alone."""
+    try:
+        return torch._guards.TracingContext.try_get
+    except AttributeError as error:
+        _regionalize_fallback("_regionalize_traced", error, "a compile in any thread is taken as this one's")
+        return None
+
+
+@torch.compiler.assume_constant_result
+def _regionalize_compiling_here():
+    """Is a compile under way in this thread? Traced, Dynamo calls it as it traces, in the tracing thread,
+    and takes its result as a constant."""
+    context = _regionalize_tracing_context()
+    return context is None or context() is not None
+
+
+def _regionalize_traced():
+    """Is Dynamo tracing the code that calls this, in this thread? From torch 2.13
+    `torch.compiler.is_compiling()` reads one flag of the process's, set while any thread compiles: another
+    thread's eager call would take itself for traced."""
+    return torch.compiler.is_compiling() and _regionalize_compiling_here()
+
+
+@functools.cache
+def _regionalize_reuses():
+    """Probe: does Dynamo reuse a nested region traced for one block for the others ("stamping out", with
+    its limit `max_reuse_entries`)? Without it (torch 2.11) the owner compiled whole traces every block, as
+    a full compile does. A torch without nested regions reuses none (the owner compiles per block there)."""
+    region = getattr(torch.compiler, "nested_compile_region", None)
+    if region is None:
+        return False
+    try:
+        return "max_reuse_entries" in inspect.signature(region).parameters
+    except (TypeError, ValueError) as error:
+        _regionalize_fallback("_regionalize_reuses", error, "regions are taken as not reused")
+        return False
+
+
+@functools.cache
+def _regionalize_cache_entries():
+    """Probe: Dynamo's reader of a code object's compiled entries, each with its `guard_manager` and its
+    `code` (the guard bypass calls the code whose guards passed). Fallback None: the bypass finds no entry
+    and every call takes the guarded path."""
+    try:
+        from torch._C._dynamo.eval_frame import _CacheEntry, _debug_get_cache_entry_list
+        from torch._dynamo.guards import GuardManagerWrapper
+
+        for holder, name in (
+            (_CacheEntry, "guard_manager"),
+            (_CacheEntry, "code"),
+            (GuardManagerWrapper, "check"),
+        ):
+            getattr(holder, name)
+    except (ImportError, AttributeError) as error:
+        _regionalize_fallback("the guard bypass", error, "its calls keep their guards")
+        return None
+    return _debug_get_cache_entry_list
+
+
+def _regionalize_guarded_code(code, frame):
+    """The compiled code of the first entry of `code` (in the order Dynamo tries them) whose guards pass on
+    the locals `frame`, else None."""
+    entries = _regionalize_cache_entries()
+    for entry in entries(code) if entries is not None else ():
+        if entry.guard_manager.check(frame):
+            return entry.code
+    return None
+
+
+@functools.cache
+def _regionalize_config_patch():
+    """Probe: Dynamo's `patch_dynamo_config`, which traces a function under other settings. Fallback None:
+    integer attributes stay specialized, each block a graph of its own, still right."""
+    try:
+        return torch._dynamo.patch_dynamo_config
+    except AttributeError as error:
+        _regionalize_fallback("_regionalize_symbolic_ints", error, "integer attributes stay specialized")
+        return None
+
+
+@functools.cache
+def _regionalize_counters():
+    """Probe: Dynamo's counters, which verify reads (CUDA-graph captures, replays and skips). Fallback: the
+    runtime's own, counted the same and read by nobody."""
+    try:
+        counters = torch._dynamo.utils.counters
+        if not isinstance(counters, dict):
+            raise TypeError(f"Dynamo's counters are a {type(counters).__name__}, not a dict of counters")
+        return counters
+    except (AttributeError, TypeError) as error:
+        _regionalize_fallback("the runtime's counts", error, "they are kept where verify does not read them")
+        return collections.defaultdict(collections.Counter)
+
+
+@functools.cache
+def _regionalize_dynamo_errors():
+    """Probe: the types of what Dynamo raises as it compiles. Fallback (): an error is told by the frames
+    it passed through alone (`_regionalize_compiling`)."""
+    try:
+        return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
+    except AttributeError as error:
+        _regionalize_fallback("_regionalize_compiling", error, "compile errors are told by their traceback")
+        return ()
+
+
+def _regionalize_compiling(error):
+    """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
+    if isinstance(error, _regionalize_dynamo_errors()):
+        return True
+    # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == _regionalize_dynamo_module:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@functools.cache
+def _regionalize_mark_dynamic_probe():
+    """Probe: Dynamo's `maybe_mark_dynamic`. Fallback None: no hint, a cache's length is found dynamic when
+    it changes (one compile more)."""
+    try:
+        return torch._dynamo.maybe_mark_dynamic
+    except AttributeError as error:
+        _regionalize_fallback("_regionalize_kv_growing", error, "cache lengths are not marked dynamic")
+        return None
+
+
+def _regionalize_mark_dynamic(tensor, dim):
+    mark = _regionalize_mark_dynamic_probe()
+    if mark is not None:
+        mark(tensor, dim)
+
+
+@functools.cache
+def _regionalize_static_attribute():
+    """Probe: the attribute Dynamo's `mark_static_address` sets on a tensor (transformers marks a
+    `StaticCache`'s tensors so). Fallback None: no tensor is taken as marked, so no static cache is served
+    in a CUDA graph and such inputs are copied into a graph, not kept in place."""
+    try:
+        tensor = torch.empty(0)
+        torch._dynamo.mark_static_address(tensor)
+        if getattr(tensor, "_dynamo_static_input_type", None) is None:
+            raise AttributeError("mark_static_address set no _dynamo_static_input_type")
+    except (AttributeError, TypeError) as error:
+        _regionalize_fallback("CUDA graphs of static caches", error, "no tensor is taken as marked static")
+        return None
+    return "_dynamo_static_input_type"
+
+
+def _regionalize_static_marked(tensor):
+    """Is `tensor` at an address marked static (Dynamo's `mark_static_address`)?"""
+    name = _regionalize_static_attribute()
+    return name is not None and getattr(tensor, name, None) is not None
+
+
+@functools.cache
+def _regionalize_hook_dicts():
+    """Probe: nn.Module's global forward and backward hooks (each a dict). Fallback None: every call is
+    taken as hooked, so none is served in a CUDA graph or called past its guards."""
+    try:
+        module = torch.nn.modules.module
+        names = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
+        found = tuple(getattr(module, f"_global_{name}") for name in names)
+        if not all(isinstance(hooks, dict) for hooks in found):
+            raise TypeError("nn.Module's global hooks are not dicts")
+    except (AttributeError, TypeError) as error:
+        _regionalize_fallback("the checks for global hooks", error, "every call is taken as hooked")
+        return None
+    return found
+
+
+def _regionalize_global_hooks(backward=True):
+    """Does any global module hook apply to a call: forward ones, and backward ones unless `backward` is
+    False?"""
+    hooks = _regionalize_hook_dicts()
+    return hooks is None or any(hooks[: 4 if backward else 2])
+
+
+@functools.cache
+def _regionalize_inductor_pieces():
+    """Probe: what compiling an owner's graph in pieces needs of torch's compiler (`_regionalize_pieces`):
+    Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages compared and symbols named.
+    Fallback None: where torch reuses no region, the owner's blocks are compiled one by one, as with a
+    backend other than Inductor."""
+    try:
+        from torch._guards import TracingContext, detect_fake_mode
+        from torch._inductor import list_mode_options
+        from torch._inductor.compile_fx import compile_fx
+        from torch._subclasses import FakeTensor
+        from torch.fx.passes.split_module import split_module
+        from torch.multiprocessing.reductions import StorageWeakRef
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._sympy.symbol import SymT, make_symbol
+
+        size = SymT.SIZE
+    except (ImportError, AttributeError) as error:
+        _regionalize_fallback("compiling in pieces", error, "blocks are compiled one by one instead")
+        return None
+    return types.SimpleNamespace(
+        compile_fx=compile_fx,
+        fake_tensor=FakeTensor,
+        dispatch_mode=TorchDispatchMode,
+        split_module=split_module,
+        storage=StorageWeakRef,
+        mode_options=list_mode_options,
+        fake_mode=lambda inputs: detect_fake_mode(inputs) or TracingContext.get().fake_mode,
+        size_symbol=lambda index: make_symbol(size, index),
+    )
+
+
+def _regionalize_sym_expr(value):
+    """The sympy expression of the `ShapeEnv` that the `SymInt` `value` stands for."""
+    return value.node.expr
+
+
+def _regionalize_sym_hint(value):
+    """The value of the `SymInt` `value` in the example traced, None where unknown."""
+    return value.node.hint
+
+
+def _regionalize_op_arguments(func, args, kwargs):
+    """The arguments of a call of the ATen op `func` by name, its defaults filled in."""
+    schema = func._schema.arguments
+    given = dict(zip((a.name for a in schema), args, strict=False))
+    given.update(kwargs)
+    for a in schema:
+        if a.name not in given and a.has_default_value():
+            given[a.name] = a.default_value
+    return given

@@ -1,0 +1,90 @@
+"""The state of the call under way, one per thread, and the lock that sets an owner up once.
+
+Serving code calls a model from several threads: what one thread's call sets (that an owner runs whole,
+that a block's cache is stood in for) must not be seen by another's. What is process-wide (the compiled
+frames, what a probe found) is set up under one lock."""
+
+import threading
+import warnings
+
+from .internals import _regionalize_traced
+
+
+class _RegionalizeCall(threading.local):
+    """This thread's call: set while it runs, its defaults in every other thread."""
+
+    def __init__(self):
+        # True while an owner runs whole: block forwards are nested regions then; "flat" where its graph is
+        # compiled in pieces (`_regionalize_pieces`), its blocks traced as they are.
+        self.tracing = False
+        self.standing_in = False  # True while a block's own frame runs with its cache stood in for
+        # Set while the owner serves a call in CUDA graphs: in the default form, only a call a compile
+        # around the model handed over to it.
+        self.graphing = False
+        self.handed = None  # the owner a compile around the model handed its call to, while it runs
+
+
+_regionalize_call = _RegionalizeCall()
+
+
+class _RegionalizeFlag:
+    """One attribute of this thread's `_regionalize_call`, read and set as `flag[0]`, as the one-item
+    list each flag was (and tests set it as one). Read while Dynamo traces an owner or a compile around
+    it: Dynamo traces a plain object's `__getitem__` and an attribute of a `threading.local` on torch 2.11
+    to 2.15, but not item access on the `threading.local` itself (2.11 fails on `__getitem__`, 2.13 on
+    item assignment). Its guards then read the attribute in the calling thread."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getitem__(self, index):
+        return getattr(_regionalize_call, self.name)
+
+    def __setitem__(self, index, value):
+        setattr(_regionalize_call, self.name, value)
+
+
+_regionalize_tracing = _RegionalizeFlag("tracing")
+_regionalize_standing_in = _RegionalizeFlag("standing_in")
+_regionalize_graphing = _RegionalizeFlag("graphing")
+_regionalize_handed = _RegionalizeFlag("handed")
+# Held while an owner or its blocks are set up or compiled again, and a block's class made regions: two
+# threads' first calls would otherwise both set up (one of them with no compiled frame yet).
+_regionalize_setup_lock = threading.RLock()
+
+
+def _regionalize_locked(run, *args):
+    """`run(*args)` under the set-up lock; as it is while Dynamo traces it (a compile around the model
+    traces the owner's call), which holds Dynamo's own compile lock and would break its graph at a lock."""
+    if _regionalize_traced():
+        return run(*args)
+    with _regionalize_setup_lock:
+        return run(*args)
+
+
+class _RegionalizeTorchWarnings:
+    """torch's warnings at Python's default while any thread's owner call is under way. One
+    `catch_warnings` a call would not do: it saves and restores the whole filter list, so two threads'
+    overlapping calls would restore each other's, leaving the filter on. The first call in saves it, the
+    last out restores it."""
+
+    def __init__(self):
+        self.lock, self.calls, self.saved = threading.Lock(), 0, None
+
+    def __enter__(self):
+        with self.lock:
+            if not self.calls:
+                self.saved = warnings.catch_warnings()
+                self.saved.__enter__()
+                warnings.filterwarnings("default", module=r"torch(\.|$)")
+            self.calls += 1
+
+    def __exit__(self, *exc_info):
+        with self.lock:
+            self.calls -= 1
+            if not self.calls:
+                self.saved.__exit__(None, None, None)
+                self.saved = None
+
+
+_regionalize_torch_warnings = _RegionalizeTorchWarnings()

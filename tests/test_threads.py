@@ -1,0 +1,239 @@
+"""Serving code calls models from several threads: calls of one rewritten model, or of two, made at once
+give what the same calls give one at a time, and what one thread's call sets is not seen by another's.
+The models make their blocks regions as a rewrite does (`_regionalize_blocks` in the owner's `__init__`)."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import torch
+
+from regionalize.runtime.internals import _regionalize_reuses
+from regionalize.runtime.owner import _regionalize_blocks
+from regionalize.runtime.threads import _regionalize_standing_in, _regionalize_tracing
+
+THREADS = 4
+# torch 2.11, which reuses no traced region (owners per block or in pieces), crashed in Dynamo (a segfault
+# in `FakeTensorMode.__enter__`) with threads compiling a rewritten model at once, under this runtime and
+# the one before it alike; `torch.compile`d modules alone did not.
+crashes_on_2_11 = pytest.mark.skipif(
+    not _regionalize_reuses(), reason="torch 2.11's Dynamo crashes compiling rewritten models in threads"
+)
+
+
+def concurrently(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Each of `calls` in a thread of its own, all started together (a barrier) so that they overlap."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], Any]) -> Any:
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def stack(activation: str, regionalized: bool, **compile_kwargs: Any) -> type[torch.nn.Module]:
+    """A model of blocks, its blocks regions of it where `regionalized`. New classes each time: the
+    runtime makes a block class's `forward` a region."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(d, d)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + getattr(torch, activation)(self.fc(x))
+
+    class Model(torch.nn.Module):
+        def __init__(self, d: int = 8, n: int = 4) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(d) for _ in range(n)])
+            for block in self.blocks if regionalized else ():
+                _regionalize_blocks(block, self, **compile_kwargs)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    return Model
+
+
+def pair(activation: str, **compile_kwargs: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A rewritten model and the original with the same weights."""
+    torch.manual_seed(0)
+    model = stack(activation, True, **compile_kwargs)().eval()
+    twin = stack(activation, False)().eval()
+    twin.load_state_dict(model.state_dict())
+    return model, twin
+
+
+def calls(model: torch.nn.Module, inputs: list[torch.Tensor], grad: bool = False) -> Callable[[], list[Any]]:
+    """One thread's work: `model` called on each of `inputs` in turn (grad mode is the thread's own)."""
+
+    def run() -> list[Any]:
+        with torch.set_grad_enabled(grad):
+            return [model(x).detach() for x in inputs]
+
+    return run
+
+
+def inputs(seed: int, rows: int = 2) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(rows, 8, generator=generator) for _ in range(3)]
+
+
+def test_a_flag_one_thread_sets_is_not_seen_by_another() -> None:
+    barrier = threading.Barrier(2)
+
+    def setting() -> tuple[Any, Any]:
+        _regionalize_tracing[0] = "flat"
+        _regionalize_standing_in[0] = True
+        barrier.wait()  # the other thread reads now
+        barrier.wait()
+        seen = _regionalize_tracing[0], _regionalize_standing_in[0]
+        _regionalize_tracing[0] = _regionalize_standing_in[0] = False
+        return seen
+
+    def reading() -> tuple[Any, Any]:
+        barrier.wait()
+        seen = _regionalize_tracing[0], _regionalize_standing_in[0]
+        barrier.wait()
+        return seen
+
+    assert concurrently([setting, reading]) == [("flat", True), (False, False)]
+    assert (_regionalize_tracing[0], _regionalize_standing_in[0]) == (False, False)
+
+
+@crashes_on_2_11
+def test_threads_calling_one_model_at_once_get_what_calls_one_at_a_time_get() -> None:
+    """The first calls too, which set the owner up and compile it: one thread sets it up, and the others
+    run the frame it compiled."""
+    model, twin = pair("tanh")
+    work = [inputs(seed, rows=2 + seed % 2) for seed in range(THREADS)]
+    together = concurrently([calls(model, xs) for xs in work])
+    alone = [calls(model, xs)() for xs in work]
+    expected = [calls(twin, xs)() for xs in work]
+    torch.testing.assert_close(together, alone)
+    torch.testing.assert_close(together, expected)
+    state = model.__dict__["_regionalize_owner"]
+    assert "why" not in state or state.get("unreused")  # no fallback: this torch's form
+
+
+@crashes_on_2_11
+def test_threads_calling_two_models_at_once_each_get_their_own_outputs() -> None:
+    first, first_twin = pair("tanh", backend="aot_eager")
+    second, second_twin = pair("relu", backend="aot_eager")
+    models = [(first, first_twin), (second, second_twin)] * (THREADS // 2)
+    work = [inputs(seed) for seed in range(THREADS)]
+    together = concurrently([calls(model, xs) for (model, _), xs in zip(models, work, strict=True)])
+    alone = [calls(model, xs)() for (model, _), xs in zip(models, work, strict=True)]
+    expected = [calls(twin, xs)() for (_, twin), xs in zip(models, work, strict=True)]
+    torch.testing.assert_close(together, alone)
+    torch.testing.assert_close(together, expected)
+
+
+@crashes_on_2_11
+def test_calls_with_and_without_autograd_at_once_take_their_own_paths() -> None:
+    """With autograd a call takes the per-block path, without it the owner's whole frame: two threads'
+    calls of one model, one of each kind, at once."""
+    model, twin = pair("tanh", backend="aot_eager")
+    work = [inputs(seed) for seed in range(THREADS)]
+    grads = [seed % 2 == 0 for seed in range(THREADS)]
+    together = concurrently([calls(model, xs, grad) for xs, grad in zip(work, grads, strict=True)])
+    expected = [calls(twin, xs)() for xs in work]
+    torch.testing.assert_close(together, expected)
+
+
+@crashes_on_2_11
+def test_calls_at_once_under_error_filters_leave_the_filters_as_they_were() -> None:
+    """Where warnings are errors, a call keeps torch's at their default while it runs: overlapping calls
+    must not restore each other's filters and leave that one on."""
+    model, twin = pair("sigmoid", backend="aot_eager")
+    work = [inputs(seed) for seed in range(THREADS)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        before = list(warnings.filters)
+        together = concurrently([calls(model, xs) for xs in work])
+        assert warnings.filters == before
+    torch.testing.assert_close(together, [calls(twin, xs)() for xs in work])
+
+
+DECODER = """
+class Attention(torch.nn.Module):
+    def __init__(self, d, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.k = torch.nn.Linear(d, d)
+        self.v = torch.nn.Linear(d, d)
+
+    def forward(self, x, past_key_values=None):
+        k, v = self.k(x)[:, None], self.v(x)[:, None]
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)
+        return x + (k.mean(dim=-2) * v.mean(dim=-2))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d, layer_idx):
+        super().__init__()
+        self.attn = Attention(d, layer_idx)
+        self.mlp = torch.nn.Linear(d, d)
+
+    def forward(self, x, past_key_values=None):
+        return self.mlp(self.attn(x, past_key_values=past_key_values)).tanh()
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self, d=8, depth=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Block(d, i) for i in range(depth)])
+        for block in self.layers if REGIONALIZED else ():
+            _regionalize_blocks(block, self, cache_index="layer_idx", backend="aot_eager")
+
+    def forward(self, x, past_key_values=None):
+        for layer in self.layers:
+            x = layer(x, past_key_values)
+        return x
+"""
+
+
+def decoder(regionalized: bool) -> type[torch.nn.Module]:
+    space: dict[str, Any] = {"torch": torch, "_regionalize_blocks": _regionalize_blocks}
+    space["REGIONALIZED"] = regionalized
+    exec(compile(DECODER, f"threads_decoder_{regionalized}", "exec"), space)
+    return space["Decoder"]
+
+
+@crashes_on_2_11
+def test_threads_decoding_with_dynamic_caches_at_once_each_get_their_own_tokens() -> None:
+    """Blocks whose cache a region stands in for: each thread decodes with a `DynamicCache` of its own, a
+    prompt then tokens, and gets the outputs and cache it would alone."""
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    torch.manual_seed(0)
+    model = decoder(True)().eval()
+    twin = decoder(False)().eval()
+    twin.load_state_dict(model.state_dict())
+
+    def generation(seed: int, module: torch.nn.Module) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
+            generator = torch.Generator().manual_seed(seed)
+            cache, out = cache_utils.DynamicCache(), []
+            with torch.no_grad():
+                for length in (3, 1, 1, 1):
+                    out.append(module(torch.randn(1, length, 8, generator=generator), cache))
+            return [*out, *(tensor for layer in cache.layers for tensor in (layer.keys, layer.values))]
+
+        return run
+
+    together = concurrently([generation(seed, model) for seed in range(THREADS)])
+    alone = [generation(seed, model)() for seed in range(THREADS)]
+    expected = [generation(seed, twin)() for seed in range(THREADS)]
+    torch.testing.assert_close(together, alone)
+    torch.testing.assert_close(together, expected)

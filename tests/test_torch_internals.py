@@ -1,0 +1,265 @@
+"""The runtime's one door to torch's private names (`regionalize/runtime/internals.py`): each probe finds
+what it looks for on the running torch, and where torch lacks it takes its fallback with one warning.
+Run on every torch CI tests (.ci/torch)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from regionalize.runtime import internals, owner
+from regionalize.runtime.owner import _regionalize_blocks
+
+PROBES = (
+    internals._regionalize_tracing_context,
+    internals._regionalize_reuses,
+    internals._regionalize_cache_entries,
+    internals._regionalize_config_patch,
+    internals._regionalize_counters,
+    internals._regionalize_dynamo_errors,
+    internals._regionalize_mark_dynamic_probe,
+    internals._regionalize_static_attribute,
+    internals._regionalize_hook_dicts,
+    internals._regionalize_inductor_pieces,
+)
+
+
+@pytest.fixture(autouse=True)
+def fresh_probes() -> Iterator[None]:
+    """Each test probes afresh, and leaves no probe that saw a torch patched by it."""
+    for probe in PROBES:
+        probe.cache_clear()
+    yield
+    for probe in PROBES:
+        probe.cache_clear()
+
+
+def probed(probe: Any) -> tuple[Any, list[str]]:
+    """What `probe` finds, twice, and the warnings it gave: one at most, as the second call is cached."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = probe()
+        assert probe() is found
+    # torch's own warnings (a deprecation as Inductor is imported) are not the probe's.
+    return found, [str(w.message) for w in caught if str(w.message).startswith("regionalize:")]
+
+
+def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -> None:
+    found = {probe.__name__: probed(probe) for probe in PROBES}
+    assert not [warned for _, warned in found.values() if warned]
+    signature = inspect.signature(torch.compiler.nested_compile_region)
+    assert found["_regionalize_reuses"][0] is ("max_reuse_entries" in signature.parameters)
+    assert callable(found["_regionalize_cache_entries"][0])
+    assert callable(found["_regionalize_config_patch"][0])
+    assert found["_regionalize_counters"][0] is torch._dynamo.utils.counters
+    assert torch._dynamo.exc.TorchDynamoException in found["_regionalize_dynamo_errors"][0]
+    assert found["_regionalize_mark_dynamic_probe"][0] is torch._dynamo.maybe_mark_dynamic
+    assert found["_regionalize_static_attribute"][0] == "_dynamo_static_input_type"
+    assert len(found["_regionalize_hook_dicts"][0]) == 4
+    assert found["_regionalize_tracing_context"][0] is torch._guards.TracingContext.try_get
+    assert found["_regionalize_inductor_pieces"][0] is not None
+
+
+def fallback(probe: Any, expected: Any, needs: str) -> None:
+    """`probe` takes its fallback `expected` with one warning naming what it needs."""
+    found, warned = probed(probe)
+    assert found == expected or found is expected
+    assert len(warned) == 1 and warned[0].startswith(f"regionalize: this torch lacks what {needs}")
+
+
+def test_traced_is_true_in_dynamos_trace_only_and_only_in_the_tracing_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`torch.compiler.is_compiling()` reads a flag of the process's (set while any thread compiles, from
+    2.13): an eager call, here with that flag set as another thread's compile sets it, is not traced."""
+
+    def branch(x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if internals._regionalize_traced() else x - 1
+
+    x = torch.zeros(2)
+    assert branch(x).tolist() == [-1, -1]
+    assert torch.compile(branch, backend="eager", fullgraph=True)(x).tolist() == [1, 1]
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+    assert torch.compiler.is_compiling() and not internals._regionalize_traced()
+    internals._regionalize_tracing_context.cache_clear()
+    monkeypatch.delattr(torch._guards.TracingContext, "try_get")
+    fallback(internals._regionalize_tracing_context, None, "_regionalize_traced")
+    assert internals._regionalize_traced()  # is_compiling() alone, as before
+
+
+def test_reuse_is_read_from_the_regions_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.compiler, "nested_compile_region", lambda fn=None, is_pure=False: fn)
+    assert probed(internals._regionalize_reuses) == (False, [])
+    internals._regionalize_reuses.cache_clear()
+    monkeypatch.delattr(torch.compiler, "nested_compile_region")  # the owner compiles per block there
+    assert probed(internals._regionalize_reuses) == (False, [])
+    internals._regionalize_reuses.cache_clear()
+    monkeypatch.setattr(torch.compiler, "nested_compile_region", object(), raising=False)  # no signature
+    fallback(internals._regionalize_reuses, False, "_regionalize_reuses")
+
+
+def test_without_cache_entries_the_guard_bypass_keeps_the_guarded_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def add(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    compiled = torch.compile(add, backend="eager")
+    x = torch.zeros(3)
+    compiled(x)
+    assert internals._regionalize_guarded_code(add.__code__, {"x": x}) is not None
+    internals._regionalize_cache_entries.cache_clear()
+    monkeypatch.delattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list")
+    fallback(internals._regionalize_cache_entries, None, "the guard bypass")
+    assert internals._regionalize_guarded_code(add.__code__, {"x": x}) is None
+
+
+def test_a_guard_bypass_without_cache_entries_still_computes_the_original(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list")
+    block = torch.nn.Linear(4, 4)
+    with pytest.warns(UserWarning, match="the guard bypass"):
+        internals._regionalize_cache_entries()
+    from regionalize.runtime.bypass import _regionalize_dispatch
+
+    expected = block(torch.ones(2, 4))
+    _regionalize_dispatch(block, backend="eager")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(block(torch.ones(2, 4)), expected.detach())
+
+
+def test_without_the_config_patch_integer_attributes_stay_specialized(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from regionalize.runtime.fixes import _regionalize_symbolic_ints
+
+    def forward(self: Any, x: Any) -> Any:
+        return x
+
+    assert _regionalize_symbolic_ints(forward) is not forward
+    internals._regionalize_config_patch.cache_clear()
+    monkeypatch.delattr(torch._dynamo, "patch_dynamo_config")
+    fallback(internals._regionalize_config_patch, None, "_regionalize_symbolic_ints")
+    assert _regionalize_symbolic_ints(forward) is forward
+
+
+def test_without_dynamos_counters_the_runtime_counts_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch._dynamo.utils, "counters")
+    found, warned = probed(internals._regionalize_counters)
+    assert len(warned) == 1 and "the runtime's counts" in warned[0]
+    found["regionalize"]["cuda_graphs_replayed"] += 1
+    assert internals._regionalize_counters()["regionalize"]["cuda_graphs_replayed"] == 1
+
+
+def test_without_dynamos_error_types_a_compile_error_is_told_by_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert internals._regionalize_compiling(torch._dynamo.exc.Unsupported("a graph break"))
+    internals._regionalize_dynamo_errors.cache_clear()
+    monkeypatch.delattr(torch._dynamo.exc, "FailOnRecompileLimitHit")
+    fallback(internals._regionalize_dynamo_errors, (), "_regionalize_compiling")
+    assert not internals._regionalize_compiling(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
+    dynamo: dict[str, Any] = {"__name__": "torch._dynamo.convert_frame"}
+    exec("def trace():\n    raise AssertionError('a tracer bug')", dynamo)
+    with pytest.raises(AssertionError) as inside:
+        dynamo["trace"]()
+    assert internals._regionalize_compiling(inside.value)
+
+
+def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
+    tensor = torch.zeros(2, 3)
+    internals._regionalize_mark_dynamic(tensor, 1)
+    assert 1 in getattr(tensor, "_dynamo_weak_dynamic_indices", {1})
+    internals._regionalize_mark_dynamic_probe.cache_clear()
+    monkeypatch.delattr(torch._dynamo, "maybe_mark_dynamic")
+    fallback(internals._regionalize_mark_dynamic_probe, None, "_regionalize_kv_growing")
+    internals._regionalize_mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
+
+
+def test_a_static_mark_dynamo_no_longer_sets_marks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    marked = torch.zeros(2)
+    torch._dynamo.mark_static_address(marked)
+    assert internals._regionalize_static_marked(marked)
+    assert not internals._regionalize_static_marked(torch.zeros(2))
+    internals._regionalize_static_attribute.cache_clear()
+    monkeypatch.setattr(torch._dynamo, "mark_static_address", lambda tensor, guard=False: None)
+    fallback(internals._regionalize_static_attribute, None, "CUDA graphs of static caches")
+    assert not internals._regionalize_static_marked(marked)
+
+
+def test_without_global_hook_dicts_every_call_is_taken_as_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not internals._regionalize_global_hooks()
+    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda *args: None)
+    try:
+        assert internals._regionalize_global_hooks() and not internals._regionalize_global_hooks(
+            backward=False
+        )
+    finally:
+        handle.remove()
+    internals._regionalize_hook_dicts.cache_clear()
+    monkeypatch.delattr(torch.nn.modules.module, "_global_forward_hooks")
+    fallback(internals._regionalize_hook_dicts, None, "the checks for global hooks")
+    assert internals._regionalize_global_hooks(backward=False)
+
+
+def test_without_inductors_pieces_the_probe_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = internals._regionalize_inductor_pieces()
+    assert str(tools.size_symbol(2)) == "s2"
+    internals._regionalize_inductor_pieces.cache_clear()
+    monkeypatch.setitem(sys.modules, "torch._inductor.compile_fx", None)
+    fallback(internals._regionalize_inductor_pieces, None, "compiling in pieces")
+
+
+def model_classes() -> tuple[type[torch.nn.Module], type[torch.nn.Module]]:
+    """A block and its owner, whose `__init__` makes each block a region as a rewrite does; new classes
+    each time, since the runtime makes their `forward` a region."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(d, d)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.fc(x).tanh()
+
+    class Model(torch.nn.Module):
+        def __init__(self, d: int = 8, n: int = 3) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(d) for _ in range(n)])
+            for block in self.blocks:
+                _regionalize_blocks(block, self)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    return Block, Model
+
+
+def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a torch that reuses no region and lacks what the pieces need, the owner takes the form of a
+    backend other than Inductor: its blocks compiled one by one, the original's outputs."""
+    monkeypatch.setattr(owner, "_regionalize_reuses", lambda: False)
+    monkeypatch.setattr(owner, "_regionalize_inductor_pieces", lambda: None)
+    torch.manual_seed(0)
+    model = model_classes()[1]().eval()
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        expected = x
+        for block in model.blocks:
+            expected = expected + block.fc(expected).tanh()
+        torch.testing.assert_close(model(x), expected)
+    state = model.__dict__["_regionalize_owner"]
+    assert state.get("unreused") and "tracing" not in state
+    assert all(block._compiled_call_impl is not None for block in model.blocks)
