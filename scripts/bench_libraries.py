@@ -1,9 +1,10 @@
 """Side by side on CPU: the regionalize rewrite of a library's own source against full `torch.compile` and
 against the library's own regional helper (diffusers' `compile_repeated_blocks()`, accelerate's
-`compile_regions()`). Small configs, random weights, nothing downloaded.
+`compile_regions()`), and regionalize's run-time entry point, `regionalize.compile_regions(model)`, on
+the same built models. Small configs, random weights, nothing downloaded.
 
     python -m pip install "torch==2.13.0" -e ".[verify,bench]"
-    python scripts/bench_libraries.py [--models unet flux llama resnet convnext swin] [--threads 1]
+    python scripts/bench_libraries.py [--models gpt unet flux llama resnet convnext swin] [--threads 1]
         [--repeats 3]
 
 The rewrite is the real user flow: the installed diffusers and transformers packages are copied into
@@ -40,6 +41,8 @@ DOCS = ROOT / "docs"
 
 # model -> (library, the folders of the copy the codemod rewrites, the library's own helper)
 MODELS: dict[str, tuple[str, list[str], str | None]] = {
+    # No library source to rewrite: the built model only, against accelerate's helper.
+    "gpt": ("", [], "compile_regions"),
     "unet": ("diffusers", ["models"], "compile_repeated_blocks"),
     "flux": ("diffusers", ["models"], "compile_repeated_blocks"),
     "llama": ("transformers", ["models/llama"], "compile_regions"),
@@ -50,6 +53,7 @@ MODELS: dict[str, tuple[str, list[str], str | None]] = {
 # The rewrite's variants: the default form, and the per-block form (the fastest start).
 FORMS = {"regionalize": "hierarchical", "regionalize per-block": "per-block"}
 TITLES = {
+    "gpt": "GPT-style stack, 32 blocks (docs/bench_forward/gpt.py)",
     "unet": "diffusers UNet2DConditionModel, 2 levels (32/64), 2 layers per block, 16x16",
     "flux": "diffusers FluxTransformer2DModel, 4 + 8 blocks",
     "llama": "transformers Llama, 32 layers, forward",
@@ -84,6 +88,9 @@ elif variant == "helper" and model_name in ("unet", "flux"):
 elif variant == "helper":
     from accelerate.utils import compile_regions
     model = compile_regions(model)
+elif variant == "compile_regions":
+    import regionalize
+    model = regionalize.compile_regions(model)
 out = model(*args, **kwargs)
 first = time.perf_counter() - start
 graphs = sum(1 for r in dynamo_utils.get_compilation_metrics() if getattr(r, "graph_op_count", None))
@@ -114,6 +121,12 @@ def build(name: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     import torch
 
     g = torch.Generator().manual_seed(1)
+    if name == "gpt":
+        sys.path.insert(0, str(DOCS / "bench_forward"))
+        from gpt import build as gpt
+
+        model, args = gpt()
+        return model.eval(), args, {}
     if name == "unet":
         from diffusers import UNet2DConditionModel
 
@@ -264,29 +277,44 @@ def main() -> None:
         "--repeats", type=int, default=3, help="Fresh processes per cell; the table gives their medians."
     )
     parser.add_argument("--render", action="store_true", help="Only write the table again from --json.")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="Measure the models given and keep the other models' rows of --json, each naming its date.",
+    )
     args = parser.parse_args()
     if args.render:
         recorded = json.loads(args.json.read_text())
         args.json.with_suffix(".md").write_text(markdown(recorded["meta"], recorded["results"]))
         return
+    COPIES.mkdir(parents=True, exist_ok=True)  # where the eager outputs are kept
     copies: dict[tuple[str, str], Path] = {}
     for model in args.models:
         library = MODELS[model][0]
         wanted = sorted({f for m in args.models if MODELS[m][0] == library for f in MODELS[m][1]})
         for name, form in FORMS.items():
-            if (library, name) not in copies:
+            if library and (library, name) not in copies:
                 copies[library, name] = rewritten_copy(library, wanted, form)
     results = []
     for model in args.models:
         library, _, helper = MODELS[model]
         row: dict[str, Any] = {"model": model, "title": TITLES[model]}
-        for name in ["eager", "full", *(["helper"] if helper else []), *FORMS]:
+        rewrites = list(FORMS) if library else []
+        for name in ["eager", "full", *(["helper"] if helper else []), "compile_regions", *rewrites]:
             copy = copies.get((library, name))
             reference = COPIES / f"{model}-eager-output.pt"
             kind = "rewritten" if copy else name
             row[name] = cell(model, kind, args.threads, reference, args.timeout, args.repeats, copy)
             print(model, name, row[name], flush=True)
+        row["measured"] = {"date": datetime.date.today().isoformat(), "runtime": VERSION}
         results.append(row)
+    if args.update and args.json.exists():
+        before = json.loads(args.json.read_text())
+        kept = {r["model"]: r for r in before["results"]}
+        for row in kept.values():  # a row from before --update named no date: the table's
+            row.setdefault("measured", {"date": before["meta"]["date"], "runtime": before["meta"]["runtime"]})
+        kept.update({r["model"]: r for r in results})
+        results = [kept[m] for m in MODELS if m in kept]
     meta = {
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {args.threads} thread(s) per run",
@@ -321,6 +349,9 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results:
+        if "regionalize" not in row:
+            continue  # no source rewritten: the run-time table's alone
+        row = {**row, "title": _dated(row, meta)}
         full, helper = row["full"], row.get("helper")
         ours, per_block = row["regionalize"], row["regionalize per-block"]
         cells = (full, helper, ours, per_block)
@@ -338,6 +369,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "A rewrite with 0 graphs compiled nothing: every site was skipped (ResNet's declaration, "
         "`_no_split_modules`, names parts of its layers, not the layers), so it runs as written.",
     ]
+    lines += _run_time_table(results, meta)
     swin = next((r for r in results if r["model"] == "swin"), None)
     if swin and "error" in (swin["regionalize per-block"] or {}):
         lines += [
@@ -352,6 +384,45 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
             "with `dynamic=False` ([compile forms](compile-forms.md#owners-of-one-class-at-several-widths)).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _dated(row: dict[str, Any], meta: dict[str, Any]) -> str:
+    """A row's title, with its date and runtime where they are not the table's (kept by --update)."""
+    measured = row.get("measured")
+    if not measured or (measured["date"], measured["runtime"]) == (meta["date"], meta["runtime"]):
+        return row["title"]
+    return f"{row['title']} ({measured['date']}, runtime {measured['runtime']})"
+
+
+def _run_time_table(results: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The calls on a built model, its source unchanged: the library's helper and regionalize's."""
+    rows = [row for row in results if row.get("compile_regions")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## At run time, the source unchanged",
+        "",
+        "The same built models handed to a function: the library's own helper, and "
+        "`regionalize.compile_regions(model)` (the runtime a rewrite calls, finding the repeated blocks "
+        "of the built model).",
+        "",
+        "| model | full: first / per call | library helper: first / per call | "
+        "`regionalize.compile_regions`: first / per call | its first call vs full | against the helper: "
+        "first / per call | graphs (full / helper / compile_regions) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        row = {**row, "title": _dated(row, meta)}
+        full, helper, ours = row["full"], row.get("helper"), row["compile_regions"]
+        name = MODELS[row["model"]][2]
+        helper_cell = f"`{name}()`: {_pair(helper)}" if name else "-"
+        graphs = " / ".join(str(v.get("graphs", "-")) if v else "-" for v in (full, helper, ours))
+        lines.append(
+            f"| {row['title']} | {_pair(full)} | {helper_cell} | {_pair(ours)} | {_ratio(full, ours)} | "
+            f"{_against(ours, helper)} | {graphs} |"
+        )
+    return lines
 
 
 def _runs(meta: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ def rewritten(original: ModuleType, options: Options | None = None) -> tuple[Mod
     from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
 
     path = Path(str(original.__file__))
-    code = transform_source(path.read_text(encoding="utf-8"), options or Options(), str(path)).code
+    code = transform_source(path.read_text(encoding="utf-8"), options or Options(vendor=True), str(path)).code
     with import_paths(target := resolve_target(str(path), "unused")):
         return import_rewritten(target, code, path), code
 

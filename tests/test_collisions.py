@@ -1,6 +1,8 @@
 """Nothing lost, nothing broken: a rewrite never overwrites a file it did not write, never shadows a name
 of the user's nor is shadowed by one (RGZ113), and a run stopped at any write leaves a package that
-imports. Run as users run it, over packages on disk, which are then imported."""
+imports. Run as users run it, over packages on disk, which are then imported. These are the vendored
+form's (`--vendor`), which adds names and a module to the user's tree; the import form's one name is
+tests/test_import_form.py's."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def make(root: Path, files: dict[str, str]) -> Path:
 
 
 def apply(*paths: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(main, [*map(str, paths), "--apply", "-q"])
+    result = CliRunner().invoke(main, [*map(str, paths), "--apply", "--vendor", "-q"])
     return result.exit_code, result.output
 
 
@@ -180,7 +182,16 @@ def test_the_second_pass_over_a_rewritten_lone_file_finds_its_own_helpers(tmp_pa
 def test_standard_input_beside_a_file_of_the_runtime_module_name_comes_back_as_it_was(tmp_path: Path) -> None:
     package = make(tmp_path, {"model.py": MODEL, "_regionalize.py": "SECRET = 42\n"})
     done = subprocess.run(
-        [sys.executable, "-m", "regionalize", "--apply", "--stdin-filename", "mypkg/model.py", "-"],
+        [
+            sys.executable,
+            "-m",
+            "regionalize",
+            "--apply",
+            "--vendor",
+            "--stdin-filename",
+            "mypkg/model.py",
+            "-",
+        ],
         input=MODEL.encode(),
         capture_output=True,
         cwd=tmp_path,
@@ -211,7 +222,7 @@ def run_stopped(monkeypatch: pytest.MonkeyPatch, folder: Path, stop: int | None 
         patch.setattr(runner, "write_atomically", counted)
         files = [file for file, error in discover([str(folder)]) if error is None]
         with contextlib.suppress(Killed):
-            runner.run(files, Job(Options(), apply=True), jobs=1)
+            runner.run(files, Job(Options(vendor=True), apply=True), jobs=1)
     return len(written)
 
 

@@ -291,6 +291,7 @@ def check_install_and_run(monkeypatch: pytest.MonkeyPatch) -> None:
     status, out, err = invoke("fixtures/")
     assert status == 1, err
     assert " RGZ001 " in out and "sites rewritten" in err
+    assert len(out.splitlines()) <= 2000  # diffs of the sites, no runtime copies
 
 
 def check_ci_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:

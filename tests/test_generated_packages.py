@@ -1,7 +1,7 @@
-"""Generated packages with random collisions (files and folders of the runtime module's name, names the
-files define or import, star imports, an `__init__.py` that re-exports): `--apply` never loses a byte of
-the user's code, every file it rewrites imports and builds its model through the runtime, every file it
-skips is unchanged, with RGZ113, and the package imports as before.
+"""The vendored form (`--vendor`) in generated packages with random collisions (files and folders of the
+runtime module's name, names the files define or import, star imports, an `__init__.py` that re-exports):
+`--apply` never loses a byte of the user's code, every file it rewrites imports and builds its model
+through the runtime, every file it skips is unchanged, with RGZ113, and the package imports as before.
 
 The property runs a few dozen packages in the suite; REGIONALIZE_GENERATED_PACKAGES=500 runs more.
 """
@@ -140,7 +140,7 @@ def check(spec: Spec, root: Path) -> None:
     before = snapshot(root)
     files = [f for f, error in discover([str(folder)]) if error is None]
     # By path: the error of a file of the runtime module's name follows the report of its own scan.
-    reports = {Path(r.path).resolve(): r for r in run(files, Job(Options(), apply=True), jobs=1)}
+    reports = {Path(r.path).resolve(): r for r in run(files, Job(Options(vendor=True), apply=True), jobs=1)}
     after = snapshot(root)
 
     copy = folder.relative_to(root) / f"{runtime_copy.MODULE}.py"
@@ -212,7 +212,7 @@ def test_a_rewritten_file_beside_collisions_verifies(tmp_path: Path) -> None:
             file = root / "pkg" / path
             file.write_text("import torch\n" + file.read_text() + factory)
     files = [f for f, error in discover([str(applied)]) if error is None]
-    run(files, Job(Options(), apply=True), jobs=1)
+    run(files, Job(Options(vendor=True), apply=True), jobs=1)
     assert (applied / "pkg" / "m1.py").read_text() == (original / "pkg" / "m1.py").read_text()
     for path in ("m0.py", "sub/m2.py"):
         out = tmp_path / f"{path.replace('/', '_')}.json"
@@ -224,7 +224,7 @@ def test_a_rewritten_file_beside_collisions_verifies(tmp_path: Path) -> None:
                 repeats=1,
                 cold_start=False,
                 json_out=str(out),
-                options=Options(backend="eager"),
+                options=Options(backend="eager", vendor=True),
                 out=table,
             )
         result = json.loads(out.read_text())

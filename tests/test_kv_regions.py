@@ -75,7 +75,7 @@ TWICE = """
 def pair(body: str = "", source: str = SOURCE, options: Options | None = None) -> tuple[Any, Any]:
     """The rewritten decoder and the original with the same weights, the attention's forward `body`."""
     source = source.replace("    UPDATE_TWICE\n", body)
-    rewritten = transform_source(source, options or Options(backend="aot_eager")).code
+    rewritten = transform_source(source, options or Options(vendor=True, backend="aot_eager")).code
     assert '_regionalize_blocks(block, self, cache_index="layer_idx"' in rewritten
     torch.manual_seed(0)
     model = load(rewritten).Decoder().eval()
@@ -312,7 +312,7 @@ def test_a_block_that_asks_its_caches_type_gets_a_stand_in_only_if_it_answers_al
         "        if past_key_values is not None:\n", f"        if past_key_values is not None and {test}:\n"
     )
     assert source.count(test) == 1
-    rewritten = transform_source(source, Options()).code
+    rewritten = transform_source(source, Options(vendor=True)).code
     assert ('_regionalize_blocks(block, self, cache_index="layer_idx")' in rewritten) == stand_in
     assert ("_regionalize_blocks(block, self, nested=False)" in rewritten) != stand_in
 
@@ -321,7 +321,7 @@ def test_a_block_that_asks_its_caches_type_gets_a_stand_in_only_if_it_answers_al
 def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer() -> None:
     from transformers.models.llama import modeling_llama
 
-    module, _ = rewritten(modeling_llama, Options(backend="aot_eager"))
+    module, _ = rewritten(modeling_llama, Options(vendor=True, backend="aot_eager"))
     config = transformers.LlamaConfig(
         vocab_size=128,
         hidden_size=32,

@@ -83,7 +83,7 @@ def load(source: str, name: str) -> types.ModuleType:
 
 
 def test_rewrite_moves_the_cache_call_and_unspecializes_the_branches() -> None:
-    result = transform_source(DECODER)
+    result = transform_source(DECODER, Options(vendor=True))
     codes = [(s.code, s.block) for s in result.sites]
     assert ("RGZ003", "Attention") in codes
     assert ("RGZ004", "Attention") in codes and ("RGZ004", "Block") in codes
@@ -93,7 +93,7 @@ def test_rewrite_moves_the_cache_call_and_unspecializes_the_branches() -> None:
         '_regionalize_eager(lambda: cache.seen.__setitem__((self.layer_idx, "calls"), True))' in result.code
     )
     assert result.code.count("    @_regionalize_symbolic_ints\n") == 2
-    second = transform_source(result.code)
+    second = transform_source(result.code, Options(vendor=True))
     assert second.code == result.code
     assert not any(s.action == "rewrite" for s in second.sites)
 
@@ -118,7 +118,7 @@ def test_blocks_share_graphs_only_when_fixed(fixed: bool) -> None:
     torch = pytest.importorskip("torch")
     from regionalize.verify.accounting import recording
 
-    options = Options(backend="eager")  # Dynamo's decisions are the same; no inductor start-up
+    options = Options(vendor=True, backend="eager")  # Dynamo's decisions are the same; no inductor start-up
     rewritten = transform_source(DECODER, options).code
     if not fixed:  # the containers compiled, the forwards as the user wrote them
         rewritten = DECODER.replace(
@@ -154,7 +154,7 @@ class Model(nn.Module):
 
 
 def parts(source: str) -> tuple[str, list[str]]:
-    result = transform_source(textwrap.dedent(source) + CONTAINER)
+    result = transform_source(textwrap.dedent(source) + CONTAINER, Options(vendor=True))
     ast.parse(result.code)
     return result.code, [s.code for s in result.sites]
 
@@ -218,7 +218,7 @@ def test_insertions_count_bytes_and_keep_line_endings() -> None:
         """
     )
     source = (source + CONTAINER).replace("\n", "\r\n")
-    result = transform_source(source)
+    result = transform_source(source, Options(vendor=True))
     assert '{"clé": _regionalize_eager(lambda: cache.update(x, self.i))}["clé"]' in result.code
     assert "\n" not in result.code.replace("\r\n", "")
 
@@ -250,7 +250,9 @@ def test_symbolic_helper_leaves_forward_alone_on_a_torch_without_the_setting(mon
     torch = pytest.importorskip("torch")
     with monkeypatch.context() as patched:  # an older torch while the model file is imported
         patched.delattr(torch._dynamo, "patch_dynamo_config")
-        module = load(transform_source(DECODER, Options(backend="eager")).code, "decoder_old_torch")
+        module = load(
+            transform_source(DECODER, Options(vendor=True, backend="eager")).code, "decoder_old_torch"
+        )
     assert module.Block.forward.__name__ == "forward" and module.Block.forward.__code__.co_name == "forward"
     assert (
         "traced" not in module.Block.forward.__code__.co_varnames + module.Block.forward.__code__.co_freevars
@@ -267,7 +269,7 @@ def test_hierarchical_decoder_updates_its_cache_in_one_frame_without_regions() -
     torch = pytest.importorskip("torch")
     from regionalize.verify.accounting import recording, served_forms
 
-    rewritten = transform_source(DECODER, Options(backend="aot_eager")).code
+    rewritten = transform_source(DECODER, Options(vendor=True, backend="aot_eager")).code
     assert "_regionalize_blocks(block, self, nested=False, " in rewritten
     original_module = load(DECODER, "decoder_original_whole")
     module = load(rewritten, "decoder_hierarchical")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,9 +17,12 @@ RECIPE = Path(__file__).resolve().parent.parent / "fixtures" / "recipe.in.py"
 
 
 def load(path: Path, name: str) -> ModuleType:
+    """The file imported as module `name`, registered as an import does: Dynamo reads the globals of a
+    function it traces through its module's name, here the model's, called from the runtime's."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -1,4 +1,5 @@
-"""The runtime helpers a rewrite calls: once per package in `_regionalize.py`, inline in a lone file.
+"""The vendored form (`--vendor`): the runtime helpers a rewrite calls, once per package in
+`_regionalize.py`, inline in a lone file.
 
 Run as users run it: the `regionalize` command over a package on disk, then the rewritten package
 imported and run with torch alone.
@@ -18,7 +19,9 @@ from torch_support import needs_reuse
 
 from regionalize.cli import main
 from regionalize.codemod import runtime_copy, transform_source
+from regionalize.shared.options import Options
 
+VENDOR = Options(vendor=True)
 MODEL = """\
 import torch.nn as nn
 
@@ -57,7 +60,7 @@ def package(tmp_path: Path) -> Path:
 
 
 def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args))
+    result = CliRunner().invoke(main, [*args, "--vendor"])
     return result.exit_code, result.output
 
 
@@ -117,17 +120,17 @@ def test_the_rewritten_package_runs_with_torch_alone(package: Path, monkeypatch:
 
 
 def test_a_lone_file_keeps_the_helpers_it_calls_inline_and_updates_them() -> None:
-    once = transform_source(MODEL).code
+    once = transform_source(MODEL, VENDOR).code
     assert once.count(runtime_copy.END) == 1 and "def _regionalize_blocks(" in once
     assert "def _regionalize_eager(" not in once  # only what the file calls, and what that calls
-    assert transform_source(once).code == once
+    assert transform_source(once, VENDOR).code == once
     stale = once.replace("max_reuse_entries=1024", "max_reuse_entries=8")
-    again = transform_source(stale)
+    again = transform_source(stale, VENDOR)
     assert again.status == "success" and again.code == once
 
 
 def test_helpers_nothing_calls_any_more_are_taken_out() -> None:
-    once = transform_source(MODEL).code
+    once = transform_source(MODEL, VENDOR).code
     uncalled = once.replace("_regionalize_blocks(block, self)", "block.compile()")
     loop = "for _ in range(n)])\n        for block in self.layers:\n            block.compile()\n"
     assert runtime_copy.place(uncalled, None, 0).code == MODEL.replace("for _ in range(n)])\n", loop)
@@ -135,7 +138,7 @@ def test_helpers_nothing_calls_any_more_are_taken_out() -> None:
 
 def test_a_helper_the_file_defines_outside_the_markers_is_its_own_and_the_file_is_left_as_it_is() -> None:
     own = "import torch\n\n\n@torch.compiler.disable\ndef _regionalize_eager(call):\n    return call()\n"
-    result = transform_source(own + "\n\n" + MODEL)
+    result = transform_source(own + "\n\n" + MODEL, VENDOR)
     assert result.code == own + "\n\n" + MODEL
     assert [(s.code, s.action) for s in result.sites] == [("RGZ113", "skip")]
     assert "`_regionalize_eager` is already bound at line 5" in result.sites[0].reason
@@ -143,7 +146,7 @@ def test_a_helper_the_file_defines_outside_the_markers_is_its_own_and_the_file_i
 
 def test_a_file_deep_in_a_package_imports_from_the_top_folder(package: Path) -> None:
     path = package / "models" / "net.py"
-    result = transform_source(MODEL, path=str(path))
+    result = transform_source(MODEL, VENDOR, path=str(path))
     assert result.runtime == package / "_regionalize.py"
     assert "from .._regionalize import _regionalize_blocks" in result.code
 

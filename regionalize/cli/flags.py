@@ -23,7 +23,8 @@ _CODEMOD_OPTIONS = [
         "--style",
         type=click.Choice(STYLES),
         help="inplace (default): each block compiled where it is, after the container is built "
-        "(`_regionalize_blocks(block, self)`, or `block.compile()` with --form per-block); state_dict keys "
+        "(`regionalize.compile_region(block, owner=self)`, or `block.compile()` with --form per-block); "
+        "state_dict keys "
         "unchanged. wrap: torch.compile(Block(..)), per block, which prefixes every key with `_orig_mod.`.",
     ),
     click.option(
@@ -56,6 +57,16 @@ _CODEMOD_OPTIONS = [
         "seen before (the same shapes, plain values, modes); filter drops the guards on the structure of "
         "modules. What is then no longer re-checked, and measured figures: "
         "docs/compile-forms.md#guard-bypass.",
+    ),
+    click.option(
+        "--vendor/--no-vendor",
+        default=None,
+        help="Where rewritten files get the runtime they call. Default (--no-vendor): `import regionalize`, "
+        "one line a file; the model then needs regionalize installed (torch alone at run time), and fixes "
+        "come by upgrading it. --vendor: a copy of the runtime in your tree, `_regionalize.py` at the "
+        "package's top (inline in a file outside any package), for packages that must run on torch alone; "
+        "a later run brings the copy up to date. A run without --vendor moves a file that uses a copy to "
+        "the import form (RGZ005) and leaves the package's `_regionalize.py` for you to delete.",
     ),
     click.option(
         "--always",

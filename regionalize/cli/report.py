@@ -12,7 +12,11 @@ from regionalize.shared import rules
 from regionalize.shared.sites import CODES, FileReport, Site, shown
 
 # What a rewrite site did, when it is not compiling a container.
-_REWRITES = {"RGZ003": "move {} out of the compiled region", "RGZ004": "make {} symbolic while traced"}
+_REWRITES = {
+    "RGZ003": "move {} out of the compiled region",
+    "RGZ004": "make {} symbolic while traced",
+    "RGZ005": "move {} to the import form",
+}
 
 
 def site_line(path: str, site: Site) -> str:

@@ -27,10 +27,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from regionalize.shared.sites import label
+
 RUNTIME = Path(__file__).parents[1] / "runtime"  # regionalize/runtime
 # In the order the joined module holds them: a part before any that calls it as it is defined (a decorator).
 PARTS = (
     "stack",
+    "internals",
+    "threads",
     "owner",
     "around",
     "graphs",
@@ -184,6 +188,41 @@ def place(code: str, path: str | None, at: int) -> Placed:
     if chunk is not None:
         return Placed(code[: chunk.start()] + chunk.group("blank") + text + code[chunk.end() :], binds=binds)
     return Placed(_insert(code, at, newline * 2 + text), binds=binds)
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A vendored copy taken out of a file that moves to the import form."""
+
+    line: int  # 1-based, in the text it was taken from
+    text: str  # what it was, for the site line
+    copy: bool = False  # a package's copy, left on disk
+
+
+def remove(code: str, path: str | None) -> tuple[str, Removed | None]:
+    """`code` without the vendored copy it uses: the import of its package's copy, or its inline copy."""
+    chunk = _chunk(code)
+    if chunk is not None:
+        start = chunk.start() + len(chunk.group("blank"))
+        version = version_of(code[start:]) or 0
+        size = code.count("\n", start, chunk.end())
+        removed = Removed(
+            code.count("\n", 0, start) + 1, f"the inline copy of runtime {version} ({size} lines)"
+        )
+        return code[: chunk.start()] + code[chunk.end() :], removed
+    root = package_root(Path(path)) if path else None
+    importing = _import_line(code, import_dots(Path(path), root)) if path and root else None
+    if importing is None or root is None:
+        return code, None
+    copy = root / f"{MODULE}.py"
+    try:
+        with copy.open(encoding="utf-8") as handle:
+            version = version_of(handle.readline())
+    except (OSError, ValueError):
+        version = None
+    shown_copy = f"`{label(copy)}`" + (f" (runtime {version})" if version else "")
+    removed = Removed(code.count("\n", 0, importing.start()) + 1, f"the import of {shown_copy}", copy=True)
+    return code[: importing.start()] + code[importing.end() :], removed
 
 
 def _chunk(code: str) -> re.Match[str] | None:

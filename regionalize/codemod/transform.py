@@ -21,7 +21,15 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from regionalize.codemod import collisions, package, parse_spans, per_block_ints, prescan, runtime_copy
+from regionalize.codemod import (
+    collisions,
+    import_form,
+    package,
+    parse_spans,
+    per_block_ints,
+    prescan,
+    runtime_copy,
+)
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.nodes import Walked
 from regionalize.codemod.patterns import emit
@@ -71,7 +79,19 @@ def transform_source(
     """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason.
 
     With the file's `path`, the names it imports from its own package are judged by their definitions.
+    The passes read a file in the import form as the vendored form's calls (`import_form.py`).
     """
+    if not might_have_sites(source, options):
+        return TransformResult("skip", source, reason="no module containers")
+    result = _transform(import_form.to_internal(source), options, path)
+    if result.status != "success":
+        result.code = source
+    elif result.code == source:
+        result.status, result.reason = "skip", "nothing to rewrite"
+    return result
+
+
+def _transform(source: str, options: Options, path: str | None) -> TransformResult:
     if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
     if "\r" in source and _LONE_CR.search(source):  # the `in` test: a memchr, most files have no CR
@@ -103,8 +123,10 @@ def transform_source(
         found = _compile_containers(tree, lines, options, outside, declared, fixes.cache_blocks)
         assert not isinstance(found, TransformResult)
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
-    code, placed = _add_helpers(found, tree, path)
+    code, placed, moved = _add_helpers(found, tree, path, options)
     runtime = placed.module if placed else None
+    if moved is not None:
+        sites = sorted([*sites, moved], key=lambda s: (s.line, s.col, s.code))
     if placed and (taken := collisions.clash(original, source, placed, path)):
         # Nothing is written: a rewrite that called or imported the wrong helper would claim a compile
         # that never runs.
@@ -260,24 +282,47 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     return frozenset() if isinstance(found, TransformResult) else found.holders
 
 
-def _add_helpers(found: _Pass, tree: ast.Module, path: str | None) -> tuple[str, runtime_copy.Placed | None]:
-    """The runtime helpers the code calls (imported, or inline) after the imports, and `import torch`
-    where isort puts it. `tree` is the text before the containers' pass, whose positions still hold
-    above the first rewritten region; module-level sites (one region from line 1) parse the text again."""
+def _add_helpers(
+    found: _Pass, tree: ast.Module, path: str | None, options: Options
+) -> tuple[str, runtime_copy.Placed | None, Site | None]:
+    """The runtime helpers the code calls after the imports (`import regionalize`, or a vendored copy's
+    import or inline copy), and `import torch` where isort puts it; with the site line of a file moved
+    from a vendored copy to the import form. `tree` is the text before the containers' pass, whose
+    positions still hold above the first rewritten region; module-level sites (one region from line 1)
+    parse the text again."""
     code = "".join(found.lines)
     torch_at, helper_at = parse_spans.insert_lines(tree)
     if found.first_region and found.first_region <= helper_at:
         torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
-    placed = None
-    if "_regionalize_" in code:
-        placed = runtime_copy.place(code, path, helper_at)
-        code = placed.code
     if found.needs_torch and not found.facts.torch_bound:
         newline = "\r\n" if "\r\n" in code else "\n"
         lines = code.splitlines(keepends=True)
         lines[torch_at:torch_at] = [f"import torch{newline}"]
         code = "".join(lines)
-    return code, placed
+        helper_at += torch_at <= helper_at
+    if options.vendor:
+        code, _ = import_form.place(code)  # an import form's line left without calls goes
+        if "_regionalize_" not in code:
+            return code, None, None
+        placed = runtime_copy.place(code, path, helper_at)
+        return placed.code, placed, None
+    if "_regionalize_" not in code:
+        return code, None, None
+    # The vendored names the file calls must be ours to convert: a file that binds one itself (a runtime
+    # copy, a helper of the user's) is left as it is (RGZ113).
+    called = {name for name in import_form.PUBLIC if name in code}
+    code, removed = runtime_copy.remove(code, path)
+    code, imports = import_form.place(*import_form.to_public(code))
+    placed = runtime_copy.Placed(code, binds=frozenset({import_form.NAME} if imports else ()) | called)
+    if removed is None:
+        return code, placed, None
+    reason = f"{removed.text} replaced by `{import_form.IMPORT}`"
+    if removed.copy:
+        reason += "; the copy is left as it is: delete it once no file imports it"
+    return code, placed, Site(removed.line, 1, _MOVED, "the vendored runtime", "", "rewrite", reason)
+
+
+_MOVED = "RGZ005"
 
 
 def _one_line(exc: Exception) -> str:

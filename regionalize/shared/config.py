@@ -74,6 +74,7 @@ KEYS = {
     "never": _strings,
     "containers": _strings,
     "jobs": positive_int,
+    "vendor": boolean,
 }
 
 

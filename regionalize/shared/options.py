@@ -30,6 +30,9 @@ class Options:
     never: frozenset[str] = field(default_factory=frozenset)
     # Container classes beyond torch.nn's and OpenMMLab's, by class or dotted name (a package's own).
     containers: frozenset[str] = field(default_factory=frozenset)
+    # Where a rewritten file gets the runtime: False, the installed regionalize (`import regionalize`);
+    # True, a copy in the user's tree (`_regionalize.py` of the package, or inline in a lone file).
+    vendor: bool = False
 
     def __post_init__(self) -> None:
         if self.guard_bypass == "depyf" and self.style != "inplace":

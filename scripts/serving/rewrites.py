@@ -28,10 +28,11 @@ def sha256(text: str) -> str:
 
 
 def prepare(out: Path, wheel: Path | None) -> dict[str, Any]:
-    """Write the rewrites of modeling_llama.py (of `wheel`, or of the installed transformers), the runtime
-    they import as `transformers._regionalize`, and manifest.json saying what they were made from."""
+    """Write the rewrites of modeling_llama.py (of `wheel`, or of the installed transformers), in the import
+    form users get (`import regionalize`: the runtime of the checkout on the path where they run), and
+    manifest.json saying what they were made from."""
     from regionalize.codemod import transform_source
-    from regionalize.codemod.runtime_copy import VERSION, runtime_text
+    from regionalize.codemod.runtime_copy import VERSION
     from regionalize.shared.options import Options
 
     out.mkdir(parents=True, exist_ok=True)
@@ -55,11 +56,10 @@ def prepare(out: Path, wheel: Path | None) -> dict[str, Any]:
         for key, settings in REWRITES.items():
             result = transform_source(source, Options(**settings), str(path))
             assert result.status == "success", f"{key}: {result.status}: {result.reason}"
-            assert "from ..._regionalize import" in result.code, f"{key}: the runtime is not imported"
+            assert "\nimport regionalize\n" in result.code, f"{key}: the runtime is not imported"
             name = f"modeling_llama__{key}.py"
             (out / name).write_text(result.code, encoding="utf-8")
             files[key] = {"file": name, "options": settings}
-    (out / "_regionalize.py").write_text(runtime_text(), encoding="utf-8")
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
     ).stdout.strip()
@@ -92,14 +92,7 @@ def check_prepared(prepared: Path) -> dict[str, Any]:
 
 def load_rewritten(prepared: Path, key: str) -> ModuleType:
     """The rewrite `key`, imported as a sibling of transformers' module (relative imports resolve in its
-    package), its runtime as the package's `transformers._regionalize`, as regionalize verify does."""
-    runtime_name = "transformers._regionalize"
-    if runtime_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(runtime_name, prepared / "_regionalize.py")
-        assert spec is not None and spec.loader is not None
-        runtime = importlib.util.module_from_spec(spec)
-        sys.modules[runtime_name] = runtime
-        spec.loader.exec_module(runtime)
+    package), as regionalize verify does."""
     path = (prepared / f"modeling_llama__{key}.py").resolve()
     name = f"{MODELING}__regionalized_{key}"
     spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))

@@ -1,0 +1,182 @@
+"""The import form: what a rewrite writes by default. The file imports the installed regionalize and calls
+its public API (`regionalize/runtime/api.py`), one import line a file, so that a fix reaches a rewritten
+model by upgrading the package, not by running the codemod again.
+
+The codemod's passes write and read the vendored form's calls (`_regionalize_blocks(block, self)`), the
+runtime's own names, which a vendored copy (`runtime_copy.py`, `--vendor`) defines. This module converts
+between the two at the edges of a run: a file in the import form is read as the vendored form's calls
+(`to_internal`), and a rewrite that does not vendor is written back as public calls (`to_public`). The two
+are each other's inverse, so a second run changes nothing either way. Both splice the text at the
+positions `ast` gives (a LibCST pass over every rewritten file tripled the time of a zoo's run), and
+keep every line where it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+
+from regionalize.codemod import parse_spans
+
+NAME = "regionalize"  # the module name the import form binds in a rewritten file
+IMPORT = f"import {NAME}"
+# The runtime's helpers that emitted code calls, by the public name that serves the same call.
+PUBLIC = {
+    "_regionalize_blocks": "compile_region",
+    "_regionalize_eager": "eager",
+    "_regionalize_symbolic_ints": "symbolic_ints",
+    "_regionalize_guard_filter": "guard_filter",
+    "_regionalize_dispatch": "compile_direct",
+}
+INTERNAL = {public: internal for internal, public in PUBLIC.items()}
+# `_regionalize_blocks(block, owner, ...)`: the owner, positional in the vendored form, is a keyword here.
+_OWNER = "owner"
+_IMPORT_LINE = re.compile(rf"^{IMPORT}[ \t]*\r?\n", re.M)
+_PUBLIC_CALL = re.compile(rf"\b{NAME}\.(?:{'|'.join(INTERNAL)})\b")
+
+
+def holds(code: str) -> bool:
+    """Does `code` call the public API as the import form writes it? (A string test: most files do not.)"""
+    return f"{NAME}." in code and _PUBLIC_CALL.search(code) is not None
+
+
+def to_internal(code: str) -> str:
+    """`code` with its public calls written as the vendored form's, for the codemod's passes to read."""
+    if not holds(code):
+        return code
+    tree = _parse(code)
+    if tree is None:
+        return code  # the codemod's own parse reports it
+    lines = code.splitlines(keepends=True)
+    edits: list[_Edit] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _public_name(node.func) == "_regionalize_blocks":
+            owner = node.keywords[0] if node.keywords else None
+            if len(node.args) == 1 and owner is not None and owner.arg == _OWNER:
+                start = _column(lines, owner.lineno, owner.col_offset)
+                value = _column(lines, owner.value.lineno, owner.value.col_offset)
+                if owner.lineno == owner.value.lineno and lines[owner.lineno - 1][start:value] == "owner=":
+                    edits.append((owner.lineno, start, value, ""))  # as `to_public` wrote it
+        internal = _public_name(node)
+        if internal is not None and node.lineno == node.end_lineno:
+            edits.append(_span(lines, node, internal))
+    return _apply(lines, edits)
+
+
+def to_public(code: str) -> tuple[str, ast.Module | None]:
+    """`code` with the vendored form's calls written as public ones (its copy taken out before), and its
+    tree, whose statements keep their lines (None where nothing was converted)."""
+    if not any(name in code for name in PUBLIC):
+        return code, None
+    tree = _parse(code)
+    if tree is None:
+        return code, None
+    lines = code.splitlines(keepends=True)
+    edits: list[_Edit] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in PUBLIC and isinstance(node.ctx, ast.Load):
+            edits.append(_span(lines, node, f"{NAME}.{PUBLIC[node.id]}"))
+            continue
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id == "_regionalize_blocks" and len(node.args) == 2:
+            owner = node.args[1]
+            if not isinstance(owner, ast.Starred):
+                at = _column(lines, owner.lineno, owner.col_offset)
+                edits.append((owner.lineno, at, at, f"{_OWNER}="))
+    return _apply(lines, edits), tree
+
+
+# One replacement: line (1-based), first and last column (characters), the new text.
+_Edit = tuple[int, int, int, str]
+
+
+def _parse(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def _public_name(node: ast.AST) -> str | None:
+    """The vendored name that `regionalize.<public>` stands for, where `node` is that."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == NAME
+        and node.attr in INTERNAL
+    ):
+        return INTERNAL[node.attr]
+    return None
+
+
+def _column(lines: list[str], line: int, offset: int) -> int:
+    """`ast` counts a column in UTF-8 bytes; the text, in characters."""
+    text = lines[line - 1]
+    return offset if text.isascii() else len(text.encode("utf-8")[:offset].decode("utf-8"))
+
+
+def _span(lines: list[str], node: ast.expr, text: str) -> _Edit:
+    assert node.end_col_offset is not None
+    start = _column(lines, node.lineno, node.col_offset)
+    return node.lineno, start, _column(lines, node.lineno, node.end_col_offset), text
+
+
+def _apply(lines: list[str], edits: list[_Edit]) -> str:
+    for line, start, end, text in sorted(edits, reverse=True):
+        lines[line - 1] = lines[line - 1][:start] + text + lines[line - 1][end:]
+    return "".join(lines)
+
+
+def place(code: str, tree: ast.Module | None = None) -> tuple[str, bool]:
+    """`code` with `import regionalize` after its imports where it calls the public API and does not
+    import it yet, or without the import written by an earlier run where it no longer calls it; and
+    whether the file now imports it. `tree`, where given, is one whose statements hold `code`'s lines."""
+    calls = holds(code)
+    written = _IMPORT_LINE.search(code)
+    if calls and not written:
+        tree = tree or ast.parse(code)
+        if not _imports(tree):
+            newline = "\r\n" if "\r\n" in code else "\n"
+            lines = code.splitlines(keepends=True)
+            at = _line_for_import(tree)
+            lines[at:at] = [f"{IMPORT}{newline}"]
+            return "".join(lines), True
+        return code, True
+    if written and not calls and f"{NAME}." not in code:
+        return code[: written.start()] + code[written.end() :], False
+    return code, calls
+
+
+def _line_for_import(tree: ast.Module) -> int:
+    """Where isort's default order puts `import regionalize` (a third-party module), as a count of lines
+    above it: among the leading imports of other packages, plain imports sorted first, then `from`
+    imports; with none, after the standard library's, before the package's own relative imports."""
+    after_imports = parse_spans.insert_lines(tree)[1]
+    last_absolute = None
+    for statement in tree.body:
+        if not isinstance(statement, (ast.Import, ast.ImportFrom)):
+            if last_absolute is None and statement is tree.body[0]:
+                continue  # the docstring
+            break
+        if isinstance(statement, ast.ImportFrom) and statement.level:
+            return last_absolute if last_absolute is not None else statement.lineno - 1
+        top = statement.names[0].name if isinstance(statement, ast.Import) else statement.module or ""
+        top = top.split(".")[0]
+        if top in sys.stdlib_module_names or top == "__future__":
+            last_absolute = statement.end_lineno or statement.lineno
+            continue
+        if isinstance(statement, ast.ImportFrom) or top.lower() > NAME:
+            return statement.lineno - 1
+        last_absolute = statement.end_lineno or statement.lineno
+    return last_absolute if last_absolute is not None else after_imports
+
+
+def _imports(tree: ast.Module) -> bool:
+    """Does the module import regionalize itself, at module level, in a line the user wrote?"""
+    return any(
+        isinstance(node, ast.Import) and any(a.name == NAME and a.asname is None for a in node.names)
+        for node in tree.body
+    )

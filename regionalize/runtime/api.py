@@ -1,0 +1,129 @@
+"""regionalize's public API: what rewritten models call, and `compile_regions` for a model whose source you
+cannot or will not change. It needs torch alone: running a rewritten model imports neither libcst nor
+click.
+
+The names here are stable: a release keeps serving the calls that earlier releases wrote
+(tests/frozen/ holds them, run against the current runtime). What they do inside (a whole owner's
+compile, pieces, stand-ins for caches, CUDA graphs) is the runtime's (`regionalize/runtime/`) and may
+change in any release without a rewrite.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from torch import nn
+
+from regionalize.runtime.bypass import _regionalize_dispatch, _regionalize_guard_filter
+from regionalize.runtime.fixes import _regionalize_eager, _regionalize_symbolic_ints
+from regionalize.runtime.kv import _regionalize_layer_idx
+from regionalize.runtime.owner import _regionalize_blocks
+from regionalize.runtime.regions import _regionalize_kv_name
+
+__all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]
+
+# What the codemod's fixes call: `regionalize.eager(lambda: cache.update(k, v, self.layer_idx))` keeps a
+# per-block integer out of the compiled region; `@regionalize.symbolic_ints` traces a forward with its
+# modules' integer attributes symbolic; `options={"guard_filter_fn": regionalize.guard_filter}` drops
+# guards on the structure of modules; `regionalize.compile_direct(block)` compiles a block in place and
+# calls its compiled code without guards for calls seen before. The runtime's own functions: the same
+# objects a vendored copy defines, so both forms behave alike.
+eager = _regionalize_eager
+symbolic_ints = _regionalize_symbolic_ints
+guard_filter = _regionalize_guard_filter
+compile_direct = _regionalize_dispatch
+
+_CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+_LAYER_INDEX = "layer_idx"  # the attribute transformers' attention layers index their cache with
+
+
+def compile_region(
+    block: nn.Module,
+    *,
+    owner: nn.Module,
+    nested: bool = True,
+    cache_index: str | None = None,
+    guard_bypass: str | None = None,
+    **compile_kwargs: Any,
+) -> None:
+    """Compile `block` as a nested region of `owner`, which is compiled whole at its first call: the block's
+    class is traced once and its compiled code serves every block of the owner. In place: `state_dict`
+    keys, `isinstance` and indexing stay as they are.
+
+    `cache_index` names the integer attribute a block's cache update takes (`"layer_idx"`), so that each
+    block's layer of a transformers cache is stood in for; `nested=False` compiles the owner whole without
+    regions (blocks that update a cache the runtime cannot stand in for). `guard_bypass` is `"filter"` or
+    `"depyf"` (docs/compile-forms.md#guard-bypass). `compile_kwargs` are `torch.compile`'s (`mode`,
+    `dynamic`, `backend`, `fullgraph`, `options`). Where the owner cannot be compiled whole, its blocks
+    are compiled one by one at run time, with one warning.
+    """
+    _regionalize_blocks(
+        block, owner, nested=nested, cache_index=cache_index, guard_bypass=guard_bypass, **compile_kwargs
+    )
+
+
+def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    """Compile the repeated blocks of a built `model` regionally, in place, as a rewrite of its source would,
+    and return it: each module holding a `ModuleList`, `Sequential` or `ModuleDict` of blocks of one class
+    is compiled whole, each block a nested region (`compile_region`). Only the innermost level of repeated
+    blocks is compiled, a block being a module with submodules of its own. Blocks whose forward takes a
+    transformers cache and that hold one `layer_idx` each have their cache layer stood in for; other such
+    blocks are compiled inside their owner without regions. `compile_kwargs` are `torch.compile`'s.
+
+    For a model whose source you can change, `regionalize --apply` writes the same calls, where a reviewer
+    sees them, and also moves per-block integers out of the compiled regions (RGZ003, RGZ004).
+    """
+    for owner, blocks in _repeated_blocks(model):
+        kv_param = _regionalize_kv_name(type(blocks[0]).forward)[0]
+        indexes = [_regionalize_layer_idx(block, _LAYER_INDEX) for block in blocks]
+        indexed = kv_param is not None and None not in indexes and len(set(indexes)) == len(blocks)
+        for block in blocks:
+            options: dict[str, Any] = {"cache_index": _LAYER_INDEX} if indexed else {}
+            if kv_param is not None and not indexed:
+                options["nested"] = False
+            compile_region(block, owner=owner, **options, **compile_kwargs)
+    return model
+
+
+def _repeated_blocks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
+    """Each owner with its blocks: the modules of one class, two or more, in a container the owner holds
+    (or in containers of such a container), that hold no repeated blocks themselves. A container is the
+    place of blocks and its holder their owner; a bare `Sequential` as the model is its own owner."""
+    owners = [(m, [c for c in m.children() if isinstance(c, _CONTAINERS)]) for m in model.modules()]
+    owners = [(m, held) for m, held in owners if held and not isinstance(m, _CONTAINERS)]
+    if isinstance(model, nn.Sequential):
+        owners.append((model, [model]))
+    found, taken = [], set()  # a module shared by two containers is compiled once
+    for owner, containers in owners:
+        for container in containers:
+            for group in _groups(container):
+                group = [block for block in group if id(block) not in taken]
+                if len(group) >= 2 and not any(_holds_repeated(block) for block in group):
+                    taken.update(map(id, group))
+                    found.append((owner, group))
+    return found
+
+
+def _groups(container: nn.Module) -> list[list[nn.Module]]:
+    """The container's modules (those of containers in it too) by class, for classes with submodules."""
+    members: list[nn.Module] = []
+    todo = list(container.children())
+    while todo:
+        module = todo.pop(0)
+        if isinstance(module, _CONTAINERS):
+            todo[:0] = list(module.children())
+        elif next(module.children(), None) is not None:  # a leaf (nn.Linear) is no block
+            members.append(module)
+    counts = Counter(type(module) for module in members)
+    kinds = [kind for kind in counts if counts[kind] >= 2]
+    return [[module for module in members if type(module) is kind] for kind in kinds]
+
+
+def _holds_repeated(module: nn.Module) -> bool:
+    return any(
+        len(group) >= 2
+        for child in module.modules()
+        if isinstance(child, _CONTAINERS) and child is not module
+        for group in _groups(child)
+    )

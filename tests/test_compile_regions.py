@@ -1,0 +1,136 @@
+"""`regionalize.compile_regions(model)`: the rewrite's forms applied at run time to a built model whose
+source is not changed. Which modules it takes for blocks and owners, and that the model computes what it
+did, keys unchanged, on a small stack and on transformers' Llama generating."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import regionalize
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(self.norm(x)).tanh()
+
+
+class Other(Block):
+    pass
+
+
+class Stack(nn.Module):
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 8)
+        self.layers = nn.ModuleList([Block() for _ in range(n)])
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class Stage(nn.Module):
+    def __init__(self, n: int = 3) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Stages(nn.Module):
+    """Swin-style: stages of blocks, the stages repeated too. The innermost level is compiled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList([Stage(), Stage(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+
+def owners(model: nn.Module) -> dict[str, list[str]]:
+    """Each owner the call set up, by name, with its blocks' names."""
+    names = {id(m): name or "<model>" for name, m in model.named_modules()}
+    return {
+        names[id(m)]: [names[id(b)] for b in m.__dict__["_regionalize_owner"]["blocks"]]
+        for m in model.modules()
+        if "_regionalize_owner" in m.__dict__
+    }
+
+
+def test_the_blocks_of_a_container_get_its_holder_as_owner() -> None:
+    model = Stack()
+    assert regionalize.compile_regions(model) is model
+    assert owners(model) == {"<model>": [f"layers.{i}" for i in range(4)]}
+
+
+def test_only_the_innermost_level_is_compiled() -> None:
+    assert owners(regionalize.compile_regions(Stages())) == {
+        "stages.0": ["stages.0.blocks.0", "stages.0.blocks.1", "stages.0.blocks.2"],
+        "stages.1": ["stages.1.blocks.0", "stages.1.blocks.1"],
+    }
+
+
+def test_leaves_one_of_a_kind_and_a_bare_sequential() -> None:
+    mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))  # leaves: nothing to stamp out
+    assert owners(regionalize.compile_regions(mlp)) == {}
+    mixed = nn.Sequential(Block(), Other(), Block())  # one Other: not repeated
+    assert owners(regionalize.compile_regions(mixed)) == {"<model>": ["0", "2"]}
+
+
+@pytest.mark.parametrize("model", [Stack(), Stages(), nn.Sequential(Block(), Block(), Block())])
+def test_outputs_gradients_and_keys_are_the_originals(model: nn.Module) -> None:
+    twin = copy.deepcopy(model)
+    keys = list(model.state_dict())
+    regionalize.compile_regions(model)
+    assert list(model.state_dict()) == keys
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(model(x), twin(x))
+    model(x).sum().backward()
+    twin(x).sum().backward()
+    for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, msg=name)
+
+
+def test_a_transformers_decoder_generates_the_originals_tokens() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    twin = copy.deepcopy(model)
+    regionalize.compile_regions(model)
+    state = model.model.__dict__["_regionalize_owner"]
+    # Each layer's attention holds its `layer_idx`: the layers' cache is stood in for.
+    assert [attribute for _, attribute in state["indexed"]] == ["layer_idx"] * 3
+    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = model.generate(ids, max_new_tokens=6, do_sample=False)
+        want = twin.generate(ids, max_new_tokens=6, do_sample=False)
+    assert got.tolist() == want.tolist()
+    assert state.get("why") is None

@@ -1,0 +1,189 @@
+"""The import form, what a rewrite writes by default: one `import regionalize` a file and a call or two a
+site, nothing else in the user's tree; a package rewritten with a vendored copy moves to it (RGZ005) and
+back with `--vendor`, losing nothing. Run as users run it: the command over a package on disk, then the
+package imported and run in a process of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_runtime_copy import MODEL
+from torch_support import needs_reuse
+
+from regionalize.cli import main
+from regionalize.codemod import import_form, transform_source
+
+# The model built, run and compared with its twin from the original text, in a process where libcst
+# and click cannot be imported: running a rewritten model needs torch and regionalize's runtime alone.
+RUN = """
+import json, sys
+sys.modules["libcst"] = sys.modules["click"] = None
+import torch
+original = {{}}
+exec(compile({model!r}, "original", "exec"), original)
+import zoo.models.net as net
+torch.manual_seed(0)
+model = net.Net().eval()
+twin = original["Net"]().eval()
+twin.load_state_dict(model.state_dict())
+x = torch.randn(3, 8)
+with torch.no_grad():
+    torch.testing.assert_close(model(x), twin(x))
+    torch.testing.assert_close(model(x), twin(x))
+state = model.__dict__["_regionalize_owner"]
+loaded = sorted(m for m in ("libcst", "click") if sys.modules[m])
+print(json.dumps({{"why": state.get("why"), "loaded": loaded}}))
+"""
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    """zoo/ with zoo/models/net.py and zoo/other.py."""
+    models = tmp_path / "zoo" / "models"
+    models.mkdir(parents=True)
+    (tmp_path / "zoo" / "__init__.py").write_text("")
+    (models / "__init__.py").write_text("")
+    (models / "net.py").write_text(MODEL)
+    (tmp_path / "zoo" / "other.py").write_text(MODEL)
+    return tmp_path / "zoo"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def files(package: Path) -> dict[Path, str]:
+    return {p: p.read_text() for p in sorted(package.rglob("*.py"))}
+
+
+def added_lines(before: str, after: str) -> int:
+    return len(after.splitlines()) - len(before.splitlines())
+
+
+def test_apply_adds_one_import_and_a_call_a_site_and_no_file(package: Path) -> None:
+    code, out = invoke(str(package), "--apply", "-q")
+    assert code == 0, out
+    assert not (package / "_regionalize.py").exists()
+    for path in (package / "models" / "net.py", package / "other.py"):
+        text = path.read_text()
+        assert added_lines(MODEL, text) == 3  # the import, the loop and its call
+        assert text.startswith("import regionalize\nimport torch.nn as nn\n")
+        assert "            regionalize.compile_region(block, owner=self)\n" in text
+        assert "_regionalize_" not in text
+    before = files(package)
+    assert invoke(str(package), "--apply", "-q")[0] == 0
+    assert files(package) == before  # a second run changes nothing
+    assert invoke(str(package), "--check")[0] == 0
+
+
+def test_the_dry_run_diff_is_the_sites_alone(package: Path) -> None:
+    code, out = invoke(str(package))
+    assert code == 1
+    assert out.count("\n+import regionalize\n") == 2 and "_regionalize.py" not in out
+    assert len(out.splitlines()) < 60
+
+
+@needs_reuse
+def test_the_rewritten_package_runs_without_the_codemods_dependencies(package: Path) -> None:
+    invoke(str(package), "--apply", "-q")
+    found = _run(package)
+    assert found == {"why": None, "loaded": []}
+
+
+def _run(package: Path) -> dict:
+    root = Path(__file__).resolve().parent.parent  # this checkout's regionalize, as pip -e installs it
+    env_path = f"{package.parent}:{root}"
+    done = subprocess.run(
+        [sys.executable, "-c", RUN.format(model=MODEL)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+        cwd=package.parent,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_vendored_package_moves_to_the_import_form_and_keeps_its_copy(package: Path) -> None:
+    assert invoke(str(package), "--apply", "--vendor", "-q")[0] == 0
+    copy = (package / "_regionalize.py").read_text()
+    code, out = invoke(str(package), "--check")
+    assert code == 1
+    moved = [line for line in out.splitlines() if " RGZ005 " in line]
+    assert len(moved) == 2 and all(
+        "zoo/_regionalize.py" in line and "left as it is" in line for line in moved
+    )
+    assert invoke(str(package), "--apply", "-q")[0] == 0
+    assert (package / "_regionalize.py").read_text() == copy  # the user deletes it, not the run
+    for path in (package / "models" / "net.py", package / "other.py"):
+        text = path.read_text()
+        assert "import regionalize\n" in text and "_regionalize" not in text.replace("regionalize.", "")
+    before = files(package)
+    assert invoke(str(package), "--check")[0] == 0
+    assert files(package) == before
+    # --vendor takes it back: the calls and the copy's import as that run wrote them.
+    assert invoke(str(package), "--apply", "--vendor", "-q")[0] == 0
+    assert "from .._regionalize import _regionalize_blocks\n" in (package / "models" / "net.py").read_text()
+    assert "import regionalize" not in (package / "models" / "net.py").read_text()
+    assert invoke(str(package), "--check", "--vendor")[0] == 0
+
+
+@needs_reuse
+def test_a_moved_package_runs(package: Path) -> None:
+    invoke(str(package), "--apply", "--vendor", "-q")
+    invoke(str(package), "--apply", "-q")
+    assert _run(package) == {"why": None, "loaded": []}
+
+
+def test_vendor_is_a_pyproject_key(package: Path) -> None:
+    (package.parent / "pyproject.toml").write_text("[tool.regionalize]\nvendor = true\n")
+    assert invoke(str(package), "--apply", "-q")[0] == 0
+    assert (package / "_regionalize.py").exists()
+    assert invoke(str(package), "--check", "--no-vendor")[0] == 1  # the flag wins over the file
+
+
+@pytest.mark.parametrize(
+    "taken",
+    [
+        "    def forward(self, x, regionalize=None):",  # a parameter of any method
+        "    def helper(self):\n        regionalize = 1\n        return regionalize\n\n"
+        "    def forward(self, x):",
+        "    def forward(self, x):\n        from json import dumps as regionalize",
+    ],
+)
+def test_a_name_regionalize_of_the_users_anywhere_skips_the_file(taken: str) -> None:
+    source = MODEL.replace("    def forward(self, x):", taken, 1)
+    result = transform_source(source, path=None)
+    assert result.code == source
+    assert [s.code for s in result.sites] == ["RGZ113"]
+    assert "`regionalize` is already bound" in result.sites[0].reason
+
+
+def test_the_two_forms_convert_into_each_other() -> None:
+    public = (
+        "import regionalize\n\n\n@regionalize.symbolic_ints\ndef f(x):\n"
+        "    regionalize.compile_region(b, owner=self, cache_index='layer_idx')  # why\n"
+        "    m.compile(options={'guard_filter_fn': regionalize.guard_filter})\n"
+        "    return regionalize.eager(lambda: x) + other.regionalize.eager(x)\n"
+    )
+    internal = import_form.to_internal(public)
+    assert "_regionalize_blocks(b, self, cache_index='layer_idx')  # why" in internal
+    assert (
+        "@_regionalize_symbolic_ints" in internal
+        and "'guard_filter_fn': _regionalize_guard_filter" in internal
+    )
+    assert "_regionalize_eager(lambda: x) + other.regionalize.eager(x)" in internal
+    assert import_form.to_public(internal)[0] == public
+    # Spelled otherwise by hand, a call is renamed and its spelling kept.
+    spaced = "regionalize.compile_region(b, owner = self)\n"
+    assert import_form.to_internal(spaced) == "_regionalize_blocks(b, owner = self)\n"
+    assert import_form.to_public(import_form.to_internal(spaced))[0] == spaced
+    wide = "x = 'ü'; regionalize.eager(lambda: 1)\n"  # a column counted in bytes by `ast`
+    assert import_form.to_internal(wide) == "x = 'ü'; _regionalize_eager(lambda: 1)\n"
