@@ -340,7 +340,13 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         f"{meta['python']}, {versions} (runtime {meta['runtime']}). {_runs(meta)}; first call includes "
         "the compile (inductor caches off); per call is the median of 7 rounds of 10 calls. `regionalize` "
         "is the library's own source after `regionalize --apply` with default settings (the hierarchical "
-        "form), and with `--form per-block`.",
+        "form), and with `--form per-block`."
+        + (
+            " A row naming a date and runtime was measured in that earlier sitting (kept by `--update`), "
+            "with the versions its table named then (docs/benchmarks.md)."
+            if any(_dated(row, meta) != row["title"] for row in results)
+            else ""
+        ),
         "",
         "| model | eager per call | full: first / per call | library helper: first / per call | "
         "regionalize (default): first / per call | regionalize `--form per-block` | default's first call "
