@@ -29,9 +29,13 @@ CLEAN = "import torch.nn as nn\n\nhead = nn.Linear(4, 4)\n"
 
 def invoke(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
     runner = CliRunner()
+    before = os.getcwd()
     if cwd is not None:
         os.chdir(cwd)
-    result = runner.invoke(main, list(args), catch_exceptions=False)
+    try:
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+    finally:
+        os.chdir(before)  # later tests' paths are relative to the folder pytest started in
     return result.exit_code, result.stdout, result.stderr
 
 

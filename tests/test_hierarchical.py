@@ -614,6 +614,26 @@ def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
     assert not any("why" in model.__dict__["_regionalize_owner"] for model in (draft, target))
 
 
+@needs_reuse
+def test_owners_of_two_classes_of_one_name_at_other_widths_keep_their_regions() -> None:
+    """`Model` in two files, built at two widths in one process: each owner's frame has a name of its own,
+    so neither sees the other's width as a dimension that changed (which marked it dynamic, and torch 2.13
+    then failed to stamp a region out: `KeyError: 8`, and the owner fell back to per block). The import
+    form: the owners' frames are the installed runtime's, not each file's copy's."""
+    options = Options(mode="default")
+    code = transform_source(SOURCE, options).code
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the per-block fallback warns
+        for width, batches in ((16, (8,)), (8, (2, 3))):
+            torch.manual_seed(0)
+            model, twin = load(code).Model(width, 3).eval(), load(SOURCE).Model(width, 3).eval()
+            twin.load_state_dict(model.state_dict())
+            for rows in batches:
+                x = torch.randn(rows, width)
+                torch.testing.assert_close(model(x), twin(x))
+            assert "why" not in model.__dict__["_regionalize_owner"]
+
+
 def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
     # A UNet's Transformer2DModel holds one BasicTransformerBlock: nothing to stamp out, and one frame a
     # call either way, so the owner's glue is not compiled with it.

@@ -39,6 +39,7 @@ from .threads import (
 )
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
+_regionalize_frame_names = set()  # every name an owner's frame took in this process
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
@@ -116,7 +117,9 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     compiled in the process. And owners of one class at other widths (Swin's stages, a draft model and its
     target) would mark their widths dynamic, which torch 2.13 cannot stamp a region out at (a `KeyError`
     naming the width): they compile as functions of their own, each static at first as any new frame, and
-    owners alike (a model built again) share theirs."""
+    owners alike (a model built again) share theirs. Their names are unique in the process: two classes
+    of one name (`Model` in two files) would share one code object's automatic dynamic shapes, the file
+    and line of every frame being this one's."""
     cls = type(owner)
     shapes = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in owner.named_parameters())
     frames = _regionalize_frames.setdefault(cls, {})
@@ -126,7 +129,11 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
         def frame(self, *args, **kwargs):
             return self._call_impl(*args, **kwargs)
 
-        name = f"{cls.__name__}_forward" + (f"_{len(frames)}" if frames else "")
+        name, taken = f"{cls.__name__}_forward", 0
+        while name in _regionalize_frame_names:
+            taken += 1
+            name = f"{cls.__name__}_forward_{taken}"
+        _regionalize_frame_names.add(name)
         frame.__code__ = frame.__code__.replace(co_name=name)
         frame.__qualname__ = frame.__name__ = name
         frames[shapes] = frame
