@@ -63,7 +63,7 @@ FILES = sorted(FROZEN.glob("v*/*.py"))
 def _eager() -> types.SimpleNamespace:
     """The public names standing for nothing: the model as its source reads without regionalize."""
     return types.SimpleNamespace(
-        compile_region=lambda block, *, owner, **kwargs: None,
+        compile_region=lambda *blocks, owner, **kwargs: None,
         compile_direct=lambda block, **kwargs: None,
         eager=lambda call: call(),
         symbolic_ints=lambda forward: forward,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -72,9 +73,9 @@ def test_apply_adds_one_import_and_a_call_a_site_and_no_file(package: Path) -> N
     assert not (package / "_regionalize.py").exists()
     for path in (package / "models" / "net.py", package / "other.py"):
         text = path.read_text()
-        assert added_lines(MODEL, text) == 3  # the import, the loop and its call
+        assert added_lines(MODEL, text) == 2  # the import, and a call that takes the container's blocks
         assert text.startswith("import regionalize\nimport torch.nn as nn\n")
-        assert "            regionalize.compile_region(block, owner=self)\n" in text
+        assert "        regionalize.compile_region(*self.layers, owner=self)\n" in text
         assert "_regionalize_" not in text
     before = files(package)
     assert invoke(str(package), "--apply", "-q")[0] == 0
@@ -187,3 +188,42 @@ def test_the_two_forms_convert_into_each_other() -> None:
     assert import_form.to_public(import_form.to_internal(spaced))[0] == spaced
     wide = "x = 'ü'; regionalize.eager(lambda: 1)\n"  # a column counted in bytes by `ast`
     assert import_form.to_internal(wide) == "x = 'ü'; _regionalize_eager(lambda: 1)\n"
+
+
+def test_a_loop_over_a_containers_blocks_is_one_call_and_reads_back_as_the_loop() -> None:
+    loop = "        for block in self.layers:\n            _regionalize_blocks(block, self, nested=False)\n"
+    public, _ = import_form.to_public(f"class M:\n    def __init__(self):\n{loop}        self.x = 1\n")
+    call = "        regionalize.compile_region(*self.layers, owner=self, nested=False)\n"
+    assert public == f"class M:\n    def __init__(self):\n{call}        self.x = 1\n"
+    # Read back as a loop on the call's one line, so that sites keep their lines; and written again.
+    internal = import_form.to_internal(public)
+    assert "        for block in self.layers: _regionalize_blocks(block, self, nested=False)\n" in internal
+    assert import_form.to_public(internal)[0] == public
+    # An iterable other than a name, attribute, item or call is parenthesized; a loop variable that the
+    # call reads is not taken for the loop read back.
+    conditional = textwrap.dedent(loop).replace("self.layers", "self.a if self.flat else self.b")
+    assert (
+        "compile_region(*(self.a if self.flat else self.b), owner=self"
+        in import_form.to_public(conditional)[0]
+    )
+    reading = "regionalize.compile_region(*block.layers, owner=block)\n"
+    assert (
+        import_form.to_internal(reading) == "for block_ in block.layers: _regionalize_blocks(block_, block)\n"
+    )
+    assert import_form.to_public(import_form.to_internal(reading))[0] == reading
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for block in self.layers:\n    # why\n    _regionalize_blocks(block, self)\n",  # a comment it holds
+        "for block in self.layers:\n    _regionalize_blocks(block, self, x=block.x)\n",  # reads the block
+        "for block in self.layers:\n    _regionalize_blocks(block, self)\nelse:\n    pass\n",
+        "for block in self.layers:\n    _regionalize_blocks(block, self)\n    other(block)\n",
+        "for i, block in enumerate(self.layers):\n    _regionalize_blocks(block, self)\n",
+    ],
+)
+def test_a_loop_that_is_more_than_the_call_stays_a_loop(loop: str) -> None:
+    public, _ = import_form.to_public(loop)
+    assert public.startswith("for ") and "regionalize.compile_region(block, owner=self" in public
+    assert import_form.to_public(import_form.to_internal(public))[0] == public

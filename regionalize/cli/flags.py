@@ -23,9 +23,9 @@ _CODEMOD_OPTIONS = [
         "--style",
         type=click.Choice(STYLES),
         help="inplace (default): each block compiled where it is, after the container is built "
-        "(`regionalize.compile_region(block, owner=self)`, or `block.compile()` with --form per-block); "
-        "state_dict keys "
-        "unchanged. wrap: torch.compile(Block(..)), per block, which prefixes every key with `_orig_mod.`.",
+        "(`regionalize.compile_region(*self.layers, owner=self)`, or `block.compile()` with --form "
+        "per-block); state_dict keys unchanged. wrap: torch.compile(Block(..)), per block, which prefixes "
+        "every key with `_orig_mod.`.",
     ),
     click.option(
         "--form",

@@ -50,7 +50,14 @@ def to_internal(code: str) -> str:
         return code  # the codemod's own parse reports it
     lines = code.splitlines(keepends=True)
     edits: list[_Edit] = []
+    looped: set[int] = set()  # the lines of calls written as loops
     for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in looped:
+            continue
+        if isinstance(node, ast.Expr) and (loop := _loop(lines, node.value)) is not None:
+            edits.append(loop)
+            looped.add(node.lineno)
+            continue
         if isinstance(node, ast.Call) and _public_name(node.func) == "_regionalize_blocks":
             owner = node.keywords[0] if node.keywords else None
             if len(node.args) == 1 and owner is not None and owner.arg == _OWNER:
@@ -66,30 +73,133 @@ def to_internal(code: str) -> str:
 
 def to_public(code: str) -> tuple[str, ast.Module | None]:
     """`code` with the vendored form's calls written as public ones (its copy taken out before), and its
-    tree, whose statements keep their lines (None where nothing was converted)."""
+    tree, whose leading docstring and imports keep their lines (None where nothing was converted): a loop
+    made one call (`_collapsed`) lies below them."""
     if not any(name in code for name in PUBLIC):
         return code, None
     tree = _parse(code)
     if tree is None:
         return code, None
     lines = code.splitlines(keepends=True)
+    collapsed: list[tuple[int, int, str]] = []
+    inside: set[int] = set()  # the lines of loops made one call
     edits: list[_Edit] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in PUBLIC and isinstance(node.ctx, ast.Load):
-            edits.append(_span(lines, node, f"{NAME}.{PUBLIC[node.id]}"))
+    for node in ast.walk(tree):  # breadth first: a loop comes before the nodes it holds
+        if isinstance(node, ast.For) and (loop := _collapsed(lines, node)) is not None:
+            collapsed.append(loop)
+            inside.update(range(loop[0], loop[1] + 1))
             continue
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        if isinstance(node, ast.Name) and node.id in PUBLIC and isinstance(node.ctx, ast.Load):
+            if node.lineno not in inside:
+                edits.append(_span(lines, node, f"{NAME}.{PUBLIC[node.id]}"))
+            continue
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or node.lineno in inside:
             continue
         if node.func.id == "_regionalize_blocks" and len(node.args) == 2:
             owner = node.args[1]
             if not isinstance(owner, ast.Starred):
                 at = _column(lines, owner.lineno, owner.col_offset)
                 edits.append((owner.lineno, at, at, f"{_OWNER}="))
-    return _apply(lines, edits), tree
+    code = _apply(lines, edits)
+    if not collapsed:
+        return code, tree
+    lines = code.splitlines(keepends=True)
+    for first, last, text in sorted(collapsed, reverse=True):
+        lines[first - 1 : last] = [text]
+    return "".join(lines), tree
 
 
 # One replacement: line (1-based), first and last column (characters), the new text.
 _Edit = tuple[int, int, int, str]
+_LOOP_VARIABLE = "block"
+
+
+def _collapsed(lines: list[str], node: ast.For) -> tuple[int, int, str] | None:
+    """A loop the codemod wrote, `for block in ITER: _regionalize_blocks(block, OWNER, ...)`, as one
+    public call that takes the blocks: its first and last line, and the line that replaces them
+    (`regionalize.compile_region(*ITER, owner=OWNER, ...)`). None for any other statement, and for a
+    loop written other than on lines of its own or holding a comment, which the call would lose."""
+    if not (
+        isinstance(node.target, ast.Name)
+        and not node.orelse
+        and len(node.body) == 1
+        and isinstance(call := node.body[0], ast.Expr)
+        and isinstance(call := call.value, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "_regionalize_blocks"
+        and len(call.args) == 2
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == node.target.id
+        and node.iter.lineno == node.iter.end_lineno
+        and node.end_lineno is not None
+    ):
+        return None
+    first, last = node.lineno, node.end_lineno
+    head, tail = lines[first - 1], lines[last - 1]
+    indent = _column(lines, first, node.col_offset)
+    end = _column(lines, last, call.end_col_offset or 0)
+    text = "".join(lines[first - 1 : last])
+    if head[:indent].strip() or tail[end:].strip() or "#" in text or "\\" in text:
+        return None
+    name = node.target.id
+    rest = [_text(lines, call.args[1])] + [_text(lines, k) for k in call.keywords]
+    if None in rest or any(re.search(rf"\b{name}\b", part) for part in rest if part):
+        return None  # a keyword written over lines, or one that reads the block
+    iterable = _text(lines, node.iter)
+    if iterable is None:
+        return None
+    if not isinstance(node.iter, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        iterable = f"({iterable})"
+    arguments = ", ".join([f"*{iterable}", f"{_OWNER}={rest[0]}", *rest[1:]])
+    newline = tail[len(tail.rstrip("\r\n")) :]
+    return first, last, f"{head[:indent]}{NAME}.{PUBLIC['_regionalize_blocks']}({arguments}){newline}"
+
+
+def _loop(lines: list[str], call: ast.expr) -> _Edit | None:
+    """`regionalize.compile_region(*ITER, owner=OWNER, ...)`, a statement on a line of its own, as the
+    loop `_collapsed` made it from, kept on that one line: `for block in ITER: _regionalize_blocks(block,
+    OWNER, ...)`."""
+    if not (
+        isinstance(call, ast.Call)
+        and _public_name(call.func) == "_regionalize_blocks"
+        and len(call.args) == 1
+        and isinstance(starred := call.args[0], ast.Starred)
+        and call.keywords
+        and call.keywords[0].arg == _OWNER
+        and call.lineno == call.end_lineno
+    ):
+        return None
+    line = lines[call.lineno - 1]
+    start, end = (
+        _column(lines, call.lineno, call.col_offset),
+        _column(lines, call.lineno, call.end_col_offset or 0),
+    )
+    if line[:start].strip() or line[end:].strip():
+        return None  # a loop cannot follow `if x:` on its line, nor come before another statement
+    owner, *rest = call.keywords
+    parts = [_text(lines, starred.value), _text(lines, owner.value), *(_text(lines, k) for k in rest)]
+    if None in parts:
+        return None
+    name = _LOOP_VARIABLE
+    while any(re.search(rf"\b{name}\b", part or "") for part in parts):
+        name += "_"
+    iterable, *arguments = parts
+    return (
+        call.lineno,
+        start,
+        end,
+        f"for {name} in {iterable}: _regionalize_blocks({', '.join([name, *arguments])})",
+    )
+
+
+def _text(lines: list[str], node: ast.AST) -> str | None:
+    """The source of `node`, where it is on one line."""
+    if node.lineno != node.end_lineno:
+        return None
+    line = lines[node.lineno - 1]
+    return line[
+        _column(lines, node.lineno, node.col_offset) : _column(lines, node.lineno, node.end_col_offset)
+    ]
 
 
 def _parse(code: str) -> ast.Module | None:

@@ -39,17 +39,17 @@ _LAYER_INDEX = "layer_idx"  # the attribute transformers' attention layers index
 
 
 def compile_region(
-    block: nn.Module,
-    *,
+    *blocks: nn.Module,
     owner: nn.Module,
     nested: bool = True,
     cache_index: str | None = None,
     guard_bypass: str | None = None,
     **compile_kwargs: Any,
 ) -> None:
-    """Compile `block` as a nested region of `owner`, which is compiled whole at its first call: the block's
-    class is traced once and its compiled code serves every block of the owner. In place: `state_dict`
-    keys, `isinstance` and indexing stay as they are.
+    """Compile each of `blocks` as a nested region of `owner`, which is compiled whole at its first call:
+    a block's class is traced once and its compiled code serves every block of the owner. In place:
+    `state_dict` keys, `isinstance` and indexing stay as they are. A rewrite passes a container's blocks
+    in one call (`compile_region(*self.layers, owner=self)`); 0.2.0's rewrites passed one block a call.
 
     `cache_index` names the integer attribute a block's cache update takes (`"layer_idx"`), so that each
     block's layer of a transformers cache is stood in for; `nested=False` compiles the owner whole without
@@ -58,9 +58,10 @@ def compile_region(
     `dynamic`, `backend`, `fullgraph`, `options`). Where the owner cannot be compiled whole, its blocks
     are compiled one by one at run time, with one warning.
     """
-    _regionalize_blocks(
-        block, owner, nested=nested, cache_index=cache_index, guard_bypass=guard_bypass, **compile_kwargs
-    )
+    for block in blocks:
+        _regionalize_blocks(
+            block, owner, nested=nested, cache_index=cache_index, guard_bypass=guard_bypass, **compile_kwargs
+        )
 
 
 def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:

@@ -55,10 +55,24 @@ class LoopSites:
         if _inner_comprehension(elements):
             return  # an inner container built by a comprehension: reported where it is built
         site = ctx.site_maker(call, pattern, labels(leaves_of(found)))
-        if triage(ctx, site, call, leaves_of(found), blocks, pattern, compiled=False):
+        # `xs.append(Block(..))` stays as written, and the block it appended is compiled on the next line
+        # (`xs[-1].compile()`): one line added, the user's statement untouched.
+        last = (
+            f"{ctx.code(call.func.value)}[-1]"
+            if method == "append" and dotted_name(call.func.value)
+            else None
+        )
+        compiled = last is not None and _compiles_next(ctx, statement, last)
+        if triage(ctx, site, call, leaves_of(found), blocks, pattern, compiled=compiled):
             return
         if not isinstance(ctx.blocks[-1], cst.IndentedBlock):
             return site("RGZ106", "skip")
+        if last is not None:
+            compile_last = emit.compile_element(ctx, last, elements, blocks)
+            if compile_last is None:
+                return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
+            ctx.edits.after.setdefault(statement, []).append(compile_last)
+            return site("RGZ001", "rewrite")
         var = ctx.scopes[-1].fresh("block")
         compile_stmt = emit.compile_element(ctx, var, elements, blocks)
         if compile_stmt is None:
@@ -179,6 +193,37 @@ def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpressi
         if isinstance(target, cst.Name) and target.value == name:
             return small.value
     return None
+
+
+def _compiles_next(ctx: Context, statement: cst.BaseStatement, target: str) -> bool:
+    """Does the statement after `statement` compile `target` (`xs[-1]`), as a run before wrote it?"""
+    body = ctx.blocks[-1]
+    if not isinstance(body, cst.IndentedBlock) or statement not in body.body:
+        return False
+    following = body.body[body.body.index(statement) + 1 : body.body.index(statement) + 2]
+    for found in (n for s in following for n in walk(s)):
+        if (
+            isinstance(found, cst.For)
+            and isinstance(found.target, cst.Name)
+            and ctx.code(found.iter) == target
+        ):
+            return _compiles_name(found.body, found.target.value)  # the parts of a container appended
+        if not isinstance(found, cst.Call):
+            continue
+        func = found.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "compile"
+            and ctx.code(func.value) == target
+        ):
+            return True
+        if (
+            dotted_name(func) in prescan.COMPILING_HELPERS
+            and found.args
+            and ctx.code(found.args[0].value) == target
+        ):
+            return True
+    return False
 
 
 def _is_only_statement(statement: cst.BaseStatement, call: cst.Call) -> bool:

@@ -51,8 +51,7 @@ class Model(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.h = nn.ModuleList([DecoderLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        for block in self.h:
-            regionalize.compile_region(block, owner=self, cache_index="layer_idx")
+        regionalize.compile_region(*self.h, owner=self, cache_index="layer_idx")
 
     def forward(self, hidden_states, past_key_values=None):
         for block in self.h:

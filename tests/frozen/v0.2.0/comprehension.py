@@ -17,8 +17,7 @@ class Encoder(nn.Module):
         self.embed = nn.Linear(dim, dim)
         # one block per layer
         self.layers = nn.ModuleList([Block(dim) for _ in range(depth)])
-        for block in self.layers:
-            regionalize.compile_region(block, owner=self)
+        regionalize.compile_region(*self.layers, owner=self)
         self.head = nn.Linear(dim, dim)
 
     def forward(self, x):

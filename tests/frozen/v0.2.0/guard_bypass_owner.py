@@ -17,8 +17,7 @@ class Model(nn.Module):
     def __init__(self, d, n):
         super().__init__()
         self.layers = nn.ModuleList([Layer(d) for _ in range(n)])
-        for block in self.layers:
-            regionalize.compile_region(block, owner=self, guard_bypass="depyf")
+        regionalize.compile_region(*self.layers, owner=self, guard_bypass="depyf")
 
     def forward(self, x):
         for layer in self.layers:  # each layer a nested region of this frame

@@ -27,8 +27,7 @@ class Model(nn.Module):
         super().__init__()
         self.linear = nn.Linear(dim, dim)
         self.layers = nn.ModuleList([Layer(dim) for _ in range(depth)])
-        for block in self.layers:
-            regionalize.compile_region(block, owner=self)
+        regionalize.compile_region(*self.layers, owner=self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.linear(x)

@@ -16,8 +16,7 @@ class Model(nn.Module):
     def __init__(self, d, n):
         super().__init__()
         self.blocks = nn.ModuleList([Block(d) for _ in range(n)])  # the CUDA graph goes around Model
-        for block in self.blocks:
-            regionalize.compile_region(block, owner=self, mode="reduce-overhead")
+        regionalize.compile_region(*self.blocks, owner=self, mode="reduce-overhead")
 
     def forward(self, x):
         for block in self.blocks:
