@@ -3,6 +3,8 @@ to a name just before it (`layer = Block(..)` then `layers.append(layer)`); the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from regionalize.codemod import prescan
@@ -157,27 +159,27 @@ def _container_arguments(scope: Scope, ctx: Context) -> set[str]:
     }
 
 
-def _compiles_name(node: cst.CSTNode, var: str) -> bool:
-    """`var.compile(..)`, `_regionalize_dispatch(var, ..)`, or a loop over `var` compiling each item."""
+def _compiles_name(
+    node: cst.CSTNode, var: str, spelled: Callable[[cst.BaseExpression], str | None] = dotted_name
+) -> bool:
+    """`var.compile(..)`, `_regionalize_dispatch(var, ..)`, or a loop over `var` compiling each item; an
+    expression is compared with `var` as `spelled` writes it (`xs[-1]` has no dotted name: its code)."""
     for found in walk(node):
         if isinstance(found, cst.Call):
             func = found.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "compile"
-                and dotted_name(func.value) == var
-            ):
+            compiles = isinstance(func, cst.Attribute) and func.attr.value == "compile"
+            if compiles and spelled(func.value) == var:
                 return True
             if (
                 dotted_name(func) in prescan.COMPILING_HELPERS
                 and found.args
-                and dotted_name(found.args[0].value) == var
+                and spelled(found.args[0].value) == var
             ):
                 return True
         if (
             isinstance(found, cst.For)
             and isinstance(found.target, cst.Name)
-            and dotted_name(found.iter) == var
+            and spelled(found.iter) == var
             and _compiles_name(found.body, found.target.value)
         ):
             return True
@@ -200,30 +202,8 @@ def _compiles_next(ctx: Context, statement: cst.BaseStatement, target: str) -> b
     body = ctx.blocks[-1]
     if not isinstance(body, cst.IndentedBlock) or statement not in body.body:
         return False
-    following = body.body[body.body.index(statement) + 1 : body.body.index(statement) + 2]
-    for found in (n for s in following for n in walk(s)):
-        if (
-            isinstance(found, cst.For)
-            and isinstance(found.target, cst.Name)
-            and ctx.code(found.iter) == target
-        ):
-            return _compiles_name(found.body, found.target.value)  # the parts of a container appended
-        if not isinstance(found, cst.Call):
-            continue
-        func = found.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "compile"
-            and ctx.code(func.value) == target
-        ):
-            return True
-        if (
-            dotted_name(func) in prescan.COMPILING_HELPERS
-            and found.args
-            and ctx.code(found.args[0].value) == target
-        ):
-            return True
-    return False
+    following = body.body[body.body.index(statement) + 1 :][:1]
+    return any(_compiles_name(s, target, ctx.code) for s in following)
 
 
 def _is_only_statement(statement: cst.BaseStatement, call: cst.Call) -> bool:
