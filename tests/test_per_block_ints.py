@@ -287,3 +287,42 @@ def test_hierarchical_decoder_updates_its_cache_in_one_frame_without_regions() -
     assert account.regions_traced == 0 and not account.fell_back_to_eager
     assert torch._dynamo.config.use_graph_deduplication is False  # set for the owner's calls only
     assert model.last_cache.seen == original.last_cache.seen  # the side effects happened once per layer
+
+
+def test_fixes_inside_a_rewritten_region_are_compiled_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two statements on a line make the whole file one region, so the fixes lie inside the rewritten
+    region and the containers are compiled again in the fixed text; elsewhere the fixes and the regions
+    are edits of the original side by side. Both write the same code and sites."""
+    from regionalize.codemod import transform
+
+    passes: list[int] = []
+    compile_containers = transform._compile_containers
+    monkeypatch.setattr(
+        transform, "_compile_containers", lambda *a, **k: passes.append(1) or compile_containers(*a, **k)
+    )
+    apart_imports, joined_imports = (
+        "import torch\nfrom torch import nn\n",
+        "import torch; from torch import nn\n",
+    )
+    joined = DECODER.replace(apart_imports, joined_imports)
+    assert joined != DECODER
+    for options in (Options(), Options(vendor=True)):
+        passes.clear()
+        apart = transform_source(DECODER, options)
+        assert len(passes) == 1  # the fixes beside the regions
+        together = transform_source(joined, options)
+        assert len(passes) == 3  # the regions compiled again in the fixed text
+        assert together.status == apart.status == "success"
+        assert together.code == apart.code.replace(apart_imports, joined_imports)
+        below = [(s.line - (s.line > 2), s.col, s.code, s.reason) for s in apart.sites]
+        assert [(s.line, s.col, s.code, s.reason) for s in together.sites] == below
+
+
+def test_a_rewrite_the_compiler_refuses_where_the_user_wrote_that_too_is_written() -> None:
+    """The rewrite is checked by compiling it, and what only the compiler refuses (a module-level
+    `return`, the user's) is asked of the parser, as the file was when read."""
+    result = transform_source(DECODER + "\nreturn\n")
+    assert result.status == "success", result.reason
+    assert result.code.endswith("\nreturn\n") and "regionalize.compile_region(" in result.code
+    broken = transform_source(DECODER + "\nreturn\n", Options(vendor=True))
+    assert broken.status == "success"

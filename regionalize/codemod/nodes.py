@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 
 
@@ -59,6 +60,12 @@ def _below(level: list[ast.AST]) -> list[ast.AST]:
             elif isinstance(value, list):
                 below.extend(item for item in value if isinstance(item, ast.AST))
     return below
+
+
+def any_within(lines: list[int], first: int, last: int) -> bool:
+    """Does the sorted list `lines` hold a line within `first`..`last`?"""
+    index = bisect.bisect_left(lines, first)
+    return index < len(lines) and lines[index] <= last
 
 
 def split_lines(source: str) -> list[str]:

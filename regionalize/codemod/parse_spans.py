@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import ast
-import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from regionalize.codemod.nodes import Walked
+from regionalize.codemod.nodes import Walked, any_within
 
 
 @dataclass(frozen=True)
@@ -106,8 +105,7 @@ class _Candidates:
         )
 
     def between(self, start: int, end: int) -> bool:
-        index = bisect.bisect_left(self.lines, start)
-        return index < len(self.lines) and self.lines[index] <= end
+        return any_within(self.lines, start, end)
 
 
 def _is_candidate(call: ast.Call, containers: set[str]) -> bool:

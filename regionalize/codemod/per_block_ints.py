@@ -26,7 +26,7 @@ that indexes an assignment target, a class with no forward of its own to decorat
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -81,11 +81,21 @@ class Plan:
     def __bool__(self) -> bool:
         return bool(self.edits or self.decorate)
 
-    def apply(self, lines: list[str]) -> str:
+    def touches(self, first: int, last: int) -> bool:
+        """Whether an edit falls within lines `first`..`last`."""
+        spans = [(start[0], end[0]) for start, end, _ in self.edits]
+        spans += [(line, line) for line in self.decorate]
+        return any(start <= last and end >= first for start, end in spans)
+
+    def first_line(self) -> int:
+        return min([start[0] for start, _, _ in self.edits] + list(self.decorate), default=0)
+
+    def apply(self, lines: list[str], replaced: Sequence[tuple[int, int, str]] = ()) -> str:
+        """The edited text; `replaced` are other edits, whole lines `first`..`last` each made a text."""
         starts = [0]
         for line in lines:
             starts.append(starts[-1] + len(line.encode("utf-8")))
-        edits = list(self.edits)
+        edits = list(self.edits) + [((first, 0), (last + 1, 0), text) for first, last, text in replaced]
         for line in self.decorate:
             text = lines[line - 1]
             indent = text[: len(text) - len(text.lstrip())]

@@ -156,19 +156,28 @@ class Context(cst.CSTVisitor):
         container, a holder without forward) no owner is known, and each block is compiled on its own."""
         if not self.options.hierarchical or "self" not in self.scopes[-1].params:
             return False
-        start, end = self.region.start, self.region.end
+        start, end = self.function_lines()
         return any(first <= start and end <= last for first, last in self.facts.owners)
 
     def declaration(self) -> Declaration | None:
         """The declaration of repeated blocks that holds where the region is, unless the region is a method
         of a declared class: blocks repeated inside a declared block are a finer level of it."""
-        start, end = self.region.start, self.region.end
+        start, end = self.function_lines()
         around = [(first, name) for name, first, last in self.facts.classes if first <= start and end <= last]
         scope = max(around)[1] if around else None
         declared = self.facts.declaration_over(scope)
         if declared is None or (scope is not None and self.facts.declaring(scope)):
             return None
         return declared
+
+    def function_lines(self) -> tuple[int, int]:
+        """The file's lines of the function at hand; the region's at module level. A region is one method
+        but for a file or class that cannot be cut (two statements on a line)."""
+        node = self.scopes[-1].node
+        if not isinstance(node, cst.FunctionDef):
+            return self.region.start, self.region.end
+        span = self.get_metadata(PositionProvider, node)
+        return self.where(span.start)[0], self.where(span.end)[0]
 
     def where(self, position: CodePosition) -> tuple[int, int]:
         """Line and 1-based column in the file, from a position in the region."""
