@@ -36,6 +36,7 @@ PARTS = (
     "internals",
     "threads",
     "owner",
+    "constants",
     "around",
     "graphs",
     "per_block",

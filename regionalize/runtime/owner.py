@@ -9,6 +9,7 @@ import torch
 
 from .around import _regionalize_handoff, _regionalize_opaque, _regionalize_outside, _regionalize_owned
 from .bypass import _regionalize_direct, _regionalize_guard_filter
+from .constants import _regionalize_constants
 from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
     _regionalize_compiling,
@@ -261,8 +262,14 @@ def _regionalize_owner_setup(owner, whole, graphs):
         pieces = inductor and not _regionalize_reusing[0] and _regionalize_inductor_pieces() is not None
         if pieces:
             state["tracing"] = "flat"  # blocks traced as they are, the graph compiled in pieces
+        constants = None if indexed else _regionalize_constants(state["blocks"])
+        if constants is not None and inductor and _regionalize_inductor_pieces() is not None:
+            pieces = True
+            state["tracing"], state["constants"] = "flat", constants
         if len(state["blocks"]) == 1 and not indexed and not graphs:
             state["alone"] = True
+        elif constants is not None and not pieces:
+            state["why"], state["unreused"] = constants, True  # a form, not a fallback: no warning
         elif not (graphs or pieces or _regionalize_reusing[0]) and all(a for _, a in indexed):
             # Only Inductor's graph is compiled in pieces: with another backend, the owner compiled whole
             # would compile every block. Not where it holds blocks without regions for their cache

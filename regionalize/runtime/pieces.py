@@ -1,6 +1,6 @@
-"""On a torch that reuses no traced region (2.11): the owner traced whole, its graph compiled in pieces, one
-per block and one per stretch between blocks, each distinct piece once; in CUDA graphs a call is one CUDA
-graph of them all."""
+"""On a torch that reuses no traced region (2.11), and for blocks that differ in float constants: the owner
+traced whole, its graph compiled in pieces, one per block and one per stretch between blocks, each distinct
+piece once; in CUDA graphs a call is one CUDA graph of them all."""
 
 import threading
 

@@ -141,9 +141,9 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
     """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
     traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs
     where torch reuses no traced region, and there per block where a call hands a StaticCache, `STATIC`,
-    or a prompt's DynamicCache, `PROMPT`), its one block compiled on its own (`ALONE`), per block as this
-    torch's form (`per block, <why>`), or per block because it could not be compiled whole (`per-block:
-    <why>`)."""
+    or a prompt's DynamicCache, `PROMPT`; in pieces too where its blocks differ in float constants), its one
+    block compiled on its own (`ALONE`), per block as this torch's form or the backend's (`per block,
+    <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
         state = module.__dict__.get("_regionalize_owner")
@@ -156,7 +156,8 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
             elif state.get("pieces") or state.get("static") or state.get("prompt"):
                 ways = [f"whole, in pieces ({state['pieces']})"] if state.get("pieces") else []
                 ways += [way for key, way in (("static", STATIC), ("prompt", PROMPT)) if state.get(key)]
-                served = f"{'; '.join(ways)}: this torch does not reuse a traced region"
+                why = state.get("constants", "this torch does not reuse a traced region")
+                served = f"{'; '.join(ways)}: {why}"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
             forms[type(module).__name__] = served

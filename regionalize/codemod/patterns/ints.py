@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 
@@ -49,6 +51,39 @@ def int_args(call: cst.Call, int_vars: set[str]) -> tuple[frozenset[int], frozen
         elif not arg.star:
             positions.add(index)
     return frozenset(positions), frozenset(keywords), tuple(sorted(every))
+
+
+def indexed_args(call: cst.Call, int_vars: set[str]) -> list[cst.Arg]:
+    """The arguments that take a rate by an integer loop variable (`drop_path=dpr[i]`): a per-block float,
+    by its name (the keyword's, or the list's). Sizes picked so (`embed_dims[i]`) are left alone: blocks
+    of other shapes share no compiled code whatever their floats."""
+    found = []
+    for arg in call.args:
+        subscripts: list[cst.Subscript] = []
+        arg.value.visit(_Subscripts(subscripts))
+        for subscript in subscripts:
+            used: set[str] = set()
+            for element in subscript.slice:
+                element.slice.visit(_IntUses(int_vars, used))
+            keyword = arg.keyword
+            named = keyword.value if keyword is not None else cst.Module([]).code_for_node(subscript.value)
+            if used and _RATE.search(named.lower()):
+                found.append(arg)
+                break
+    return found
+
+
+# What a per-block float is called: stochastic depth (`drop_path`, `dpr`), layer scale (`init_values`,
+# `layer_scale_init`, `gamma`), a rate or a probability.
+_RATE = re.compile(r"drop|dpr|rate|prob|scale|init_value|gamma")
+
+
+class _Subscripts(cst.CSTVisitor):
+    def __init__(self, found: list[cst.Subscript]) -> None:
+        self.found = found
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self.found.append(node)
 
 
 class _IntUses(cst.CSTVisitor):

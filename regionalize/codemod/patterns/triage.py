@@ -9,8 +9,11 @@ from libcst.metadata import PositionProvider
 from regionalize.codemod import per_block_ints
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.context import Context, SiteMaker
-from regionalize.codemod.patterns.ints import int_args
+from regionalize.codemod.patterns.ints import indexed_args, int_args
 from regionalize.codemod.patterns.model import Element, blocks_of, dotted_name
+from regionalize.shared.sites import CODES, Site
+
+_CONSTANT = "RGZ202"  # a per-block value by the loop's index
 
 
 def triage(
@@ -55,7 +58,14 @@ def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: boo
             call = call.args[0].value  # torch.compile(Block(..))
         if not isinstance(call, cst.Call):
             continue
-        positions, keywords, names = int_args(call, ctx.loop_int_vars() | element.int_vars)
+        int_vars = ctx.loop_int_vars() | element.int_vars
+        positions, keywords, names = int_args(call, int_vars)
+        if warn and (rates := indexed_args(call, int_vars)):
+            values = ", ".join(f"`{ctx.module.code_for_node(arg.value)}`" for arg in rates)
+            position = ctx.get_metadata(PositionProvider, rates[0]).start
+            block = dotted_name(call.func) or element.label
+            reason = f"{CODES[_CONSTANT]}; {values} reach{'es' * (len(rates) == 1)} {block}(...)"
+            ctx.sites.append(Site(*ctx.where(position), _CONSTANT, pattern, block, "warn", reason))
         if names:
             position = ctx.get_metadata(PositionProvider, call).start
             block = dotted_name(call.func) or element.label
