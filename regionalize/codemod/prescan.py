@@ -177,8 +177,15 @@ def scan(
     # One walk: three over a 3,000-line modeling file were a sixth of a bulk run.
     walked = walked or Walked(tree)
     everything = walked.nodes
+    named: list[ast.Call | ast.ClassDef] = []  # what `_called_or_derived` reads
+    classes: list[ast.ClassDef] = []
     for node in everything:
-        if isinstance(node, ast.Import):
+        kind = type(node)  # one look-up per node, not a chain of isinstance: most nodes are none of these
+        if kind is ast.Call:
+            named.append(node)  # type: ignore[arg-type]
+        elif kind not in _SCANNED:
+            continue
+        elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
                     facts.imports[alias.asname] = alias.name
@@ -200,18 +207,15 @@ def scan(
             assigns.append(node)
         elif isinstance(node, ast.ClassDef):
             facts.classes.append((node.name, node.lineno, node.end_lineno or node.lineno))
+            named.append(node)
+            classes.append(node)
     facts.imports = {k: TORCH_MODULES.sub("torch.nn", v) for k, v in facts.imports.items()}
     # A setting may name a class by its bare name; a file imports it under its dotted one.
     for full in facts.imports.values():
         if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
     # Before the classes, which may derive from these. Each name can mean reading another module.
-    used = {
-        n
-        for node in everything
-        if isinstance(node, (ast.Call, ast.ClassDef))
-        for n in _called_or_derived(node, calls)
-    }
+    used = {n for node in named for n in _called_or_derived(node, calls)}
     for local, full in facts.imports.items():
         if local not in used:
             continue
@@ -232,11 +236,10 @@ def scan(
     facts.declarations = declarations.read(tree)
     if facts.declarations:
         facts.inside = declarations.inside(tree, {d.model for d in facts.declarations}, walked)
-    for node in everything:  # subclasses of containers, in the order they are defined
-        if isinstance(node, ast.ClassDef):
-            kinds = [facts.container_kind(n) for b in node.bases if (n := dotted_name(b))]
-            if kind := next((k for k in kinds if k), None):
-                facts.containers[node.name] = kind
+    for cls in classes:  # subclasses of containers, in the order they are defined
+        kinds = [facts.container_kind(n) for b in cls.bases if (n := dotted_name(b))]
+        if kind := next((k for k in kinds if k), None):
+            facts.containers[cls.name] = kind
     for statement in tree.body:  # after the containers: a factory returns a block, not a container
         if (
             isinstance(statement, ast.FunctionDef)
@@ -263,6 +266,9 @@ def scan(
             targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
             facts.container_attrs |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
     return facts
+
+
+_SCANNED = {ast.Import, ast.ImportFrom, ast.For, ast.Assign, ast.AnnAssign, ast.ClassDef}
 
 
 def _called_or_derived(node: ast.AST, calls: bool) -> Iterator[str]:

@@ -249,7 +249,8 @@ def _with_fixes(found: _Pass, fixes: per_block_ints.Plan, lines: list[str], opti
         return None
     if fixes.cache_blocks:
         found.facts.cache_blocks = fixes.cache_blocks
-        again = _container_pass(found.pieces, found.parsed, lines, options, found.facts)
+        rewritten = [region for region, _ in found.replaced]  # the others hold no edit either way
+        again = _container_pass(rewritten, found.parsed, lines, options, found.facts)
         assert not isinstance(again, TransformResult)  # the same trees parsed before
         found = dataclasses.replace(again, holders=found.holders, pieces=found.pieces, parsed=found.parsed)
     code = fixes.apply(lines, [(region.start, region.end, text) for region, text in found.replaced])
