@@ -104,3 +104,16 @@ def test_readme_quotes_the_table_of_each_torch(run: dict[str, Any]) -> None:
     version = run["versions"]["torch"].split("+")[0]
     quote = f"{version}: first {first[0]}x to {first[1]}x sooner, per call {per[0]}x to {per[1]}x"
     assert quote in flat((ROOT / "README.md").read_text(encoding="utf-8")), f"README: {quote}"
+
+
+def test_readme_quotes_the_stochastic_depth_table() -> None:
+    """The README's row for blocks that differ in a float constant (one model: each figure, not a range)."""
+    (result,) = _results(DOCS / "bench_forward" / "stochastic_depth.json")
+    warm = _sooner("compile_s", "regional")(result)
+    cold = _sooner("compile_cold_s", "regional")(result)
+    hot = _sooner("compile_hot_s", "regional")(result)
+    per_call = _slower("steady_us", "regional")(result)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if "stochastic" in line)
+    assert f"{warm:.2f}x sooner; cold {cold:.2f}x; restarted {hot:.2f}x" in row
+    assert f"| {per_call:.2f}x |" in row
