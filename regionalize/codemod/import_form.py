@@ -73,13 +73,13 @@ def to_internal(code: str) -> str:
     return _apply(lines, edits)
 
 
-def to_public(code: str) -> tuple[str, ast.Module | None]:
+def to_public(code: str, tree: ast.Module | None = None) -> tuple[str, ast.Module | None]:
     """`code` with the vendored form's calls written as public ones (its copy taken out before), and its
     tree, whose leading docstring and imports keep their lines (None where nothing was converted): a loop
-    made one call (`_collapsed`) lies below them."""
+    made one call (`_collapsed`) lies below them. `tree`, where given, is `code`'s (`tree_from`)."""
     if not any(name in code for name in PUBLIC):
         return code, None
-    tree = _parse(code)
+    tree = tree or _parse(code)
     if tree is None:
         return code, None
     lines = code.splitlines(keepends=True)
@@ -220,6 +220,22 @@ def _text(lines: list[str], node: ast.AST) -> str | None:
     return line[
         _column(lines, node.lineno, node.col_offset) : _column(lines, node.lineno, node.end_col_offset)
     ]
+
+
+def tree_from(code: str, before: ast.Module, first: int) -> ast.Module | None:
+    """`code`'s tree, where `before` is the tree of a text whose lines above line `first` `code` holds as
+    they were: those statements taken from it, and only the text from the statement holding line `first`
+    parsed, below blank lines that keep its line numbers. Parsing whole files was a sixth of a bulk run.
+    None where `code` does not parse."""
+    body = before.body
+    kept = next((i for i, statement in enumerate(body) if (statement.end_lineno or 0) >= first), len(body))
+    if kept == len(body):
+        return _parse(code)
+    statement = body[kept]
+    start = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+    lines = code.splitlines(keepends=True)
+    tail = _parse("\n" * (start - 1) + "".join(lines[start - 1 :]))
+    return None if tail is None else ast.Module(body=body[:kept] + tail.body, type_ignores=[])
 
 
 def _parse(code: str) -> ast.Module | None:

@@ -335,13 +335,16 @@ def _add_helpers(
     parse the text again."""
     code = "".join(found.lines)
     torch_at, helper_at = parse_spans.insert_lines(tree)
-    if found.first_region and found.first_region <= helper_at:
+    changed_above = bool(found.first_region and found.first_region <= helper_at)
+    if changed_above:
         torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
-    if found.needs_torch and not found.facts.torch_bound:
-        newline = "\r\n" if "\r\n" in code else "\n"
-        lines = code.splitlines(keepends=True)
-        lines[torch_at:torch_at] = [f"import torch{newline}"]
-        code = "".join(lines)
+    torch_line = found.needs_torch and not found.facts.torch_bound
+    if not (options.vendor or changed_above) and "_regionalize_" in code:
+        public = _public(code, tree, found.first_region, torch_at if torch_line else None, path)
+        if public is not None:
+            return public
+    if torch_line:
+        code = _insert_line(code, torch_at, "import torch")
         helper_at += torch_at <= helper_at
     if options.vendor:
         code, _ = import_form.place(code)  # an import form's line left without calls goes
@@ -366,6 +369,45 @@ def _add_helpers(
 
 
 _MOVED = "RGZ005"
+
+
+def _public(
+    code: str, tree: ast.Module, first_region: int, torch_at: int | None, path: str | None
+) -> tuple[str, runtime_copy.Placed | None, Site | None] | None:
+    """The import form of a file that held no vendored copy, `import torch` (at `torch_at`) inserted last:
+    the text above its first changed line is `tree`'s, parsed once (`import_form.tree_from`). None where
+    that does not hold, for the general path."""
+    named = code.find("_regionalize_")
+    first = min(line for line in (first_region, code.count("\n", 0, named) + 1) if line)
+    if runtime_copy.remove(code, path)[1] is not None:
+        return None
+    before = import_form.tree_from(code, tree, first)
+    if before is None:
+        return None
+    called = {name for name in import_form.PUBLIC if name in code}
+    public, after = import_form.to_public(code, before)
+    placed, imports = import_form.place(public, after)
+    if torch_at is not None:
+        old, new = public.count("\n"), placed.count("\n")
+        at = _first_difference(public, placed) if new > old else None
+        placed = _insert_line(placed, torch_at + (at is not None and at <= torch_at), "import torch")
+    binds = frozenset({import_form.NAME} if imports else ()) | called
+    return placed, runtime_copy.Placed(placed, binds=binds), None
+
+
+def _first_difference(before: str, after: str) -> int:
+    """The index of the first line `after` inserted into `before`."""
+    for index, (old, new) in enumerate(zip(before.splitlines(True), after.splitlines(True), strict=False)):
+        if old != new:
+            return index
+    return before.count("\n")
+
+
+def _insert_line(code: str, at: int, text: str) -> str:
+    newline = "\r\n" if "\r\n" in code else "\n"
+    lines = code.splitlines(keepends=True)
+    lines[at:at] = [f"{text}{newline}"]
+    return "".join(lines)
 
 
 def _one_line(exc: Exception) -> str:
