@@ -7,6 +7,7 @@ A release that changes what the codemod writes adds a folder of its own; the old
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 import warnings
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+
+from regionalize.shared import helpers
 
 FROZEN = Path(__file__).resolve().parent / "frozen"
 Build = Callable[[dict], tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]]
@@ -106,3 +109,15 @@ def test_a_frozen_rewrite_runs_on_the_current_runtime(path: Path) -> None:
             torch.testing.assert_close(call(model), expected)
     fallbacks = [str(w.message) for w in caught if "cannot be compiled whole" in str(w.message)]
     assert not fallbacks, fallbacks
+
+
+@pytest.mark.parametrize("internal", sorted(helpers.PUBLIC))
+def test_every_helper_the_codemod_writes_is_defined_by_the_runtime_and_the_api(internal: str) -> None:
+    """The names of `regionalize/shared/helpers.py`: a vendored copy defines each, and the import form's
+    public name for it is the API's."""
+    import regionalize
+    from regionalize.codemod import runtime_copy
+
+    text = runtime_copy.runtime_text()
+    assert re.search(rf"^(def {internal}\(|{internal} = )", text, re.M), f"the runtime defines no {internal}"
+    assert callable(getattr(regionalize, helpers.PUBLIC[internal], None))

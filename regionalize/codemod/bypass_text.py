@@ -17,7 +17,9 @@ What neither mode re-checks, and so must not change after the first call: docs/c
 
 from __future__ import annotations
 
-HELPER_NAMES = {"filter": "_regionalize_guard_filter", "depyf": "_regionalize_dispatch"}
+from regionalize.shared import helpers
+
+HELPER_NAMES = {"filter": helpers.GUARD_FILTER, "depyf": helpers.DISPATCH}
 
 
 def inplace_statement(mode: str, var: str, kwargs_src: str) -> str:

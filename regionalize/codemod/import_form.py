@@ -20,17 +20,12 @@ from collections.abc import Iterator
 
 from regionalize.codemod import parse_spans
 from regionalize.codemod.nodes import any_within
+from regionalize.shared import helpers
 
 NAME = "regionalize"  # the module name the import form binds in a rewritten file
 IMPORT = f"import {NAME}"
 # The runtime's helpers that emitted code calls, by the public name that serves the same call.
-PUBLIC = {
-    "_regionalize_blocks": "compile_region",
-    "_regionalize_eager": "eager",
-    "_regionalize_symbolic_ints": "symbolic_ints",
-    "_regionalize_guard_filter": "guard_filter",
-    "_regionalize_dispatch": "compile_direct",
-}
+PUBLIC = helpers.PUBLIC
 INTERNAL = {public: internal for internal, public in PUBLIC.items()}
 # `_regionalize_blocks(block, owner, ...)`: the owner, positional in the vendored form, is a keyword here.
 _OWNER = "owner"
@@ -60,7 +55,7 @@ def to_internal(code: str) -> str:
             edits.append(loop)
             looped.add(node.lineno)
             continue
-        if isinstance(node, ast.Call) and _public_name(node.func) == "_regionalize_blocks":
+        if isinstance(node, ast.Call) and _public_name(node.func) == helpers.BLOCKS:
             owner = node.keywords[0] if node.keywords else None
             if len(node.args) == 1 and owner is not None and owner.arg == _OWNER:
                 start = _column(lines, owner.lineno, owner.col_offset)
@@ -97,7 +92,7 @@ def to_public(code: str, tree: ast.Module | None = None) -> tuple[str, ast.Modul
             continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or node.lineno in inside:
             continue
-        if node.func.id == "_regionalize_blocks" and len(node.args) == 2:
+        if node.func.id == helpers.BLOCKS and len(node.args) == 2:
             owner = node.args[1]
             if not isinstance(owner, ast.Starred):
                 at = _column(lines, owner.lineno, owner.col_offset)
@@ -114,7 +109,7 @@ def to_public(code: str, tree: ast.Module | None = None) -> tuple[str, ast.Modul
 def _holding(tree: ast.Module, lines: list[str]) -> Iterator[ast.AST]:
     """The nodes `ast.walk` yields, less those whose lines name no vendored helper, nor their children:
     walking every node of a rewritten file was a sixth of a bulk run."""
-    named = [number for number, line in enumerate(lines, 1) if "_regionalize_" in line]
+    named = [number for number, line in enumerate(lines, 1) if helpers.PREFIX in line]
     level: list[ast.AST] = [tree]
     while level:
         yield from level
@@ -146,7 +141,7 @@ def _collapsed(lines: list[str], node: ast.For) -> tuple[int, int, str] | None:
         and isinstance(call := node.body[0], ast.Expr)
         and isinstance(call := call.value, ast.Call)
         and isinstance(call.func, ast.Name)
-        and call.func.id == "_regionalize_blocks"
+        and call.func.id == helpers.BLOCKS
         and len(call.args) == 2
         and isinstance(call.args[0], ast.Name)
         and call.args[0].id == node.target.id
@@ -172,7 +167,7 @@ def _collapsed(lines: list[str], node: ast.For) -> tuple[int, int, str] | None:
         iterable = f"({iterable})"
     arguments = ", ".join([f"*{iterable}", f"{_OWNER}={rest[0]}", *rest[1:]])
     newline = tail[len(tail.rstrip("\r\n")) :]
-    return first, last, f"{head[:indent]}{NAME}.{PUBLIC['_regionalize_blocks']}({arguments}){newline}"
+    return first, last, f"{head[:indent]}{NAME}.{PUBLIC[helpers.BLOCKS]}({arguments}){newline}"
 
 
 def _loop(lines: list[str], call: ast.expr) -> _Edit | None:
@@ -181,7 +176,7 @@ def _loop(lines: list[str], call: ast.expr) -> _Edit | None:
     OWNER, ...)`."""
     if not (
         isinstance(call, ast.Call)
-        and _public_name(call.func) == "_regionalize_blocks"
+        and _public_name(call.func) == helpers.BLOCKS
         and len(call.args) == 1
         and isinstance(starred := call.args[0], ast.Starred)
         and call.keywords
@@ -208,7 +203,7 @@ def _loop(lines: list[str], call: ast.expr) -> _Edit | None:
         call.lineno,
         start,
         end,
-        f"for {name} in {iterable}: _regionalize_blocks({', '.join([name, *arguments])})",
+        f"for {name} in {iterable}: {helpers.BLOCKS}({', '.join([name, *arguments])})",
     )
 
 

@@ -32,11 +32,12 @@ from functools import cached_property
 
 from regionalize.codemod import cache_stand_in, class_graph, prescan
 from regionalize.codemod.nodes import segment, split_lines, walk
+from regionalize.shared import helpers
 from regionalize.shared.sites import Site
 
 # The runtime's helpers (regionalize/runtime/) the fixes call.
-EAGER = "_regionalize_eager"
-SYMBOLIC = "_regionalize_symbolic_ints"
+EAGER = helpers.EAGER
+SYMBOLIC = helpers.SYMBOLIC_INTS
 PATTERN = "per-block-int"
 
 

@@ -18,6 +18,7 @@ from regionalize.codemod.bypass_text import HELPER_NAMES
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.definitions import Definition
 from regionalize.codemod.nodes import Walked, walk
+from regionalize.shared import helpers
 
 CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
@@ -26,8 +27,8 @@ CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn."
 # A guard-bypass helper that compiles its first argument in place.
 COMPILING_HELPERS = {
     HELPER_NAMES["depyf"],
-    "_regionalize_blocks",
-    "_regionalize_cuda_graphs",  # what an earlier regionalize wrote for --mode reduce-overhead
+    helpers.BLOCKS,
+    helpers.CUDA_GRAPHS,
 }  # helpers that compile their first argument
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 # What the file's package defines under an imported name (`package.py`), or None.

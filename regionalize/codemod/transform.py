@@ -39,6 +39,7 @@ from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, S
 from regionalize.codemod.patterns.extend import ExtendSites
 from regionalize.codemod.patterns.loops import LoopSites
 from regionalize.codemod.patterns.model import Edits
+from regionalize.shared import helpers
 from regionalize.shared.options import Options
 from regionalize.shared.sites import CODES, Site
 
@@ -339,7 +340,7 @@ def _add_helpers(
     if changed_above:
         torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
     torch_line = found.needs_torch and not found.facts.torch_bound
-    if not (options.vendor or changed_above) and "_regionalize_" in code:
+    if not (options.vendor or changed_above) and helpers.PREFIX in code:
         public = _public(code, tree, found.first_region, torch_at if torch_line else None, path)
         if public is not None:
             return public
@@ -348,11 +349,11 @@ def _add_helpers(
         helper_at += torch_at <= helper_at
     if options.vendor:
         code, _ = import_form.place(code)  # an import form's line left without calls goes
-        if "_regionalize_" not in code:
+        if helpers.PREFIX not in code:
             return code, None, None
         placed = runtime_copy.place(code, path, helper_at)
         return placed.code, placed, None
-    if "_regionalize_" not in code:
+    if helpers.PREFIX not in code:
         return code, None, None
     # The vendored names the file calls must be ours to convert: a file that binds one itself (a runtime
     # copy, a helper of the user's) is left as it is (RGZ113).
@@ -377,7 +378,7 @@ def _public(
     """The import form of a file that held no vendored copy, `import torch` (at `torch_at`) inserted last:
     the text above its first changed line is `tree`'s, parsed once (`import_form.tree_from`). None where
     that does not hold, for the general path."""
-    named = code.find("_regionalize_")
+    named = code.find(helpers.PREFIX)
     first = min(line for line in (first_region, code.count("\n", 0, named) + 1) if line)
     if runtime_copy.remove(code, path)[1] is not None:
         return None

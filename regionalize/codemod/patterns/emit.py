@@ -12,6 +12,7 @@ import libcst as cst
 from regionalize.codemod import bypass_text
 from regionalize.codemod.patterns.context import Context
 from regionalize.codemod.patterns.model import Container, Edits, Element, blocks_of
+from regionalize.shared import helpers
 from regionalize.shared.options import CUDA_GRAPH_MODES, Options
 
 
@@ -21,7 +22,7 @@ def kwargs_source(options: Options) -> str:
     return ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in items)
 
 
-HIERARCHICAL = "_regionalize_blocks"  # the runtime's helper: the block a nested region of its owner
+HIERARCHICAL = helpers.BLOCKS  # the runtime's helper: the block a nested region of its owner
 
 
 def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> str:

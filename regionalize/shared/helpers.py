@@ -1,0 +1,23 @@
+"""The names emitted code calls: the runtime's helpers, as a vendored copy defines them and as the codemod's
+passes write and read them, and the public name that serves each in the import form
+(`regionalize.<name>`, `regionalize/runtime/api.py`). One place for the codemod's modules to take them
+from; tests/test_frozen_api.py checks that the runtime and the API define every one."""
+
+from __future__ import annotations
+
+PREFIX = "_regionalize_"  # every helper's name starts so: a file without it calls none
+BLOCKS = "_regionalize_blocks"  # a block a nested region of its owner, compiled whole
+EAGER = "_regionalize_eager"  # a call kept out of the compiled region (a cache update by layer index)
+SYMBOLIC_INTS = "_regionalize_symbolic_ints"  # a forward traced with its modules' integers symbolic
+GUARD_FILTER = "_regionalize_guard_filter"  # `--guard-bypass filter`'s guard_filter_fn
+DISPATCH = "_regionalize_dispatch"  # `--guard-bypass depyf`: a block compiled, its calls dispatched
+# Written by an earlier regionalize for --mode reduce-overhead; still read as a compile of its argument.
+CUDA_GRAPHS = "_regionalize_cuda_graphs"
+
+PUBLIC = {
+    BLOCKS: "compile_region",
+    EAGER: "eager",
+    SYMBOLIC_INTS: "symbolic_ints",
+    GUARD_FILTER: "guard_filter",
+    DISPATCH: "compile_direct",
+}
