@@ -280,18 +280,14 @@ def place(code: str, tree: ast.Module | None = None) -> tuple[str, bool]:
     if calls and not written:
         tree = tree or ast.parse(code)
         if not _imports(tree):
-            newline = "\r\n" if "\r\n" in code else "\n"
-            lines = code.splitlines(keepends=True)
-            at = _line_for_import(tree)
-            lines[at:at] = [f"{IMPORT}{newline}"]
-            return "".join(lines), True
+            return insert_line(code, import_line(tree), IMPORT), True
         return code, True
     if written and not calls and f"{NAME}." not in code:
         return code[: written.start()] + code[written.end() :], False
     return code, calls
 
 
-def _line_for_import(tree: ast.Module) -> int:
+def import_line(tree: ast.Module) -> int:
     """Where isort's default order puts `import regionalize` (a third-party module), as a count of lines
     above it: among the leading imports of other packages, plain imports sorted first, then `from`
     imports; with none, after the standard library's, before the package's own relative imports."""
@@ -313,6 +309,14 @@ def _line_for_import(tree: ast.Module) -> int:
             return statement.lineno - 1
         last_absolute = statement.end_lineno or statement.lineno
     return last_absolute if last_absolute is not None else after_imports
+
+
+def insert_line(code: str, at: int, text: str) -> str:
+    """`code` with the line `text` inserted after its first `at` lines, ending as its lines end."""
+    newline = "\r\n" if "\r\n" in code else "\n"
+    lines = code.splitlines(keepends=True)
+    lines[at:at] = [f"{text}{newline}"]
+    return "".join(lines)
 
 
 def _imports(tree: ast.Module) -> bool:

@@ -4,7 +4,8 @@ Analysis and editing are separate passes. `_Finder` walks each region once, deci
 or skip, with a reason) and records the edits as plain data keyed by the original nodes; `emit.Editor` then
 applies them. Nothing is rewritten unless the finder proved the site, so a skipped site is never touched.
 The patterns, the block/leaf judgement and the emitted code live in `regionalize.codemod.patterns`; this
-module runs them over a file: its regions, the second pass after `per_block_ints`, the helpers.
+module runs them over a file: its regions, the second pass after `per_block_ints`; `placement.py` adds the
+lines outside its sites.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from regionalize.codemod import (
     package,
     parse_spans,
     per_block_ints,
+    placement,
     prescan,
-    runtime_copy,
 )
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.nodes import Walked
@@ -39,7 +40,6 @@ from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, S
 from regionalize.codemod.patterns.extend import ExtendSites
 from regionalize.codemod.patterns.loops import LoopSites
 from regionalize.codemod.patterns.model import Edits
-from regionalize.shared import helpers
 from regionalize.shared.options import Options
 from regionalize.shared.sites import CODES, Site
 
@@ -128,7 +128,9 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
             assert not isinstance(merged, TransformResult)
         found = merged
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
-    code, placed, moved = _add_helpers(found, tree, path, options)
+    torch_line = found.needs_torch and not found.facts.torch_bound
+    code = "".join(found.lines)
+    code, placed, moved = placement.add_helpers(code, tree, found.first_region, torch_line, path, options)
     runtime = placed.module if placed else None
     if moved is not None:
         sites = sorted([*sites, moved], key=lambda s: (s.line, s.col, s.code))
@@ -324,91 +326,6 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     lines = source.splitlines(keepends=True)
     found = _compile_containers(tree, lines, options, packages.lookup(file), partial(packages.declared, file))
     return frozenset() if isinstance(found, TransformResult) else found.holders
-
-
-def _add_helpers(
-    found: _Pass, tree: ast.Module, path: str | None, options: Options
-) -> tuple[str, runtime_copy.Placed | None, Site | None]:
-    """The runtime helpers the code calls after the imports (`import regionalize`, or a vendored copy's
-    import or inline copy), and `import torch` where isort puts it; with the site line of a file moved
-    from a vendored copy to the import form. `tree` is the text before the containers' pass, whose
-    positions still hold above the first rewritten region; module-level sites (one region from line 1)
-    parse the text again."""
-    code = "".join(found.lines)
-    torch_at, helper_at = parse_spans.insert_lines(tree)
-    changed_above = bool(found.first_region and found.first_region <= helper_at)
-    if changed_above:
-        torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
-    torch_line = found.needs_torch and not found.facts.torch_bound
-    if not (options.vendor or changed_above) and helpers.PREFIX in code:
-        public = _public(code, tree, found.first_region, torch_at if torch_line else None, path)
-        if public is not None:
-            return public
-    if torch_line:
-        code = _insert_line(code, torch_at, "import torch")
-        helper_at += torch_at <= helper_at
-    if options.vendor:
-        code, _ = import_form.place(code)  # an import form's line left without calls goes
-        if helpers.PREFIX not in code:
-            return code, None, None
-        placed = runtime_copy.place(code, path, helper_at)
-        return placed.code, placed, None
-    if helpers.PREFIX not in code:
-        return code, None, None
-    # The vendored names the file calls must be ours to convert: a file that binds one itself (a runtime
-    # copy, a helper of the user's) is left as it is (RGZ113).
-    called = {name for name in import_form.PUBLIC if name in code}
-    code, removed = runtime_copy.remove(code, path)
-    code, imports = import_form.place(*import_form.to_public(code))
-    placed = runtime_copy.Placed(code, binds=frozenset({import_form.NAME} if imports else ()) | called)
-    if removed is None:
-        return code, placed, None
-    reason = f"{removed.text} replaced by `{import_form.IMPORT}`"
-    if removed.copy:
-        reason += "; the copy is left as it is: delete it once no file imports it"
-    return code, placed, Site(removed.line, 1, _MOVED, "the vendored runtime", "", "rewrite", reason)
-
-
-_MOVED = "RGZ005"
-
-
-def _public(
-    code: str, tree: ast.Module, first_region: int, torch_at: int | None, path: str | None
-) -> tuple[str, runtime_copy.Placed | None, Site | None] | None:
-    """The import form of a file that held no vendored copy, `import torch` (at `torch_at`) inserted last:
-    the text above its first changed line is `tree`'s, parsed once (`import_form.tree_from`). None where
-    that does not hold, for the general path."""
-    named = code.find(helpers.PREFIX)
-    first = min(line for line in (first_region, code.count("\n", 0, named) + 1) if line)
-    if runtime_copy.remove(code, path)[1] is not None:
-        return None
-    before = import_form.tree_from(code, tree, first)
-    if before is None:
-        return None
-    called = {name for name in import_form.PUBLIC if name in code}
-    public, after = import_form.to_public(code, before)
-    placed, imports = import_form.place(public, after)
-    if torch_at is not None:
-        old, new = public.count("\n"), placed.count("\n")
-        at = _first_difference(public, placed) if new > old else None
-        placed = _insert_line(placed, torch_at + (at is not None and at <= torch_at), "import torch")
-    binds = frozenset({import_form.NAME} if imports else ()) | called
-    return placed, runtime_copy.Placed(placed, binds=binds), None
-
-
-def _first_difference(before: str, after: str) -> int:
-    """The index of the first line `after` inserted into `before`."""
-    for index, (old, new) in enumerate(zip(before.splitlines(True), after.splitlines(True), strict=False)):
-        if old != new:
-            return index
-    return before.count("\n")
-
-
-def _insert_line(code: str, at: int, text: str) -> str:
-    newline = "\r\n" if "\r\n" in code else "\n"
-    lines = code.splitlines(keepends=True)
-    lines[at:at] = [f"{text}{newline}"]
-    return "".join(lines)
 
 
 def _one_line(exc: Exception) -> str:
