@@ -8,8 +8,8 @@ first call of fresh processes with empty inductor caches.
 
     python scripts/bench_compile.py [--depths 8 16 32 64] [--repeats 2] [--no-llama]
 
-writes docs/bench_compile.md (with every run's raw timing) and docs/compile_vs_depth.png. Takes about
-14 minutes on 2 CPU cores with the defaults.
+writes docs/results/compile.md (with every run's raw timing) and docs/results/compile-vs-depth.png.
+Takes about 14 minutes on 2 CPU cores with the defaults.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 WIDTH = 64
 BATCH = 16
 DEPTHS = (8, 16, 32, 64)
@@ -141,10 +141,10 @@ def main() -> None:
                     out,
                 )
             )
-    DOCS.mkdir(exist_ok=True)
-    plot([r for r in results if r["label"].startswith("recipe-")], DOCS / "compile_vs_depth.png")
-    (DOCS / "bench_compile.md").write_text(markdown(results, args.repeats))
-    print(f"wrote {DOCS / 'bench_compile.md'}, {DOCS / 'compile_vs_depth.png'}")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    plot([r for r in results if r["label"].startswith("recipe-")], DOCS / "compile-vs-depth.png")
+    (DOCS / "compile.md").write_text(markdown(results, args.repeats))
+    print(f"wrote {DOCS / 'compile.md'}, {DOCS / 'compile-vs-depth.png'}")
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
@@ -229,7 +229,7 @@ def markdown(results: list[dict[str, Any]], repeats: int) -> str:
             )
             + " |"
         )
-    lines += ["", "![compile time vs depth](compile_vs_depth.png)", ""]
+    lines += ["", "![compile time vs depth](compile-vs-depth.png)", ""]
     for r in results:
         if r["fell_back_to_eager"]:
             account = r["accounting"]["regional"]

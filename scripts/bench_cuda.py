@@ -15,7 +15,7 @@ Each variant runs in a fresh process with an empty Inductor cache: first call (c
 per-call time in `--repeats` rounds of 50 calls (median, min and max of the rounds), peak GPU memory,
 the largest difference from eager over six calls whose outputs are all kept alive until the end, and
 the form each owner of the rewrite ran in (whole, or per block after a fallback, and why).
-Writes docs/bench_cuda.md and docs/bench_cuda.json; `--add` keeps the rows already there, so that a table
+Writes docs/results/cuda.md and docs/results/cuda.json; `--add` keeps the rows already there, so that a table
 too long for one sitting can be measured in parts. `--device cpu` runs the same on CPU as a smoke test.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 VARIANTS = {
     "eager": None,
     "full": None,
@@ -182,7 +182,7 @@ def worker(model: str, variant: str, batch: int, repeats: int, device: str) -> d
     result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     from torch._dynamo.utils import counters
 
-    from regionalize.verify.accounting import served_forms
+    from regionalize.bench.accounting import served_forms
 
     result["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
     result["forms"] = served_forms(net)  # which form each owner ran in: whole, or per block and why
@@ -264,7 +264,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--out", type=Path, default=DOCS / "bench_cuda")
+    parser.add_argument("--out", type=Path, default=DOCS / "cuda")
     parser.add_argument(
         "--add",
         action="store_true",

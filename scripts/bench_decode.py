@@ -16,11 +16,11 @@ variants are verify's: eager, full `torch.compile`, full with Dynamo's graph ded
 `--families bart t5` measures encoder-decoders (an EncoderDecoderCache) the same way.
 
 `--cache static` generates with transformers' fixed-size cache (`cache_implementation="static"`) instead of a
-`DynamicCache`, and writes docs/bench_decode_static.md and .json. `--hot` also times restarts: the first
+`DynamicCache`, and writes docs/results/decode-static.md and .json. `--hot` also times restarts: the first
 token and the first generate of a process that finds the compile caches an earlier one left on disk, as
 a restarted service does, beside full's.
 
-writes docs/bench_decode.md and docs/bench_decode.json. Works with torch >= 2.5 and transformers >= 4.56.
+writes docs/results/decode.md and docs/results/decode.json. Works with torch >= 2.5 and transformers >= 4.56.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 # family -> (transformers class-name prefix, modeling module); each has `<Prefix>Config` and
 # `<Prefix>ForCausalLM`.
 FAMILIES = {
@@ -209,7 +209,7 @@ def main() -> None:
     parser.add_argument(
         "--cache", choices=["dynamic", "static"], default="dynamic", help="the KV cache generated with"
     )
-    parser.add_argument("--out", type=Path, default=DOCS, help="folder for bench_decode.md/.json")
+    parser.add_argument("--out", type=Path, default=DOCS, help="folder for decode.md/.json")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-decode-") as scratch:
@@ -240,7 +240,7 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     everything = {"meta": meta, "results": results}
-    stem = "bench_decode" if args.cache == "dynamic" else f"bench_decode_{args.cache}"
+    stem = "decode" if args.cache == "dynamic" else f"decode-{args.cache}"
     (args.out / f"{stem}.json").write_text(json.dumps(everything, indent=2, default=str) + "\n")
     (args.out / f"{stem}.md").write_text(markdown(meta, results))
     print(f"wrote {args.out / f'{stem}.md'}, {args.out / f'{stem}.json'}")
@@ -254,8 +254,8 @@ LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block"
 
 
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    from regionalize.verify.render import regions_text
-    from regionalize.verify.zoo_report import against_full, form, measured
+    from regionalize.bench.served import regions_text
+    from regionalize.bench.zoo_report import against_full, form, measured
 
     device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
     restarts = measured(RESTARTS, results)

@@ -1,6 +1,6 @@
 """Steady-state cost per call of the compile forms, with and without the guard bypass.
 
-    python scripts/bench_guard_bypass.py [--repeats 5] [--calls 2000] [--md docs/bench_guard_bypass.md]
+    python scripts/bench_guard_bypass.py [--repeats 5] [--calls 2000] [--md docs/results/guard-bypass.md]
 
 Two models, each built by the codemod's own output (so what is timed is what users get):
 - seed: 100 modules chained, module i adds the float i, one-element tensor (overhead only);
@@ -115,7 +115,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--md", type=Path, default=Path("docs/bench_guard_bypass.md"))
+    parser.add_argument("--md", type=Path, default=Path("docs/results/guard-bypass.md"))
     args = parser.parse_args()
     rows = []
     with torch.no_grad():

@@ -14,7 +14,7 @@ unrelated warm-up compile first, then the model built with a fixed seed, the com
 (timed together: the rewrite compiles on its first call), and the median of 7 rounds of 10 calls;
 `--repeats` fresh processes per cell, the table giving the medians. The eager run saves its output;
 every other run is compared with it. Reports first call, per call, the graphs Dynamo made, and the
-largest difference from the eager output. Writes docs/bench_libraries.md and .json
+largest difference from the eager output. Writes docs/results/libraries.md and .json
 with the date, machine and versions. Never time while anything else runs on the machine.
 """
 
@@ -37,7 +37,7 @@ from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIES = ROOT / ".downloads" / "rewritten"
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 
 # model -> (library, the folders of the copy the codemod rewrites, the library's own helper)
 MODELS: dict[str, tuple[str, list[str], str | None]] = {
@@ -53,7 +53,7 @@ MODELS: dict[str, tuple[str, list[str], str | None]] = {
 # The rewrite's variants: the default form, and the per-block form (the fastest start).
 FORMS = {"regionalize": "hierarchical", "regionalize per-block": "per-block"}
 TITLES = {
-    "gpt": "GPT-style stack, 32 blocks (docs/bench_forward/gpt.py)",
+    "gpt": "GPT-style stack, 32 blocks (docs/results/forward/gpt.py)",
     "unet": "diffusers UNet2DConditionModel, 2 levels (32/64), 2 layers per block, 16x16",
     "flux": "diffusers FluxTransformer2DModel, 4 + 8 blocks",
     "llama": "transformers Llama, 32 layers, forward",
@@ -122,7 +122,7 @@ def build(name: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
 
     g = torch.Generator().manual_seed(1)
     if name == "gpt":
-        sys.path.insert(0, str(DOCS / "bench_forward"))
+        sys.path.insert(0, str(DOCS / "forward"))
         from gpt import build as gpt
 
         model, args = gpt()
@@ -271,7 +271,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=DOCS / "bench_libraries.json")
+    parser.add_argument("--json", type=Path, default=DOCS / "libraries.json")
     parser.add_argument("--timeout", type=float, default=600, help="Seconds per cell before it is an error.")
     parser.add_argument(
         "--repeats", type=int, default=3, help="Fresh processes per cell; the table gives their medians."
@@ -343,7 +343,7 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "form), and with `--form per-block`."
         + (
             " A row naming a date and runtime was measured in that earlier sitting (kept by `--update`), "
-            "with the versions its table named then (docs/benchmarks.md)."
+            "with the versions its table named then (docs/results/README.md)."
             if any(_dated(row, meta) != row["title"] for row in results)
             else ""
         ),
@@ -387,7 +387,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
             "the shifted windows then runs in sympy's simplification for minutes (still running after 8 "
             "minutes when let run, torch 2.13). The default form compiles each stage as a function of its "
             "own, static, and where it falls back to compiling block by block it compiles those blocks "
-            "with `dynamic=False` ([compile forms](compile-forms.md#owners-of-one-class-at-several-widths)).",
+            "with `dynamic=False` ([compile forms]"
+            "(../form-hierarchical.md#owners-of-one-class-at-several-widths)).",
         ]
     return "\n".join(lines) + "\n"
 

@@ -39,7 +39,7 @@ that the modeling_llama.py there is the one they were made from.
     bash scripts/gpu_checks.sh bench
     bash scripts/gpu_checks.sh tests
     # back here: the files it wrote, unchanged
-    cp <files_at>/serving.md <files_at>/serving.json docs/serving/
+    cp <files_at>/serving.md <files_at>/serving.json docs/results/serving/
 
 `--hot` also times the restarts that issue 37's restart target compares (`RESTARTED` in
 serving/settings.py: a full compile, the static-cache rewrites, transformers' own path): each variant's
@@ -50,14 +50,14 @@ check, the first processes, the restarts) and each row's `phases` in serving.jso
 
 Without `--rewritten-dir`, where libcst imports, the rewrites are made from the installed transformers
 into a temporary folder. `--variants` runs a subset; `--no-token-check` leaves the fp32 check out.
-Writes serving.md and serving.json to `--out` (docs/serving) after every variant, so that a run cut
+Writes serving.md and serving.json to `--out` (docs/results/serving) after every variant, so that a run cut
 short keeps what it measured. `--add` keeps the rows already there (same machine, versions and
 settings): where one command cannot run them all, the rest are measured by the same two lines with
-`--variants <the rest> --add`, after the first part's files are copied back into docs/serving (the
+`--variants <the rest> --add`, after the first part's files are copied back into docs/results/serving (the
 working tree, and so they, travel to the GPU machine); each row names its run, and rows are compared
 within one. `--render` writes serving.md again from serving.json, measuring nothing. A smoke run of
 the whole pipeline on CPU (tiny config, fp32, written to a temporary folder unless `--out` says
-otherwise; never to docs/serving):
+otherwise; never to docs/results/serving):
 
     python scripts/bench_serving.py --device cpu --smoke
 """
@@ -179,7 +179,9 @@ def main() -> None:
         "left on disk",
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
-    parser.add_argument("--out", type=Path, help="folder for serving.md/.json (docs/serving; smoke: a temp)")
+    parser.add_argument(
+        "--out", type=Path, help="folder for serving.md/.json (docs/results/serving; smoke: a temp)"
+    )
     parser.add_argument(
         "--add",
         action="store_true",
@@ -188,7 +190,7 @@ def main() -> None:
     parser.add_argument(
         "--render",
         action="store_true",
-        help="write serving.md in --out (docs/serving) again from its serving.json, measuring nothing",
+        help="write serving.md in --out (docs/results/serving) again from serving.json, measuring nothing",
     )
     args = parser.parse_args()
     if args.render:

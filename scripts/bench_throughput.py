@@ -1,13 +1,14 @@
 """Bulk-run throughput and memory: regionalize against TorchFix on the transformers models tree.
 
-    python scripts/bench_throughput.py [--repeats 3] [--torchfix-repeats 1] [--json docs/throughput.json]
+    python scripts/bench_throughput.py [--repeats 3] [--torchfix-repeats 1] \
+        [--json docs/results/throughput.json]
 
 Downloads (never commits) the transformers wheel into .downloads/ and TorchFix into its own virtual
 environment there (it pins an older libcst). Runs, interleaved and `--repeats` times each:
 `regionalize --check -j 1`, `regionalize --check -j 2` and `torchfix` (default rules, 2 jobs; once by
 default, as it takes minutes) over the same tree, and reports medians and ratios from that one run.
 Then the peak memory of `-j 1` runs over growing subsets of the files, to show it does not grow with
-the number of files. Writes docs/throughput.md (the table, with the date, machine and versions).
+the number of files. Writes docs/results/throughput.md (the table, with the date, machine and versions).
 `--torchfix-repeats 0` leaves TorchFix out.
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOWNLOADS = ROOT / ".downloads"
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 TRANSFORMERS = "transformers==5.23.0"
 TORCHFIX = "torchfix==0.7.0"
 

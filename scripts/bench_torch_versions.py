@@ -19,8 +19,8 @@ the depths).
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
 
-writes docs/torch-versions/versions.md and versions.json. With `--update` it measures the torches given
-and keeps the other torches' rows of versions.json, each row naming the date and runtime it was
+writes docs/results/torch-versions/versions.md and versions.json. With `--update` it measures the torches
+given and keeps the other torches' rows of versions.json, each row naming the date and runtime it was
 measured with (after a change of the runtime that only one torch takes). The models are 32 layers: the forward
 benchmark's GPT-style stack and transformers' Llama (one forward, no cache), and transformers' Llama and
 Qwen2 decoders from scripts/bench_decode.py (greedy generation with a `DynamicCache`). Never run it
@@ -51,10 +51,10 @@ MARKER = "BENCH_RESULT "
 RUNTIME = re.search(r"runtime (\d+)", (ROOT / "regionalize/runtime/__init__.py").read_text().splitlines()[0])
 # name -> (model, factory, generate?)
 MODELS = {
-    "gpt-32": (str(ROOT / "docs/bench_forward/gpt.py"), "build", False),
+    "gpt-32": (str(ROOT / "docs/results/forward/gpt.py"), "build", False),
     "llama-32": (
         "transformers.models.llama.modeling_llama",
-        f"{ROOT}/docs/bench_forward/models.py:llama",
+        f"{ROOT}/docs/results/forward/models.py:llama",
         False,
     ),
     "llama-32 generate": (
@@ -77,10 +77,10 @@ INLINED_ON = ("gpt-32", "llama-32 generate")
 
 def _subject(name: str, tokens: int) -> tuple[Any, Any]:
     """The model's target, and a function of a work folder that makes its verify subject."""
+    from regionalize.bench.loading import resolve_target
+    from regionalize.bench.session import Subject
+    from regionalize.bench.workloads import GenerateSpec
     from regionalize.shared.options import Options
-    from regionalize.verify.loading import resolve_target
-    from regionalize.verify.session import Subject
-    from regionalize.verify.workloads import GenerateSpec
 
     model, factory, generate = MODELS[name]
     target = resolve_target(model, factory)
@@ -89,7 +89,7 @@ def _subject(name: str, tokens: int) -> tuple[Any, Any]:
 
 
 def _variant(form: str) -> Any:
-    from regionalize.verify.session import BY_NAME, Variant
+    from regionalize.bench.session import BY_NAME, Variant
 
     if form == INLINED:
         return Variant(INLINED, {}, dynamo=(("inline_invoke_subgraph", True),))
@@ -100,10 +100,10 @@ def worker(name: str, variant: str, tokens: int) -> dict[str, Any]:
     """One model in one form, in this (fresh) process: its first call, outputs, forms and fallbacks."""
     import torch
 
+    from regionalize.bench.accounting import recording, served_forms
+    from regionalize.bench.loading import import_paths
+    from regionalize.bench.timing import call, first_call_s, warm_up
     from regionalize.shared.options import Options
-    from regionalize.verify.accounting import recording, served_forms
-    from regionalize.verify.loading import import_paths
-    from regionalize.verify.timing import call, first_call_s, warm_up
 
     with tempfile.TemporaryDirectory() as work:
         target, make = _subject(name, tokens)
@@ -136,8 +136,8 @@ def steady_worker(name: str, forms: list[str], tokens: int, rounds: int) -> dict
     """Milliseconds per call (per token with `generate`) of each of `forms`, all in this process, timed in
     interleaved rounds: the median of the rounds. The inlined form is built from a module of its own, so
     that it shares no compiled code with the default's."""
-    from regionalize.verify.loading import import_paths
-    from regionalize.verify.timing import call, decode_timing, steady_us
+    from regionalize.bench.loading import import_paths
+    from regionalize.bench.timing import call, decode_timing, steady_us
 
     with tempfile.TemporaryDirectory() as work:
         target, make = _subject(name, tokens)
@@ -275,7 +275,7 @@ def main() -> None:
         "--repeats", type=int, default=3, help="fresh processes per first call; the median is reported"
     )
     parser.add_argument("--timeout", type=int, default=900, help="seconds per process")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "torch-versions")
     parser.add_argument(
         "--update",
         action="store_true",
@@ -331,7 +331,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.update or args.render:
         runs = kept(args.out, runs)
-    from regionalize.verify.timing import STACK_DEPTHS
+    from regionalize.bench.timing import STACK_DEPTHS
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     dates = " and ".join(sorted({str(r["date"]) for r in runs}))

@@ -3,13 +3,13 @@
 # tests that need CUDA. Run on the GPU machine (Python 3.12, the torch and transformers of its image, no libcst),
 # one part a device call, so that a part cut short still returns what the other measured:
 #
-#   bash scripts/gpu_checks.sh bench   # carry [".whl", ".bench"], timeout_s 600; docs/serving/README.md
+#   bash scripts/gpu_checks.sh bench   # carry [".whl", ".bench"], timeout_s 600; docs/results/serving/README.md
 #   bash scripts/gpu_checks.sh bench --variants rewrite rewrite_static --add   # what a change touched
 #   bash scripts/gpu_checks.sh tests   # carry [".whl"], timeout_s 300
 #
 # Made here first: the libcst wheel in .whl/ (the device README's `pip download`, cp312) and the rewrites
 # in .bench/serving (`python scripts/bench_serving.py --prepare ...`, its docstring). What each part
-# writes under $OUT comes back: serving.md and serving.json (copy them into docs/serving/ unchanged), and
+# writes under $OUT comes back: serving.md and serving.json (copy them into docs/results/serving/ unchanged), and
 # the tests' log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ case "$part" in
     timeout "${BENCH_S:-560}" python3 scripts/bench_serving.py --rewritten-dir .bench/serving "${@:2}" 2>&1 \
       | grep -E "^==|^error|Error|Traceback" | cut -c1-1500
     status=${PIPESTATUS[0]}
-    cp docs/serving/serving.md docs/serving/serving.json "$out"/
+    cp docs/results/serving/serving.md docs/results/serving/serving.json "$out"/
     exit "$status"
     ;;
   tests)

@@ -2,12 +2,12 @@
 
     python scripts/profile_restart.py [--repeats 3]
 
-Builds transformers' BEiT with 24 layers and `drop_path_rate=0.1` (docs/bench_forward/models.py, random
+Builds transformers' BEiT with 24 layers and `drop_path_rate=0.1` (docs/results/forward/models.py, random
 weights) and times its first call in fresh processes, each form with its own Inductor cache folder: once
 cold (an empty cache), then `--repeats` hot restarts (the cache the cold one left), interleaved. The forms:
 a full `torch.compile`, `regionalize.compile_regions` as runtime 23 serves it (the owner in pieces), and
 the same with the float check turned off (a region traced a block, runtime 22's form). Then one hot
-restart of the full compile and of the pieces under cProfile. Writes docs/bench_forward/restart_profile.md
+restart of the full compile and of the pieces under cProfile. Writes docs/results/forward/restart-profile.md
 with the date, machine and versions. About 5 minutes on 2 CPU cores.
 """
 
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "bench_forward" / "restart_profile.md"
+PAGE = ROOT / "docs" / "results" / "forward" / "restart-profile.md"
 FORMS = ("full", "pieces", "regions")
 # What the profile shows of a restart: Dynamo's trace, the backend's compile (a cache load), the guards.
 SHOWN = (
@@ -65,7 +65,7 @@ if profile:
 
 def first_call(form: str, cache: Path, profile: bool = False) -> tuple[float, dict[str, tuple[int, float]]]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
-    factories = str(ROOT / "docs" / "bench_forward")
+    factories = str(ROOT / "docs" / "results" / "forward")
     args = [sys.executable, "-c", CHILD, form, "1" if profile else "0", factories]
     out = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
     seconds, found = 0.0, {}

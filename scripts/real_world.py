@@ -183,7 +183,7 @@ def markdown(version: str, options: Options, header: list[str], rows: list[Resul
     lines = [
         "# The codemod over real model libraries: the latest run",
         "",
-        f"Written by `python scripts/real_world.py --md docs/real_world_run.md` on "
+        f"Written by `python scripts/real_world.py --md docs/results/real-world-run.md` on "
         f"{datetime.date.today().isoformat()}: regionalize at `{version}`, options "
         f"{changed or 'default'}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
         f"({platform.machine()}); times are wall seconds with `--jobs` processes. What the columns mean and "

@@ -16,7 +16,7 @@ the minor page faults a call took:
     python scripts/stack_depths.py --python /root/.pyenv/versions/3.11.7/bin/python \\
         --python .venvs/torch-2.14.1/bin/python [--models gpt-32 "qwen2-32 generate"] [--depths 136]
 
-writes docs/torch-versions/stack-depths.md and .json (`--render` writes the page again from the .json,
+writes docs/results/torch-versions/stack-depths.md and .json (`--render` writes the page again from the .json,
 measuring nothing). Never run it beside anything else.
 """
 
@@ -46,7 +46,7 @@ TOKENS = 8  # generated a round: the decode timed is (8 tokens - 1 token) / 7
 def _per_call(built: Any, calls: int) -> tuple[float, float]:
     """Median milliseconds of one call (with `generate`, of one decoded token) over `calls` calls or rounds,
     and the minor page faults a call or round took."""
-    from regionalize.verify.timing import call, timed, timed_pair
+    from regionalize.bench.timing import call, timed, timed_pair
 
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     times = []
@@ -61,8 +61,8 @@ def _per_call(built: Any, calls: int) -> tuple[float, float]:
 
 
 def worker(name: str, depths: range, calls: int) -> dict[str, Any]:
-    from regionalize.verify.loading import import_paths
-    from regionalize.verify.timing import at_depth, call
+    from regionalize.bench.loading import import_paths
+    from regionalize.bench.timing import at_depth, call
 
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, default=136, help="extra frames, 0 to this - 1")
     parser.add_argument("--step", type=int, default=1, help="time every this many depths")
     parser.add_argument("--calls", type=int, default=40, help="calls (with generate, rounds) at each depth")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "torch-versions")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "torch-versions")
     parser.add_argument("--render", action="store_true", help="write the page again from its .json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -156,7 +156,7 @@ def main() -> None:
 
 
 def write(sitting: dict[str, Any], out: Path) -> None:
-    """docs/torch-versions/stack-depths.md and .json, from a sitting's figures."""
+    """docs/results/torch-versions/stack-depths.md and .json, from a sitting's figures."""
     runs = sitting["runs"]
     lines = [
         "# Time per call by depth of Python's stack\n",

@@ -25,7 +25,7 @@ def load(source: str) -> ModuleType:
 def rewritten(original: ModuleType, options: Options | None = None) -> tuple[ModuleType, str]:
     """transformers' modeling module `original` as the codemod rewrites it, imported in its package, and
     its source."""
-    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
+    from regionalize.bench.loading import import_paths, import_rewritten, resolve_target
 
     path = Path(str(original.__file__))
     code = transform_source(path.read_text(encoding="utf-8"), options or Options(vendor=True), str(path)).code

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 import regionalize
+from regionalize.bench.accounting import recording, served_forms
 from regionalize.runtime.constants import _regionalize_constants
 from regionalize.runtime.internals import _regionalize_inductor_pieces
-from regionalize.verify.accounting import recording, served_forms
 
 
 class DropPath(nn.Module):

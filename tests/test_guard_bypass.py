@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from torch_support import needs_reuse  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.codemod.bypass_text import HELPER_NAMES  # noqa: E402
+from regionalize.shared.helpers import GUARD_BYPASS  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 MODEL = """
@@ -51,7 +51,7 @@ def build(
     """The model rewritten with `mode` ("none": no bypass) in `form`, loaded with fixed weights."""
     code = transform_source(source, Options(vendor=True, guard_bypass=mode, backend=backend, form=form)).code
     if form == "per-block":
-        assert any(f"{name}(" in code for name in HELPER_NAMES.values()) == (mode != "none")
+        assert any(f"{name}(" in code for name in GUARD_BYPASS.values()) == (mode != "none")
     else:
         assert (f'guard_bypass="{mode}"' in code) == (mode != "none")
     module = ModuleType(f"bypass_{mode}_{form}_{abs(hash(source))}")
@@ -217,7 +217,7 @@ def test_bypass_with_inductor() -> None:
 def test_codemod_and_bypass_templates_import_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import regionalize.cli, regionalize.codemod, regionalize.codemod.bypass_text\n"
+        "import regionalize.cli, regionalize.codemod, regionalize.codemod.patterns.emit\n"
         "from regionalize.codemod import transform_source\n"
         "from regionalize.shared.options import Options\n"
         "src = 'import torch.nn as nn\\nlayers = nn.ModuleList([B() for _ in range(4)])\\n'\n"

@@ -24,10 +24,10 @@ import pytest
 import torch
 from torch_support import needs_reuse
 
+from regionalize.bench.accounting import recording
 from regionalize.codemod import transform_source
 from regionalize.runtime.nested import _regionalize_reuses
 from regionalize.shared.options import Options
-from regionalize.verify.accounting import recording
 
 SOURCE = """
 import torch.nn as nn
@@ -407,14 +407,14 @@ def test_cuda_replaced_parameters_are_used(change: str) -> None:
 
 def test_with_autograd_the_gradients_are_the_originals() -> None:
     """torch 2.13's Inductor differentiates a graph of repeated regions wrongly (Llama and ViT gradients
-    came out up to 1e6 off in docs/bench_forward, where a full compile is exact): with autograd on, calls
+    came out up to 1e6 off in docs/results/forward, where a full compile is exact): with autograd on, calls
     take the per-block path, and no_grad calls the owner compiled whole."""
     transformers = pytest.importorskip("transformers")
     from pathlib import Path
 
     from transformers.models.llama import modeling_llama
 
-    from regionalize.verify.loading import import_paths, import_rewritten, resolve_target
+    from regionalize.bench.loading import import_paths, import_rewritten, resolve_target
 
     path = Path(modeling_llama.__file__)
     rewritten = transform_source(path.read_text(encoding="utf-8"), Options(vendor=True), str(path)).code
@@ -637,7 +637,7 @@ def test_owners_of_two_classes_of_one_name_at_other_widths_keep_their_regions() 
 def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
     # A UNet's Transformer2DModel holds one BasicTransformerBlock: nothing to stamp out, and one frame a
     # call either way, so the owner's glue is not compiled with it.
-    from regionalize.verify.accounting import served_forms
+    from regionalize.bench.accounting import served_forms
     from regionalize.verify.render import ALONE
 
     GRAPHS.clear()
@@ -658,7 +658,7 @@ def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
 
 
 def test_an_owner_of_one_block_stays_whole_in_cuda_graphs(fake_cuda: None) -> None:
-    from regionalize.verify.accounting import served_forms
+    from regionalize.bench.accounting import served_forms
 
     model, twin = build(source=STAGES.replace("n=3", "n=1"))
     x = torch.randn(2, 4)

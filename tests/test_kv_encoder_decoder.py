@@ -18,9 +18,9 @@ from kv_support import attributes, load, rewritten  # noqa: E402
 from torch_support import needs_reuse  # noqa: E402
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache  # noqa: E402
 
+from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.codemod import transform_source  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
-from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 
 # As BART's attention: self- and cross-attention in one class, the cross keys written by the first call and
 # read by the others.

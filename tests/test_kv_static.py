@@ -20,9 +20,9 @@ from torch_support import needs_reuse, stand_in_gpu  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache, StaticLayer  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 
+from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
-from regionalize.verify.accounting import recording, served_forms  # noqa: E402
 from regionalize.verify.render import PROMPT, STATIC  # noqa: E402
 
 DEPTH = 6  # the depth of test_kv_regions' decoder
@@ -57,7 +57,7 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(early: b
 def test_without_reuse_each_block_is_one_frame_a_call_that_writes_the_cache(backend: str) -> None:
     """Where torch reuses no traced region the blocks are compiled one by one, a block and its cache's
     update one frame, shared by every layer: with Inductor too, whose owner is otherwise compiled in pieces
-    (in pieces a StaticCache started and decoded later: docs/compile-forms.md, Torch versions)."""
+    (in pieces a StaticCache started and decoded later: docs/form-torch-versions.md)."""
     model, twin = pair(options=Options(vendor=True, backend=backend))
     account = against_twin(model, twin, static_cache)
     assert served_forms(model) == {"Decoder": STATIC_FORM if backend == "inductor" else PER_BLOCK}

@@ -11,14 +11,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "regionalize"
 TOP = "regionalize"  # the package's own `__init__.py`: its version, and nothing it imports
-PARTS = ("shared", "codemod", "runner", "cli", "runtime", "verify")
+PARTS = ("shared", "codemod", "runner", "cli", "runtime", "bench", "verify")
 # What each part may import, besides itself and `regionalize` (the version). The command line may import
 # anything, as may `python -m regionalize`.
 MAY_IMPORT = {
     "shared": set(),
     "codemod": {"shared"},
     "runner": {"shared", "codemod"},
-    "verify": {"shared", "codemod", "runtime"},
+    "bench": {"shared", "codemod", "runtime"},
+    "verify": {"shared", "codemod", "runtime", "bench"},
     "cli": set(PARTS),
     "__main__": set(PARTS),
 }
@@ -205,3 +206,18 @@ def test_only_the_runtimes_internals_module_names_torchs_private_names() -> None
     )
     assert not named
     assert private.search((PACKAGE / "runtime" / "internals.py").read_text(encoding="utf-8"))
+
+
+def test_the_scripts_measure_with_the_bench_part_not_the_verifiers_modules() -> None:
+    """scripts/ times models through regionalize.bench; of verify it may call the command's entry points
+    (`regionalize.verify.run_verify`), not the modules behind them."""
+    scripts = PACKAGE.parent / "scripts"
+    imported = {
+        (path.name, module)
+        for path in sorted(scripts.rglob("*.py"))
+        for module in _imports(f"scripts.{path.stem}", path)
+        if module.startswith(TOP + ".")
+    }
+    assert any(module.startswith("regionalize.bench.") for _, module in imported)
+    wrong = sorted((name, module) for name, module in imported if module.startswith("regionalize.verify."))
+    assert not wrong

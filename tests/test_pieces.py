@@ -18,9 +18,9 @@ from torch import nn  # noqa: E402
 from torch_support import emulated, stand_in_gpu  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
+from regionalize.bench.accounting import served_forms  # noqa: E402
 from regionalize.runtime import pieces  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
-from regionalize.verify.accounting import served_forms  # noqa: E402
 
 
 class Block(nn.Module):

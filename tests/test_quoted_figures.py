@@ -1,7 +1,7 @@
 """The figures that the README and `--form`'s help quote are the benchmark tables' own.
 
-The tables are written by the scripts that measure them (docs/bench_forward/forward.json,
-docs/bench_decode.json, docs/encoder-decoders/bench_decode.json); the README and the help quote their
+The tables are written by the scripts that measure them (docs/results/forward/forward.json,
+docs/results/decode.json, docs/results/encoder-decoders/decode.json); the README and the help quote their
 ranges by hand. A table measured again with other figures fails here until the quotes follow it.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from regionalize.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 
 Ratio = Callable[[dict[str, Any]], float]
 
@@ -38,9 +38,9 @@ def _slower(key: str, form: str) -> Ratio:
     return lambda r: r[key][form] / r[key]["full"]
 
 
-FORWARD = _results(DOCS / "bench_forward" / "forward.json")
-DECODERS = [r for r in _results(DOCS / "bench_decode.json") if r["depth"] == 32]
-ENCODER_DECODERS = {r["family"]: r for r in _results(DOCS / "encoder-decoders" / "bench_decode.json")}
+FORWARD = _results(DOCS / "forward" / "forward.json")
+DECODERS = [r for r in _results(DOCS / "decode.json") if r["depth"] == 32]
+ENCODER_DECODERS = {r["family"]: r for r in _results(DOCS / "encoder-decoders" / "decode.json")}
 
 # (what the figure is, the runs it spans, the ratio, decimals)
 FIGURES: list[tuple[str, list[dict[str, Any]], Ratio, int]] = [
@@ -108,7 +108,7 @@ def test_readme_quotes_the_table_of_each_torch(run: dict[str, Any]) -> None:
 
 def test_readme_quotes_the_stochastic_depth_table() -> None:
     """The README's row for blocks that differ in a float constant (one model: each figure, not a range)."""
-    (result,) = _results(DOCS / "bench_forward" / "stochastic_depth.json")
+    (result,) = _results(DOCS / "forward" / "stochastic-depth.json")
     warm = _sooner("compile_s", "regional")(result)
     cold = _sooner("compile_cold_s", "regional")(result)
     hot = _sooner("compile_hot_s", "regional")(result)

@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_hierarchical import SOURCE, build
 
+from regionalize.bench.timing import at_depth
 from regionalize.runtime.stack import _regionalize_fresh_stack
-from regionalize.verify.timing import at_depth
 
 resource = pytest.importorskip("resource")
 DEPTHS = range(0, 150)  # frames of about 120 bytes: more than one chunk of 16 KiB

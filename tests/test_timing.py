@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from regionalize.verify.session import Built
-from regionalize.verify.timing import STACK_DEPTHS, at_depth, decode_timing, steady_us
-from regionalize.verify.workloads import Generate
+from regionalize.bench.session import Built
+from regionalize.bench.timing import STACK_DEPTHS, at_depth, decode_timing, steady_us
+from regionalize.bench.workloads import Generate
 
 
 def _depth() -> int:

@@ -21,11 +21,11 @@ from kv_support import load, rewritten  # noqa: E402
 from test_kv_regions import READS_THE_LAYER, TWICE, against_twin, pair, sliding  # noqa: E402
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer  # noqa: E402
 
+from regionalize.bench.accounting import recording, served_forms  # noqa: E402
+from regionalize.bench.served import PROMPT  # noqa: E402
 from regionalize.codemod import transform_source  # noqa: E402
 from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
-from regionalize.verify.accounting import recording, served_forms  # noqa: E402
-from regionalize.verify.render import PROMPT  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 PER_BLOCK = "per block, this torch does not reuse a traced region (torch 2.12 and later do)"
@@ -204,7 +204,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
         from kv_support import load
         from regionalize.codemod import transform_source
         from regionalize.shared.options import Options
-        from regionalize.verify.accounting import served_forms
+        from regionalize.bench.accounting import served_forms
 
         source = open(sys.argv[1] + "/models/stack.py", encoding="utf-8").read()
         torch.manual_seed(0)

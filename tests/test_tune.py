@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from regionalize.bench.loading import resolve_target
+from regionalize.bench.tune import tune
 from regionalize.cli import main
 from regionalize.shared.options import Options
-from regionalize.verify.loading import resolve_target
-from regionalize.verify.tune import tune
 
 # Same: four blocks of one width, one graph. Stage: a block at a new width per stage, a graph each.
 # Mixer: left out by the model's declaration (RGZ111), four blocks of one width.
@@ -217,7 +217,7 @@ def test_classes_whose_forward_one_wrapper_compiles_are_told_apart(tmp_path: Pat
 
 def test_no_class_judged_is_not_called_shared() -> None:
     """A probe in which no compiled block made a graph says so instead of calling the classes shared."""
-    from regionalize.verify.tune import ClassGraphs, Tuning, render
+    from regionalize.bench.tune import ClassGraphs, Tuning, render
 
     assert "no compiled class could be judged" in render(Tuning(Options(vendor=True)))
     judged = Tuning(Options(vendor=True), classes={"Layer": ClassGraphs(blocks=4, graphs=1)})

@@ -21,14 +21,15 @@ import torch
 from click.testing import CliRunner
 from torch_support import needs_reuse
 
+from regionalize.bench import accounting, served
+from regionalize.bench.accounting import GraphAccount, _fill, describe_reason
+from regionalize.bench.loading import VerifyError, resolve_target
+from regionalize.bench.timing import WorkerJob, options_to_json, run_worker
 from regionalize.cli.verify_command import verify as verify_command
 from regionalize.shared.options import Options
-from regionalize.verify import accounting, render, run_verify
-from regionalize.verify.accounting import GraphAccount, _fill, describe_reason
+from regionalize.verify import render, run_verify
 from regionalize.verify.checks import summarize
 from regionalize.verify.compare import compare, tolerance
-from regionalize.verify.loading import VerifyError, resolve_target
-from regionalize.verify.timing import WorkerJob, options_to_json, run_worker
 
 MODELS = Path(__file__).parent / "models"
 EAGER = Options(vendor=True, backend="eager")
@@ -209,7 +210,7 @@ def test_starts_time_the_processes_named_a_hot_one_after_the_cold_one_that_fills
 def test_a_hot_first_generate_finds_the_caches_the_warm_one_left(monkeypatch: pytest.MonkeyPatch) -> None:
     """A restarted service's first generate: the caches of a whole first generate (its decode step's
     compile among them) kept for a process after it; without hot starts, nothing kept."""
-    from regionalize.verify import timing
+    from regionalize.bench import timing
 
     calls: list[tuple[str, bool, str | None, str]] = []
 
@@ -286,19 +287,19 @@ def test_an_owner_that_cannot_be_compiled_whole_is_named_in_the_verdict(tmp_path
 
 
 def test_an_owner_of_one_block_is_named_without_a_fallback_warning() -> None:
-    from regionalize.verify.zoo_report import form
+    from regionalize.bench.zoo_report import form
 
     def result(forms: dict[str, str]) -> dict[str, Any]:
         accounting = {"regional": {"forms": forms}}
         base = {"equivalent": True, "state_dict_compatible": True, "fell_back_to_eager": False}
         return {**base, "accounting": accounting}
 
-    alone = result({"Transformer2DModel": render.ALONE})
+    alone = result({"Transformer2DModel": served.ALONE})
     assert render.verdict(alone) == "PASS: equivalent and checkpoint-compatible"
     assert form(alone) == "per-block (one block per owner)"
-    mixed = result({"Transformer2DModel": render.ALONE, "Encoder": "whole"})
-    assert form(mixed) == f"hierarchical (Transformer2DModel: {render.ALONE})"
-    fallen = result({"Transformer2DModel": render.ALONE, "Encoder": "per-block: Unsupported: x"})
+    mixed = result({"Transformer2DModel": served.ALONE, "Encoder": "whole"})
+    assert form(mixed) == f"hierarchical (Transformer2DModel: {served.ALONE})"
+    fallen = result({"Transformer2DModel": served.ALONE, "Encoder": "per-block: Unsupported: x"})
     assert "could not be compiled whole" in render.verdict(fallen)
     assert form(fallen) == "per-block (fell back: Encoder)"
 
@@ -431,7 +432,7 @@ def test_the_first_call_of_a_generation_is_its_first_token_or_the_whole_generate
 ) -> None:
     """What the fresh-process first-call timing times: the first token (TTFT), or the whole first generate,
     in a process of its own (a second generate would compile again for a static cache's new addresses)."""
-    from regionalize.verify.workloads import GenerateSpec, make_generate
+    from regionalize.bench.workloads import GenerateSpec, make_generate
 
     asked: list[int] = []
 
@@ -456,7 +457,7 @@ def test_generate_workload_gives_an_encoder_decoder_the_cache_generate_would() -
     `DynamicCache`, its cross-attention keys went into the self-attention cache, and a compiled decoder
     failed on the second token (the mask one key short)."""
     transformers = pytest.importorskip("transformers")
-    from regionalize.verify.workloads import Generate
+    from regionalize.bench.workloads import Generate
 
     config = transformers.BartConfig(
         vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
@@ -605,7 +606,7 @@ def test_factory_that_raises_exits_2_with_the_users_traceback(tmp_path: Path) ->
     assert result["error"]["message"] == "ValueError: the factory cannot build this model"
     trace = result["error"]["traceback"]
     assert 'stack.py", line' in trace and "in make_raising" in trace
-    assert "regionalize/verify" not in trace  # only the user's frames
+    assert "regionalize/verify" not in trace and "regionalize/bench" not in trace  # only the user's frames
     assert "ERROR (factory)" in table
 
 
@@ -807,7 +808,7 @@ def test_model_named_by_module_path(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_regions_are_reported_as_not_counted_where_torch_does_not_count_them(
     counted: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from regionalize.verify import accounting
+    from regionalize.bench import accounting
 
     if not counted:  # as in torch 2.11, which traces every region and has no such module
         real = accounting.importlib.util.find_spec
@@ -819,7 +820,7 @@ def test_regions_are_reported_as_not_counted_where_torch_does_not_count_them(
     region = torch.compiler.nested_compile_region(lambda x: x.sin() + 1)
     with accounting.recording() as account:
         torch.compile(lambda x: region(region(x)), backend="eager", fullgraph=True)(torch.randn(4))
-    text = render.regions_text(account.to_json())
+    text = served.regions_text(account.to_json())
     assert text == ("1 / 1" if counted else "not counted by this torch")
 
 
@@ -840,7 +841,7 @@ def test_the_compile_cache_goes_with_its_folder_after_an_error(tmp_path: Path, o
     plain `fresh_cache` shows the line is there to leave out."""
     from torch._inductor.utils import fresh_cache
 
-    from regionalize.verify.session import compile_cache
+    from regionalize.bench.session import compile_cache
 
     logger, records = logging.getLogger("torch._inductor.utils"), _Records()
     logger.addHandler(records)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from regionalize.bench import zoo_report
+from regionalize.bench.manifest import ManifestError, load
+from regionalize.bench.zoo import Row
 from regionalize.cli.verify_command import verify
 from regionalize.codemod.runtime_copy import VERSION
-from regionalize.verify import zoo_report
-from regionalize.verify.manifest import ManifestError, load
-from regionalize.verify.zoo import Row
 
 MODELS = Path(__file__).parent / "models"
 

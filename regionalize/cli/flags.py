@@ -33,7 +33,7 @@ _CODEMOD_OPTIONS = [
         help="hierarchical (default where the blocks' owner is known): the owner compiled whole, each block "
         "a nested region traced once; one compiled frame per call. per-block: each block compiled on its "
         "own, a Dynamo frame per block call. Measured on a 2-core CPU against a full torch.compile "
-        "(docs/benchmarks.md): hierarchical starts 2.0-4.7x sooner and runs a forward in 0.97-1.15x its "
+        "(docs/results/README.md): hierarchical starts 2.0-4.7x sooner and runs a forward in 0.97-1.15x its "
         "time; generating with a KV cache at 32 layers it reaches the first token 2.6-3.0x sooner and "
         "decodes in 0.91-1.17x its time. per-block starts 4.2-8.3x sooner (the first token 4.7-6.0x) but "
         "runs a forward in 1.07-1.52x its time and decodes in 2.2-3.2x, often slower than eager. On a GPU "
@@ -44,7 +44,8 @@ _CODEMOD_OPTIONS = [
         "--mode",
         type=click.Choice(MODES),
         help="torch.compile mode. reduce-overhead and max-autotune use CUDA graphs: the graph goes around "
-        "the module that owns the blocks, with each block a nested compile region (docs/compile-forms.md).",
+        "the module that owns the blocks, with each block a nested compile region "
+        "(docs/form-cuda-graphs.md).",
     ),
     click.option("--fullgraph/--no-fullgraph", default=None, help="torch.compile fullgraph."),
     click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic (default: automatic)."),
@@ -56,7 +57,7 @@ _CODEMOD_OPTIONS = [
         "on each block's frame with --form per-block. depyf calls the compiled code directly for calls "
         "seen before (the same shapes, plain values, modes); filter drops the guards on the structure of "
         "modules. What is then no longer re-checked, and measured figures: "
-        "docs/compile-forms.md#guard-bypass.",
+        "docs/form-guard-bypass.md.",
     ),
     click.option(
         "--vendor/--no-vendor",

@@ -63,11 +63,11 @@ def tune(
     config_file: str | None,
     **extra: Any,
 ) -> None:
+    from regionalize.bench.loading import VerifyError, resolve_target
+    from regionalize.bench.progress import Progress
+    from regionalize.bench.tune import render, to_json
+    from regionalize.bench.tune import tune as run_tune
     from regionalize.cli import config_update
-    from regionalize.verify.loading import VerifyError, resolve_target
-    from regionalize.verify.progress import Progress
-    from regionalize.verify.tune import render, to_json
-    from regionalize.verify.tune import tune as run_tune
 
     local = [model] if Path(model).exists() else []
     options = flags.options(flags.settings(local, config_file, extra))

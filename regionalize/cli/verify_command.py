@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
+from regionalize.bench.starts import checked
 from regionalize.cli import flags
-from regionalize.verify.starts import checked
 
 
 def _starts(context: click.Context, parameter: click.Parameter, value: str | None) -> tuple[str, ...] | None:
@@ -171,8 +171,8 @@ def verify(
     timeout: int | None,
     **extra: Any,
 ) -> None:
+    from regionalize.bench.progress import Progress
     from regionalize.verify import run_manifest, run_verify
-    from regionalize.verify.progress import Progress
 
     if manifest:
         _manifest_only(click.get_current_context())

@@ -1,5 +1,5 @@
 """May the runtime stand in for a block's layer of a transformers cache (`_regionalize_blocks(block, self,
-cache_index="layer_idx")`)? Judged per read of the block's integer in a call that per_block_ints moves out
+cache_index="layer_idx")`)? Judged per read of the block's integer in a call that int_fixes moves out
 of the graph: the attribute the call indexes its cache by, and whether the method asks its cache's type in
 a way the stand-in would answer otherwise. The stand-ins (runtime/kv.py) answer for the block's own layer
 whatever index they are handed (`update(k, v, i)`, `is_updated.get(i)`, `cross_attention_cache.layers[i]`),

@@ -22,7 +22,7 @@ class Walked:
     `nodes` are what `ast.walk(tree)` yields and `under(statement)` what `ast.walk(statement)` yields,
     each in its order: a breadth-first walk lists the nodes level by level, and a level of the module
     lists its statements' nodes of that level, statement after statement. Walking again for each class
-    and function, and for the regions, was most of what the walks cost.
+    and function, and for the pieces, was most of what the walks cost.
     """
 
     def __init__(self, tree: ast.Module) -> None:

@@ -12,7 +12,7 @@ from regionalize.codemod.nodes import Walked, any_within
 
 
 @dataclass(frozen=True)
-class Region:
+class Span:
     """Lines `start`..`end` (1-based, inclusive), parsed on their own with `indent` taken off.
 
     Whitespace-only lines are left as they are both ways, so unchanged lines come back byte for byte.
@@ -34,33 +34,33 @@ class Region:
         return "".join(line if not line.strip() else self.indent + line for line in text.splitlines(True))
 
 
-def regions(
+def pieces(
     tree: ast.Module, lines: list[str], containers: set[str], walked: Walked | None = None
-) -> list[Region]:
+) -> list[Span]:
     """Top-level functions and methods that can hold a site; larger pieces when that is not clear-cut.
 
     Module-level code can hold a site whose parts sit in several statements (`xs = [..]`, then
     `nn.Sequential(*xs)`), and two statements on one line cannot be cut apart: both take the whole file.
-    A class falls back to one region when a site sits outside its methods or a method cannot be dedented.
+    A class falls back to one piece when a site sits outside its methods or a method cannot be dedented.
     """
-    found: list[Region] = []
+    found: list[Span] = []
     candidates = _Candidates(walked or Walked(tree), containers)
     for statement, start, end in _spans(tree.body):
         if start is None:
-            return [Region(1, len(lines))]
+            return [Span(1, len(lines))]
         if not candidates.between(start, end):
             continue
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found.append(Region(start, end))
+            found.append(Span(start, end))
         elif isinstance(statement, ast.ClassDef):
-            found += _methods(statement, lines, candidates) or [Region(start, end)]
+            found += _methods(statement, lines, candidates) or [Span(start, end)]
         else:
-            return [Region(1, len(lines))]
+            return [Span(1, len(lines))]
     return found
 
 
-def _methods(cls: ast.ClassDef, lines: list[str], candidates: _Candidates) -> list[Region]:
-    """One region per method holding a candidate; empty when the class has to stay whole."""
+def _methods(cls: ast.ClassDef, lines: list[str], candidates: _Candidates) -> list[Span]:
+    """One piece per method holding a candidate; empty when the class has to stay whole."""
     found = []
     for statement, start, end in _spans(cls.body):
         if start is None:
@@ -74,7 +74,7 @@ def _methods(cls: ast.ClassDef, lines: list[str], candidates: _Candidates) -> li
             line.startswith(indent) or not line.strip() for line in lines[start - 1 : end]
         ):
             return []  # a line inside (a string, a comment) sits left of the method's indentation
-        found.append(Region(start, end, indent))
+        found.append(Span(start, end, indent))
     return found
 
 
@@ -93,7 +93,7 @@ class _Candidates:
 
     A statement holds one when one sits within its lines. Where no two statements of a body share a
     line, a call within a statement's lines is inside it; where two do, the whole file (or class) is
-    one region whatever the answers were. Walking each statement, then each method of a class again,
+    one piece whatever the answers were. Walking each statement, then each method of a class again,
     was a twelfth of a bulk run.
     """
 

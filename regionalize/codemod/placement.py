@@ -21,7 +21,7 @@ def add_helpers(
 ) -> Added:
     """`code` (the containers compiled) with the lines it needs, `import torch` with `torch_line`. `tree`
     is the text's before the containers' pass, whose positions still hold above line `first_changed` (0:
-    none changed); module-level sites (one region from line 1) parse the text again."""
+    none changed); module-level sites (one piece from line 1) parse the text again."""
     torch_at, helper_at = parse_spans.insert_lines(tree)
     changed_above = bool(first_changed and first_changed <= helper_at)
     if changed_above:

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from regionalize.codemod import declarations
-from regionalize.codemod.bypass_text import HELPER_NAMES
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.definitions import Definition
 from regionalize.codemod.nodes import Walked, walk
@@ -24,12 +23,8 @@ CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
 CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
 # Names that make a top-level statement worth a LibCST parse.
-# A guard-bypass helper that compiles its first argument in place.
-COMPILING_HELPERS = {
-    HELPER_NAMES["depyf"],
-    helpers.BLOCKS,
-    helpers.CUDA_GRAPHS,
-}  # helpers that compile their first argument
+# The helpers that compile their first argument in place (`DISPATCH`: `--guard-bypass depyf`'s).
+COMPILING_HELPERS = {helpers.DISPATCH, helpers.BLOCKS, helpers.CUDA_GRAPHS}
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 # What the file's package defines under an imported name (`package.py`), or None.
 Lookup = Callable[[str], "Definition | None"]
@@ -51,7 +46,7 @@ class FileFacts:
     # compiled whole around the blocks their methods build.
     owners: list[tuple[int, int]] = field(default_factory=list)
     classes: list[tuple[str, int, int]] = field(default_factory=list)  # every class: name, first, last line
-    # Block classes that update a cache of their own (per_block_ints' `cache_blocks`), each with the
+    # Block classes that update a cache of their own (int_fixes' `cache_blocks`), each with the
     # attribute that indexes its cache, or None.
     cache_blocks: dict[str, str | None] = field(default_factory=dict)
     # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.

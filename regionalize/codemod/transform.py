@@ -1,10 +1,10 @@
 """The LibCST codemod: find containers of repeated blocks and compile each block regionally.
 
-Analysis and editing are separate passes. `_Finder` walks each region once, decides every site (rewrite
+Analysis and editing are separate passes. `_Finder` walks each piece once, decides every site (rewrite
 or skip, with a reason) and records the edits as plain data keyed by the original nodes; `emit.Editor` then
 applies them. Nothing is rewritten unless the finder proved the site, so a skipped site is never touched.
 The patterns, the block/leaf judgement and the emitted code live in `regionalize.codemod.patterns`; this
-module runs them over a file: its regions, the second pass after `per_block_ints`; `placement.py` adds the
+module runs them over a file: its pieces, the second pass after `int_fixes`; `placement.py` adds the
 lines outside its sites.
 """
 
@@ -26,9 +26,9 @@ from libcst.metadata import MetadataWrapper
 from regionalize.codemod import (
     collisions,
     import_form,
+    int_fixes,
     package,
     parse_spans,
-    per_block_ints,
     placement,
     prescan,
 )
@@ -112,13 +112,13 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
     found = _compile_containers(tree, lines, options, outside, declared)
     if isinstance(found, TransformResult):
         return found
-    fixes = per_block_ints.plan(tree, source, found.facts.imports, found.int_args)
+    fixes = int_fixes.plan(tree, source, found.facts.imports, found.int_args)
     sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
     if fixes:
         # The forwards get their insertions first; the containers are then compiled in that text (the
         # same decisions: a forward holds no container site), and the sites keep the original lines.
         merged = _with_fixes(found, fixes, lines, options)
-        if merged is None:  # a fix inside a rewritten region: the containers are compiled in the fixed text
+        if merged is None:  # a fix inside a rewritten piece: the containers are compiled in the fixed text
             lines = fixes.apply(lines).splitlines(keepends=True)
             try:
                 tree = ast.parse("".join(lines))
@@ -130,7 +130,7 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
     torch_line = found.needs_torch and not found.facts.torch_bound
     code = "".join(found.lines)
-    code, placed, moved = placement.add_helpers(code, tree, found.first_region, torch_line, path, options)
+    code, placed, moved = placement.add_helpers(code, tree, found.first_changed, torch_line, path, options)
     runtime = placed.module if placed else None
     if moved is not None:
         sites = sorted([*sites, moved], key=lambda s: (s.line, s.col, s.code))
@@ -185,19 +185,19 @@ def _without_regions(site: Site, cache_blocks: dict[str, str | None]) -> Site:
 
 @dataclass
 class _Pass:
-    """The containers of one file compiled: its lines with every rewritten region replaced."""
+    """The containers of one file compiled: its lines with every rewritten piece replaced."""
 
     lines: list[str]
     facts: prescan.FileFacts
     sites: list[Site]
-    int_args: list[per_block_ints.IntArgs]
-    first_region: int  # first line of the first rewritten region; 0 when none was
+    int_args: list[int_fixes.IntArgs]
+    first_changed: int  # first line of the first rewritten piece; 0 when none was
     needs_torch: bool = False
     holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
-    replaced: list[tuple[parse_spans.Region, str]] = field(default_factory=list)  # each with its new text
+    replaced: list[tuple[parse_spans.Span, str]] = field(default_factory=list)  # each with its new text
     # The pieces and their LibCST trees, for a pass again with the blocks that update caches known.
-    pieces: list[parse_spans.Region] = field(default_factory=list)
-    parsed: dict[parse_spans.Region, MetadataWrapper] = field(default_factory=dict)
+    pieces: list[parse_spans.Span] = field(default_factory=list)
+    parsed: dict[parse_spans.Span, MetadataWrapper] = field(default_factory=dict)
 
 
 def _undeclared(own: list[Declaration]) -> list[Declaration]:
@@ -215,15 +215,15 @@ def _compile_containers(
     """Only the innermost level of repeated blocks is compiled: a pass decides the sites, and when a
     class of the file turns out to hold compiled blocks, the pass runs again with sites of that class
     skipped, until the set of such classes stays the same (nesting is a few levels deep)."""
-    walked = Walked(tree)  # one walk for the facts and the regions
+    walked = Walked(tree)  # one walk for the facts and the pieces
     facts = prescan.scan(tree, options.containers, outside, walked=walked)
     facts.cache_blocks = cache_blocks or {}
     facts.package_declarations = declared(facts.declarations)  # the file's own read from `tree`
     classes = facts.classes
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
     names = facts.container_names() | facts.imported_clone_helpers
-    pieces = parse_spans.regions(tree, lines, names, walked)
-    parsed: dict[parse_spans.Region, MetadataWrapper] = {}
+    pieces = parse_spans.pieces(tree, lines, names, walked)
+    parsed: dict[parse_spans.Span, MetadataWrapper] = {}
     for _ in range(_MAX_LEVELS):
         found = _container_pass(pieces, parsed, lines, options, facts)
         if isinstance(found, TransformResult):
@@ -243,22 +243,22 @@ def _compile_containers(
     return found
 
 
-def _with_fixes(found: _Pass, fixes: per_block_ints.Plan, lines: list[str], options: Options) -> _Pass | None:
-    """The fixes and the rewritten regions as edits of the original lines, the regions compiled again from
+def _with_fixes(found: _Pass, fixes: int_fixes.Plan, lines: list[str], options: Options) -> _Pass | None:
+    """The fixes and the rewritten pieces as edits of the original lines, the pieces compiled again from
     the first pass's trees where blocks update caches of their own (which changes only their calls'
-    arguments); None where a fix lies inside a rewritten region. Parsing and compiling the fixed text
+    arguments); None where a fix lies inside a rewritten piece. Parsing and compiling the fixed text
     again was an eighth of a bulk run."""
-    if any(fixes.touches(region.start, region.end) for region, _ in found.replaced):
+    if any(fixes.touches(span.start, span.end) for span, _ in found.replaced):
         return None
     if fixes.cache_blocks:
         found.facts.cache_blocks = fixes.cache_blocks
-        rewritten = [region for region, _ in found.replaced]  # the others hold no edit either way
+        rewritten = [span for span, _ in found.replaced]  # the others hold no edit either way
         again = _container_pass(rewritten, found.parsed, lines, options, found.facts)
         assert not isinstance(again, TransformResult)  # the same trees parsed before
         found = dataclasses.replace(again, holders=found.holders, pieces=found.pieces, parsed=found.parsed)
-    code = fixes.apply(lines, [(region.start, region.end, text) for region, text in found.replaced])
-    changed = [line for line in (found.first_region, fixes.first_line()) if line]
-    return dataclasses.replace(found, lines=code.splitlines(keepends=True), first_region=min(changed))
+    code = fixes.apply(lines, [(span.start, span.end, text) for span, text in found.replaced])
+    changed = [line for line in (found.first_changed, fixes.first_line()) if line]
+    return dataclasses.replace(found, lines=code.splitlines(keepends=True), first_changed=min(changed))
 
 
 _MAX_LEVELS = 6
@@ -266,37 +266,37 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ108")
 
 
 def _container_pass(
-    pieces: list[parse_spans.Region],
-    parsed: dict[parse_spans.Region, MetadataWrapper],
+    pieces: list[parse_spans.Span],
+    parsed: dict[parse_spans.Span, MetadataWrapper],
     lines: list[str],
     options: Options,
     facts: prescan.FileFacts,
 ) -> _Pass | TransformResult:
     result = _Pass(list(lines), facts, [], [], 0)
-    replaced: list[tuple[parse_spans.Region, str]] = []
-    for region in pieces:
-        text = region.extract(lines)
-        if region not in parsed:
+    replaced: list[tuple[parse_spans.Span, str]] = []
+    for span in pieces:
+        text = span.extract(lines)
+        if span not in parsed:
             try:
                 # Wrapped once: the positions it resolves serve every pass.
-                parsed[region] = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
+                parsed[span] = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
             except cst.ParserSyntaxError as exc:
-                line = exc.raw_line + region.start - 1
+                line = exc.raw_line + span.start - 1
                 return TransformResult(
                     "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
                 )
-        wrapper = parsed[region]
+        wrapper = parsed[span]
         module = wrapper.module
-        finder = _Finder(module, options, facts, region, text)
+        finder = _Finder(module, options, facts, span, text)
         wrapper.visit(finder)
         result.sites += finder.sites
         result.int_args += finder.int_args
         if finder.edits:
-            replaced.append((region, region.restore(module.visit(emit.Editor(finder.edits)).code)))
+            replaced.append((span, span.restore(module.visit(emit.Editor(finder.edits)).code)))
             result.needs_torch |= finder.edits.needs_torch
-    for region, text in reversed(replaced):
-        result.lines[region.start - 1 : region.end] = [text]
-    result.first_region = replaced[0][0].start if replaced else 0
+    for span, text in reversed(replaced):
+        result.lines[span.start - 1 : span.end] = [text]
+    result.first_changed = replaced[0][0].start if replaced else 0
     result.replaced = replaced
     return result
 
@@ -333,18 +333,18 @@ def _one_line(exc: Exception) -> str:
 
 
 class _Finder(Context):
-    """One walk of a region: the context keeps the traversal state, each call goes to the pattern families."""
+    """One walk of a piece: the context keeps the traversal state, each call goes to the pattern families."""
 
     def __init__(
         self,
         module: cst.Module,
         options: Options,
         facts: prescan.FileFacts,
-        region: parse_spans.Region,
+        span: parse_spans.Span,
         text: str,
     ) -> None:
         edits = Edits(kwargs=emit.kwargs_source(options), options=options)
-        super().__init__(module, options, facts, region, text, edits)
+        super().__init__(module, options, facts, span, text, edits)
         self.container_sites = ContainerSites(self)
         self.loop_sites = LoopSites(self, self.container_sites.judge)
         self.extend_sites = ExtendSites(

@@ -54,7 +54,7 @@ def compile_region(
     `cache_index` names the integer attribute a block's cache update takes (`"layer_idx"`), so that each
     block's layer of a transformers cache is stood in for; `nested=False` compiles the owner whole without
     regions (blocks that update a cache the runtime cannot stand in for). `guard_bypass` is `"filter"` or
-    `"depyf"` (docs/compile-forms.md#guard-bypass). `compile_kwargs` are `torch.compile`'s (`mode`,
+    `"depyf"` (docs/form-guard-bypass.md). `compile_kwargs` are `torch.compile`'s (`mode`,
     `dynamic`, `backend`, `fullgraph`, `options`). Where the owner cannot be compiled whole, its blocks
     are compiled one by one at run time, with one warning.
     """

@@ -22,7 +22,7 @@ def _regionalize_handoff(owner, args, kwargs):
     transformers compiles its forward for such a cache in CUDA graphs (`CompileConfig`'s
     `mode="reduce-overhead"`). Traced through, the owner's calls per block were graphed between the
     blocks' frames, a graph a block a token, far slower than the owner in one graph of its own
-    (docs/serving/README.md)."""
+    (docs/results/serving/README.md)."""
     if not torch.compiler.is_compiling() or _regionalize_tracing[0]:  # not traced, or the owner's own trace
         return False
     state = owner.__dict__["_regionalize_owner"]
@@ -44,7 +44,7 @@ def _regionalize_owned(forward):
     owner instead, and the call it then makes, opaque to it, serves the owner as the owner's own frame
     does, one graph a call. Other calls of the default form are traced through as the original would be
     (opaque, an owner whose blocks were compiled one by one on 2.11 decoded slower:
-    docs/compile-forms.md, Torch versions). A compile around it with `fullgraph=True` raises at its graph
+    docs/form-torch-versions.md). A compile around it with `fullgraph=True` raises at its graph
     break, as at any."""
 
     @functools.wraps(forward)

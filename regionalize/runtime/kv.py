@@ -134,7 +134,7 @@ def _regionalize_kv_growing(args, kwargs):
     symbolic; marked, the first token's is the one every token shares, one compile fewer in a first
     `generate` (a hint: Dynamo still specializes a length the code needs). So is the last size of a tensor
     argument one longer than such keys: the attention mask, whose length transformers 5.17 specialized
-    (the owner traced twice, docs/serving). None where no such cache is handed; False where it holds
+    (the owner traced twice, docs/results/serving). None where no such cache is handed; False where it holds
     nothing yet (the prompt)."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None:

@@ -300,7 +300,7 @@ def _regionalize_per_call(state, args, kwargs):
     own, would compile a frame for each layer) and every layer. A StaticCache both started and decoded
     later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
     a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
-    (the figures: docs/compile-forms.md, Torch versions)."""
+    (the figures: docs/form-torch-versions.md)."""
     indexed = state.get("indexed")
     if state.get("tracing") != "flat" or not indexed:
         return None

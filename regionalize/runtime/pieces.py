@@ -30,7 +30,7 @@ def _regionalize_pieces(classes, state, mode, options):
     graph is split where a block's nodes begin and end (their module stack names the block); pieces alike
     (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
     compiled piece, so Inductor compiles a block once, not once a layer: where region reuse is missing,
-    this replaces it (the figures: docs/compile-forms.md, Torch versions). A call is one Dynamo frame and
+    this replaces it (the figures: docs/form-torch-versions.md). A call is one Dynamo frame and
     one call of each piece, where the per-block form makes a frame a block, whose entry alone costs more.
     In CUDA graphs the call is one CUDA graph (`_RegionalizeGraphs`). `state` gets the counts, for the
     form verify reports."""

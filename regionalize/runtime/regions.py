@@ -162,7 +162,7 @@ def _regionalize_region(plain, name, position, copies):
             return uncached(self, *args, **kwargs)
         # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
         # traced for every layer all the same, and cost more than the layers traced as they are
-        # (docs/compile-forms.md, Torch versions).
+        # (docs/form-caches.md, Static caches).
         served = _regionalize_reusing[0] or not _regionalize_tracing[0]
         static = _regionalize_static_layer(cache, index) if served else None
         pair = None if static else _regionalize_kv_pair(cache, index)
@@ -170,7 +170,7 @@ def _regionalize_region(plain, name, position, copies):
         written = None if pair is None else cache.is_updated.get(index)
         # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
         # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, decoded
-        # far slower than tracing them layer by layer, once (BART, docs/compile-forms.md).
+        # far slower than tracing them layer by layer, once (BART, docs/form-caches.md).
         if layer is None or (pair is not None and (written or pair[1].is_initialized)):
             return traced(self, *args, **kwargs)  # a cache of another kind
         given = args, kwargs

@@ -9,7 +9,7 @@ def _regionalize_fresh_stack(fn):
     the frame at its base returns (python/cpython issue 142183): where an owner's deep call (Dynamo's,
     Inductor's, then a call a block) crossed a chunk's end, every block mapped and unmapped memory each
     call. A frame of 128 KiB of stack slots fits in no such chunk, so CPython opens one of 256 KiB for it:
-    one mapping a call, the slots never written. The figures: docs/torch-versions/stack-depths.md."""
+    one mapping a call, the slots never written. The figures: docs/results/torch-versions/stack-depths.md."""
     if sys.version_info >= (3, 11):
         code = fn.__code__
         fn.__code__ = code.replace(co_stacksize=code.co_stacksize + 16384)

@@ -14,6 +14,9 @@ DISPATCH = "_regionalize_dispatch"  # `--guard-bypass depyf`: a block compiled, 
 # Written by an earlier regionalize for --mode reduce-overhead; still read as a compile of its argument.
 CUDA_GRAPHS = "_regionalize_cuda_graphs"
 
+# `--guard-bypass`'s modes and the helper each calls (docs: the guard bypass's page).
+GUARD_BYPASS = {"filter": GUARD_FILTER, "depyf": DISPATCH}
+
 PUBLIC = {
     BLOCKS: "compile_region",
     EAGER: "eager",

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from regionalize.bench.progress import QUIET, Progress
+from regionalize.bench.starts import QUICK_STARTS, STARTS, start_kinds
 from regionalize.shared.options import Options
 from regionalize.shared.source_files import write_output
-from regionalize.verify.progress import QUIET, Progress
-from regionalize.verify.starts import QUICK_STARTS, STARTS, start_kinds
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 DEFAULT_OPTIONS = Options()
@@ -77,8 +77,8 @@ def run_verify(
     kinds of fresh process to time (`starts.STARTS`; by default all, or with `quick` the warm one).
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
+    from regionalize.bench.loading import Unchanged, VerifyError, resolve_target
     from regionalize.verify import render
-    from regionalize.verify.loading import Unchanged, VerifyError, resolve_target
 
     result: dict[str, Any] = {
         "model": model_path,
@@ -94,8 +94,8 @@ def run_verify(
         progress(f"importing {model_path or factory}")
         target = resolve_target(model_path, factory)
         result["model"] = str(target.model_path)
+        from regionalize.bench.workloads import CACHES, GenerateSpec
         from regionalize.verify.verifier import verify
-        from regionalize.verify.workloads import CACHES, GenerateSpec
 
         if cache not in CACHES:
             raise VerifyError("workload", f"unknown cache {cache!r}: choose one of {', '.join(CACHES)}")
@@ -146,8 +146,8 @@ def run_manifest(
     per model. Returns the worst row's status: 0 all pass, 1 a check failed, 2 an entry could not run
     (error, timeout, crash) or the manifest is bad.
     """
-    from regionalize.verify import zoo, zoo_report
-    from regionalize.verify.manifest import ManifestError, load
+    from regionalize.bench import zoo, zoo_report
+    from regionalize.bench.manifest import ManifestError, load
 
     stream = out or sys.stdout
     path = Path(manifest)

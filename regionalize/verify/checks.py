@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
+from regionalize.bench.loading import VerifyError
+from regionalize.bench.session import SEED, Built, clone_inputs
 from regionalize.verify.compare import Difference, compare, compare_leaf, leaves
-from regionalize.verify.loading import VerifyError
-from regionalize.verify.session import SEED, Built, clone_inputs
 
 _WRAPPER = "_orig_mod."  # what torch.compile's OptimizedModule adds to every key below it
 _LISTED = 5  # keys named in a report before "and N more"

@@ -12,19 +12,10 @@ from typing import Any
 
 import torch
 
-from regionalize.shared.options import Options
-from regionalize.verify.accounting import GraphAccount, recording, served_forms
-from regionalize.verify.checks import (
-    RewriteRaised,
-    check_equivalence,
-    check_state_dict,
-    copy_weights,
-    summarize,
-)
-from regionalize.verify.compare import Difference
-from regionalize.verify.loading import Target, import_paths, user_traceback
-from regionalize.verify.progress import QUIET, Progress
-from regionalize.verify.session import (
+from regionalize.bench.accounting import GraphAccount, recording, served_forms
+from regionalize.bench.loading import Target, import_paths, user_traceback
+from regionalize.bench.progress import QUIET, Progress
+from regionalize.bench.session import (
     BY_NAME,
     VARIANTS,
     Built,
@@ -33,7 +24,7 @@ from regionalize.verify.session import (
     compile_cache,
     resolve_device,
 )
-from regionalize.verify.timing import (
+from regionalize.bench.timing import (
     STACK_DEPTHS,
     WorkerJob,
     call,
@@ -42,7 +33,16 @@ from regionalize.verify.timing import (
     options_to_json,
     steady_us,
 )
-from regionalize.verify.workloads import Generate, GenerateSpec
+from regionalize.bench.workloads import Generate, GenerateSpec
+from regionalize.shared.options import Options
+from regionalize.verify.checks import (
+    RewriteRaised,
+    check_equivalence,
+    check_state_dict,
+    copy_weights,
+    summarize,
+)
+from regionalize.verify.compare import Difference
 
 WORKER_TIMEOUT_S = 900.0
 

@@ -40,7 +40,7 @@ def ratios(row: dict[str, Any], rows: dict[str, dict[str, Any]], limit: float | 
 def runs(commands: list[str]) -> dict[str, int]:
     """Which of `commands` (numbered from 1) each variant's row is from: the last that names it (a command
     without `--variants` names the default ones). Rows of two runs are two sittings, whose machines' speeds
-    differ (docs/serving/README.md), so a ratio between them is read within one run."""
+    differ (docs/results/serving/README.md), so a ratio between them is read within one run."""
     found = {}
     for number, command in enumerate(commands, 1):
         words = shlex.split(command)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs" / "serving"
+DOCS = ROOT / "docs" / "results" / "serving"
 MODELING = "transformers.models.llama.modeling_llama"
 LLAMA_DIR = "transformers/models/llama/"
 # The rewrites of modeling_llama.py, by the codemod's Options.

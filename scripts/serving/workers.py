@@ -109,7 +109,7 @@ def dynamo_account(body: Any) -> tuple[Any, dict[str, Any]]:
     from torch._dynamo.utils import counters
 
     try:
-        from regionalize.verify.accounting import recording
+        from regionalize.bench.accounting import recording
     except Exception:  # optional: the verifier may be elsewhere or changing
         recording = None
     if recording is None:
@@ -128,7 +128,7 @@ def dynamo_account(body: Any) -> tuple[Any, dict[str, Any]]:
 
 def served_forms(model: Any) -> dict[str, str] | None:
     try:
-        from regionalize.verify.accounting import served_forms as forms
+        from regionalize.bench.accounting import served_forms as forms
     except Exception:
         return None
     return forms(model)
@@ -197,7 +197,7 @@ def graphs_per_token(model: Any, ids: Any, tokens: int, extra: dict[str, Any]) -
     """CUDA graphs replayed per decode token, steady: (replays in generate(tokens) - in generate(1)) /
     (tokens - 1). None where regionalize's accounting does not import or no CUDA device is."""
     try:
-        from regionalize.verify.accounting import counting_cuda_graphs
+        from regionalize.bench.accounting import counting_cuda_graphs
     except Exception:  # optional, as in dynamo_account
         return None
     replays = []

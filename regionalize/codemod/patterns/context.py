@@ -1,5 +1,5 @@
-"""The finder's walk of one region: the scopes, loops, suites and statements around the node at hand, the
-file's names resolved, and the sites, edits and per-block integers the patterns record."""
+"""The finder's walk of one piece (`parse_spans.py`): the scopes, loops, suites and statements around the
+node at hand, the file's names resolved, and the sites, edits and per-block integers the patterns record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import CodePosition, PositionProvider
 
-from regionalize.codemod import parse_spans, per_block_ints, prescan
+from regionalize.codemod import int_fixes, parse_spans, prescan
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.patterns.ints import int_targets
 from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
@@ -37,14 +37,14 @@ class Context(cst.CSTVisitor):
         module: cst.Module,
         options: Options,
         facts: prescan.FileFacts,
-        region: parse_spans.Region,
+        span: parse_spans.Span,
         text: str,
         edits: Edits,
     ):
         self.module = module
         self.options = options
         self.facts = facts
-        self.region = region
+        self.span = span
         self.lines = text.splitlines()  # the text parsed: what `module.code` would generate again
         self.sites: list[Site] = []
         self.edits = edits
@@ -54,7 +54,7 @@ class Context(cst.CSTVisitor):
         self.blocks: list[cst.BaseSuite | cst.Module] = []
         self.statements: list[cst.BaseStatement] = []
         self.class_bodies: set[cst.BaseSuite] = set()
-        self.int_args: list[per_block_ints.IntArgs] = []  # blocks built with a per-iteration integer
+        self.int_args: list[int_fixes.IntArgs] = []  # blocks built with a per-iteration integer
 
     # -- traversal bookkeeping -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -160,7 +160,7 @@ class Context(cst.CSTVisitor):
         return any(first <= start and end <= last for first, last in self.facts.owners)
 
     def declaration(self) -> Declaration | None:
-        """The declaration of repeated blocks that holds where the region is, unless the region is a method
+        """The declaration of repeated blocks that holds where the piece is, unless the piece is a method
         of a declared class: blocks repeated inside a declared block are a finer level of it."""
         start, end = self.function_lines()
         around = [(first, name) for name, first, last in self.facts.classes if first <= start and end <= last]
@@ -171,14 +171,14 @@ class Context(cst.CSTVisitor):
         return declared
 
     def function_lines(self) -> tuple[int, int]:
-        """The file's lines of the function at hand; the region's at module level. A region is one method
+        """The file's lines of the function at hand; the piece's at module level. A piece is one method
         but for a file or class that cannot be cut (two statements on a line)."""
         node = self.scopes[-1].node
         if not isinstance(node, cst.FunctionDef):
-            return self.region.start, self.region.end
+            return self.span.start, self.span.end
         span = self.get_metadata(PositionProvider, node)
         return self.where(span.start)[0], self.where(span.end)[0]
 
     def where(self, position: CodePosition) -> tuple[int, int]:
-        """Line and 1-based column in the file, from a position in the region."""
-        return position.line + self.region.start - 1, position.column + 1 + len(self.region.indent)
+        """Line and 1-based column in the file, from a position in the piece."""
+        return position.line + self.span.start - 1, position.column + 1 + len(self.span.indent)

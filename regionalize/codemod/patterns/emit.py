@@ -1,5 +1,10 @@
 """The code written for a site: compile statements in place, wrapped or through the guard bypass, the loops
-that compile a container's blocks, and the editor that applies the planned edits."""
+that compile a container's blocks, and the editor that applies the planned edits.
+
+With `--guard-bypass`, a block compiled on its own (the per-block form) is compiled with `filter`'s
+`guard_filter_fn` or through `depyf`'s dispatcher (the runtime's helpers); in the hierarchical form the
+owner's helper takes `guard_bypass="<mode>"` and applies it to the owner's frame.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from regionalize.codemod import bypass_text
 from regionalize.codemod.patterns.context import Context
 from regionalize.codemod.patterns.model import Container, Edits, Element, blocks_of
 from regionalize.shared import helpers
@@ -45,7 +49,28 @@ def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> st
         if options.mode in CUDA_GRAPH_MODES:
             options = dataclasses.replace(options, mode="default")
         return f"{var}.compile({kwargs_source(options)})"
-    return bypass_text.inplace_statement(mode, var, ctx.edits.kwargs)
+    return _bypass_statement(mode, var, ctx.edits.kwargs)
+
+
+def _bypass_statement(mode: str, var: str, kwargs_src: str) -> str:
+    """One statement that compiles module `var` in place with the guard bypass."""
+    if mode == "filter":
+        return f"{var}.compile({_join(kwargs_src, _FILTER_OPTION)})"
+    return f"{helpers.GUARD_BYPASS['depyf']}({_join(var, kwargs_src)})"
+
+
+def _bypass_expression(mode: str, expr_src: str, kwargs_src: str) -> str:
+    """`torch.compile(Block(..))` with the guard bypass, for --style wrap (filter mode only)."""
+    if mode != "filter":
+        raise ValueError(f"--guard-bypass {mode} compiles in place: it needs --style inplace")
+    return f"torch.compile({_join(expr_src, kwargs_src, _FILTER_OPTION)})"
+
+
+_FILTER_OPTION = f'options={{"guard_filter_fn": {helpers.GUARD_BYPASS["filter"]}}}'
+
+
+def _join(*parts: str) -> str:
+    return ", ".join(p for p in parts if p)
 
 
 def guarded_compile(ctx: Context, var: str, blocks: list[Element], mixed: bool) -> str | None:
@@ -120,7 +145,7 @@ class Editor(cst.CSTTransformer):
             return updated_node
         options = self.edits.options
         if options.guard_bypass != "none":
-            source = bypass_text.wrap_expression(
+            source = _bypass_expression(
                 options.guard_bypass, cst.Module([]).code_for_node(updated_node), self.edits.kwargs
             )
             return cst.parse_expression(source)

@@ -1,4 +1,4 @@
-"""Integer loop variables, and the arguments of a block's call that carry one (for `per_block_ints`)."""
+"""Integer loop variables, and the arguments of a block's call that carry one (for `int_fixes`)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from regionalize.codemod import per_block_ints
+from regionalize.codemod import int_fixes
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.context import Context, SiteMaker
 from regionalize.codemod.patterns.ints import indexed_args, int_args
@@ -48,7 +48,7 @@ def triage(
 
 
 def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: bool) -> None:
-    """Note the blocks that receive a per-iteration integer, for per_block_ints to follow."""
+    """Note the blocks that receive a per-iteration integer, for int_fixes to follow."""
     for element in blocks:
         if element.kind == "nested" and element.inner is not None:
             record_int_args(ctx, blocks_of(element.inner), pattern, warn)
@@ -70,7 +70,7 @@ def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: boo
             position = ctx.get_metadata(PositionProvider, call).start
             block = dotted_name(call.func) or element.label
             ctx.int_args.append(
-                per_block_ints.IntArgs(block, positions, keywords, names, *ctx.where(position), pattern, warn)
+                int_fixes.IntArgs(block, positions, keywords, names, *ctx.where(position), pattern, warn)
             )
 
 
