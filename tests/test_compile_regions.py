@@ -69,7 +69,7 @@ def owners(model: nn.Module) -> dict[str, list[str]]:
     """Each owner the call set up, by name, with its blocks' names."""
     names = {id(m): name or "<model>" for name, m in model.named_modules()}
     return {
-        names[id(m)]: [names[id(b)] for b in m.__dict__["_regionalize_owner"]["blocks"]]
+        names[id(m)]: [names[id(b)] for b in m.__dict__["_regionalize_owner"].blocks]
         for m in model.modules()
         if "_regionalize_owner" in m.__dict__
     }
@@ -127,10 +127,10 @@ def test_a_transformers_decoder_generates_the_originals_tokens() -> None:
     regionalize.compile_regions(model)
     state = model.model.__dict__["_regionalize_owner"]
     # Each layer's attention holds its `layer_idx`: the layers' cache is stood in for.
-    assert [attribute for _, attribute in state["indexed"]] == ["layer_idx"] * 3
+    assert [attribute for _, attribute in state.indexed] == ["layer_idx"] * 3
     ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         got = model.generate(ids, max_new_tokens=6, do_sample=False)
         want = twin.generate(ids, max_new_tokens=6, do_sample=False)
     assert got.tolist() == want.tolist()
-    assert state.get("why") is None
+    assert state.why is None

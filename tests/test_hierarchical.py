@@ -445,7 +445,7 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
     with torch.no_grad():
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
     if _regionalize_reuses():
-        assert model.model.__dict__["_regionalize_owner"].get("why") is None  # the no_grad call ran whole
+        assert model.model.__dict__["_regionalize_owner"].why is None  # the no_grad call ran whole
 
 
 STAGES = """
@@ -611,7 +611,7 @@ def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
                 x = torch.randn(1, length, model.blocks[0].fc.in_features)
                 torch.testing.assert_close(model(x), twin(x))
     assert len(GRAPHS) == settled  # each new length served by a graph of symbolic length
-    assert not any("why" in model.__dict__["_regionalize_owner"] for model in (draft, target))
+    assert not any(model.__dict__["_regionalize_owner"].why for model in (draft, target))
 
 
 @needs_reuse
@@ -631,14 +631,14 @@ def test_owners_of_two_classes_of_one_name_at_other_widths_keep_their_regions() 
             for rows in batches:
                 x = torch.randn(rows, width)
                 torch.testing.assert_close(model(x), twin(x))
-            assert "why" not in model.__dict__["_regionalize_owner"]
+            assert model.__dict__["_regionalize_owner"].why is None
 
 
 def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
     # A UNet's Transformer2DModel holds one BasicTransformerBlock: nothing to stamp out, and one frame a
     # call either way, so the owner's glue is not compiled with it.
     from regionalize.bench.accounting import served_forms
-    from regionalize.verify.render import ALONE
+    from regionalize.bench.served import ALONE
 
     GRAPHS.clear()
     model, twin = build(
@@ -743,7 +743,7 @@ def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() ->
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no fallback warning
             torch.testing.assert_close(model(x), twin(x))
-    assert "why" not in model.__dict__["_regionalize_owner"]
+    assert model.__dict__["_regionalize_owner"].why is None
 
 
 ALIASING = """
@@ -789,7 +789,7 @@ def test_outputs_that_alias_are_copied_in_the_one_trace_of_the_region() -> None:
         warnings.simplefilter("error")
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
-    assert "why" not in model.__dict__["_regionalize_owner"]
+    assert model.__dict__["_regionalize_owner"].why is None
     assert type(model.blocks[0])._regionalize_copies == [False]
     assert (account.regions_traced, account.regions_stamped) == (1, 3)
     (graph,) = GRAPHS
@@ -836,7 +836,7 @@ def test_outputs_that_share_memory_unseen_are_all_copied_on_the_owners_retry() -
         warnings.simplefilter("error")
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
-    assert "why" not in model.__dict__["_regionalize_owner"]
+    assert model.__dict__["_regionalize_owner"].why is None
     assert type(model.blocks[0])._regionalize_copies == [True]
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
@@ -885,7 +885,7 @@ def test_copies_of_slices_are_right_under_inductor() -> None:
         "x, context = torch.randn(1, 5, 8), torch.randn(1, 3, 8)\n"
         "with torch.no_grad():\n"
         "    torch.testing.assert_close(model(x, context), twin(x, context))\n"
-        "assert 'why' not in model.__dict__['_regionalize_owner']\n"
+        "assert model.__dict__['_regionalize_owner'].why is None\n"
         "assert type(model.blocks[0])._regionalize_copies == [False]\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -964,7 +964,7 @@ def test_region_arguments_pass_flat_where_they_can_and_as_given_otherwise(how: s
         warnings.simplefilter("error")
         patch.setattr(invoke_subgraph, "build_fingerprint_with_pytree", counted)
         torch.testing.assert_close(model(x, how), twin(x, how))
-    assert "why" not in model.__dict__["_regionalize_owner"]
+    assert model.__dict__["_regionalize_owner"].why is None
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(regions) == len(model.blocks) and len({n.args[0].target for n in regions}) == 1
@@ -1023,7 +1023,7 @@ def test_outputs_holding_none_are_reused_regions_and_come_back_as_returned(how: 
         got, want = model(x), twin(x)
     torch.testing.assert_close(got, want)
     assert [type(o) for o in got[1]] == [type(o) for o in want[1]]
-    assert "why" not in model.__dict__["_regionalize_owner"]
+    assert model.__dict__["_regionalize_owner"].why is None
     traced = len(model.blocks) if how == "dict" else 1
     assert (account.regions_traced, account.regions_stamped) == (traced, len(model.blocks) - traced)
 

@@ -38,7 +38,7 @@ with torch.no_grad():
     torch.testing.assert_close(model(x), twin(x))
 state = model.__dict__["_regionalize_owner"]
 loaded = sorted(m for m in ("libcst", "click") if sys.modules[m])
-print(json.dumps({{"why": state.get("why"), "loaded": loaded}}))
+print(json.dumps({{"why": state.why, "loaded": loaded}}))
 """
 
 

@@ -20,6 +20,7 @@ from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
 from regionalize.runtime import pieces  # noqa: E402
+from regionalize.runtime.owner import _RegionalizeOwner  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 
@@ -62,8 +63,8 @@ def fresh() -> None:
     torch.compiler.reset()
 
 
-def compiled(model: nn.Module) -> tuple[Any, dict[str, str]]:
-    state: dict[str, str] = {}
+def compiled(model: nn.Module) -> tuple[Any, _RegionalizeOwner]:
+    state = _RegionalizeOwner([], {}, direct=False)
     backend = pieces._regionalize_pieces({Block}, state, "reduce-overhead", {})
     return torch.compile(model, backend=backend, fullgraph=True), state
 
@@ -89,13 +90,13 @@ def test_each_distinct_piece_is_compiled_once_and_the_call_computes_the_original
     whole, state = compiled(model)
     with torch.no_grad():
         torch.testing.assert_close(whole(x), model(x))
-    assert state["pieces"] == "6 a call, 3 compiled in all"  # the projection, the blocks, the norm
+    assert state.pieces == "6 a call, 3 compiled in all"  # the projection, the blocks, the norm
     model = Stack(widths=(8, 8, 16, 16)).eval()
     whole, state = compiled(model)
     with torch.no_grad():
         torch.testing.assert_close(whole(x), model(x))
     # Blocks of another width are pieces of their own; the projection between is one more stretch.
-    assert state["pieces"] == "7 a call, 5 compiled in all"
+    assert state.pieces == "7 a call, 5 compiled in all"
 
 
 def test_pieces_alike_but_for_the_memory_their_inputs_share_are_not_one_piece() -> None:
@@ -389,5 +390,5 @@ def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.M
     monkeypatch.setitem(runtime, "_regionalize_tracing", ["flat"])  # the owner's own trace
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     monkeypatch.setitem(runtime, "_regionalize_tracing", [False])
-    monkeypatch.setitem(owner.__dict__["_regionalize_owner"], "tracing", True)  # nested regions reused
+    monkeypatch.setattr(owner.__dict__["_regionalize_owner"], "tracing", True)  # nested regions reused
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})

@@ -261,5 +261,5 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
             expected = expected + block.fc(expected).tanh()
         torch.testing.assert_close(model(x), expected)
     state = model.__dict__["_regionalize_owner"]
-    assert state.get("unreused") and "tracing" not in state
+    assert state.unreused and state.tracing is True
     assert all(block._compiled_call_impl is not None for block in model.blocks)

@@ -146,17 +146,17 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
     <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
-        state = module.__dict__.get("_regionalize_owner")
+        state = module.__dict__.get("_regionalize_owner")  # the runtime's `_RegionalizeOwner`
         if state is not None:
-            why, kv = state.get("why"), state.get("kv")
+            why, kv = state.why, state.kv
             if why is not None:
-                served = f"per block, {why}" if state.get("unreused") else f"per-block: {why}"
-            elif state.get("alone"):
+                served = f"per block, {why}" if state.unreused else f"per-block: {why}"
+            elif state.alone:
                 served = ALONE
-            elif state.get("pieces") or state.get("static") or state.get("prompt"):
-                ways = [f"whole, in pieces ({state['pieces']})"] if state.get("pieces") else []
-                ways += [way for key, way in (("static", STATIC), ("prompt", PROMPT)) if state.get(key)]
-                why = state.get("constants", "this torch does not reuse a traced region")
+            elif state.pieces or state.static or state.prompt:
+                ways = [f"whole, in pieces ({state.pieces})"] if state.pieces else []
+                ways += [way for ok, way in ((state.static, STATIC), (state.prompt, PROMPT)) if ok]
+                why = state.constants or "this torch does not reuse a traced region"
                 served = f"{'; '.join(ways)}: {why}"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"

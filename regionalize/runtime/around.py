@@ -12,7 +12,7 @@ from .threads import _regionalize_handed, _regionalize_tracing
 
 def _regionalize_opaque(state):
     """Is the owner opaque to every compile around the model (`_regionalize_owned`): in CUDA graphs."""
-    return state["kwargs"].get("mode") in _regionalize_graph_modes
+    return state.kwargs.get("mode") in _regionalize_graph_modes
 
 
 def _regionalize_handoff(owner, args, kwargs):
@@ -28,7 +28,7 @@ def _regionalize_handoff(owner, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
     if _regionalize_opaque(state):
         return True
-    if state.get("tracing") != "flat" or not state.get("indexed"):
+    if state.tracing != "flat" or not state.indexed:
         return False
     if not _regionalize_static_handed(args, kwargs):
         return False

@@ -39,6 +39,55 @@ from .threads import (
     _regionalize_tracing,
 )
 
+
+class _RegionalizeOwner:
+    """An owner's set-up and what its calls found, in its `__dict__` as `_regionalize_owner`: read by the
+    runtime's parts and by verify's accounting (`bench/accounting.py`), which names the forms from it. A
+    plain class: a dataclass reads its module from `sys.modules`, where an executed copy may not be."""
+
+    __slots__ = (
+        "alone",
+        "blocks",
+        "compiled",
+        "constants",
+        "direct",
+        "first",
+        "growing",
+        "indexed",
+        "kv",
+        "kwargs",
+        "pieces",
+        "prompt",
+        "settled",
+        "skipped",
+        "static",
+        "tracing",
+        "unreused",
+        "version",
+        "why",
+    )
+
+    def __init__(self, blocks, kwargs, direct):
+        self.blocks = blocks  # its blocks, in the order they were set up
+        self.kwargs = kwargs  # torch.compile's
+        self.direct = direct  # guard_bypass="depyf": its frame's calls dispatched without guards
+        self.indexed = []  # (block, cache attribute) of the blocks traced in its frame until its first call
+        self.tracing = True  # "flat" where its graph is compiled in pieces (`_regionalize_pieces`)
+        self.why = None  # why its blocks are compiled one by one; None while it runs whole
+        self.unreused = False  # `why` is this torch's form (or its blocks' constants), not a fallback
+        self.alone = False  # one block, compiled on its own
+        self.constants = None  # where its blocks differ in float constants, which
+        self.kv = None  # why its blocks that update a cache are traced layer by layer in its frame
+        self.pieces = None  # in pieces: the pieces a call, and compiled in all
+        self.static = self.prompt = False  # calls served per block: a StaticCache's, a prompt's
+        self.settled = False  # set up by its first call
+        self.growing = False  # a call handed a cache that holds keys
+        self.skipped = False  # CUDA graphs skipped, warned once
+        self.compiled = 0  # blocks compiled one by one so far
+        self.version = None  # `_regionalize_version` when it was last compiled
+        self.first = []  # [its first parameter's (dtype, device)] once known, which may be None
+
+
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 _regionalize_frame_names = set()  # every name an owner's frame took in this process
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
@@ -63,18 +112,20 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
                 **compile_kwargs.get("options", {}),
                 "guard_filter_fn": _regionalize_guard_filter,
             }
-        state = owner.__dict__.setdefault(
-            "_regionalize_owner", {"blocks": [], "kwargs": compile_kwargs, "direct": guard_bypass == "depyf"}
-        )
-        state["blocks"].append(block)
+        state = owner.__dict__.get("_regionalize_owner")
+        if state is None:
+            state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner(
+                [], compile_kwargs, guard_bypass == "depyf"
+            )
+        state.blocks.append(block)
         if not _regionalize_version:
             _regionalize_version.append(0)
             torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
         if not hasattr(torch.compiler, "nested_compile_region"):
-            state["why"] = "this torch has no nested compile regions"
+            state.why = "this torch has no nested compile regions"
         elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-            state["why"] = "the eager backend cannot differentiate nested regions"
-        if "why" in state:
+            state.why = "the eager backend cannot differentiate nested regions"
+        if state.why is not None:
             _regionalize_per_block(owner)
             return
         handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
@@ -85,7 +136,7 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         cls = type(block)
         if cache_index or not nested:  # traced in the owner's frame until its first call says how
             block.__dict__["_regionalize_layer"] = None
-            state.setdefault("indexed", []).append((block, cache_index))
+            state.indexed.append((block, cache_index))
         if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
             # The parameter that takes a transformers cache, or None: read once from the forward's signature.
             cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
@@ -139,16 +190,16 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
         frame.__qualname__ = frame.__name__ = name
         frames[shapes] = frame
     state = owner.__dict__["_regionalize_owner"]
-    if state.get("tracing") == "flat":  # compiled in pieces: `_regionalize_pieces`
+    if state.tracing == "flat":  # compiled in pieces: `_regionalize_pieces`
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
         dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
-        classes = {type(block) for block in state["blocks"]}
+        classes = {type(block) for block in state.blocks}
         dynamo["backend"] = _regionalize_pieces(classes, state, compile_kwargs.get("mode"), options)
         compiler = torch.compile(frame, **dynamo, fullgraph=True)
     else:
         compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
     whole = functools.partial(compiler, owner)
-    if state["direct"]:
+    if state.direct:
         whole = _regionalize_direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
     owner._compiled_call_impl = _regionalize_entry(owner, whole)
@@ -186,26 +237,26 @@ _regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
 def _regionalize_owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
-    graphs = state["kwargs"].get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
+    graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
     if (
-        "settled" not in state
-        or state.get("version") != _regionalize_version[0]
-        or (state.get("tracing") == "flat" and state.get("first") != _regionalize_first(owner))
+        not state.settled
+        or state.version != _regionalize_version[0]
+        or (state.tracing == "flat" and state.first != [_regionalize_first(owner)])
         or whole is None  # called before another thread's first call, which set the owner up, compiled it
     ):
         whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
     per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
     if per_call is not None:
-        state[per_call] = True
+        setattr(state, per_call, True)
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
-    looking = "growing" not in state and per_call is None and not _regionalize_traced()
+    looking = not state.growing and per_call is None and not _regionalize_traced()
     if looking and _regionalize_kv_growing(args, kwargs) is not False:
-        state["growing"] = True
+        state.growing = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (where a full compile's are exact). Under no_grad the owner runs whole.
     if (
-        "why" in state
-        or "alone" in state
+        state.why is not None
+        or state.alone
         or per_call is not None
         or torch.is_grad_enabled()
         or (graphs and not _regionalize_graphable(owner, args, kwargs))
@@ -213,28 +264,28 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = _regionalize_counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    _regionalize_tracing[0], _regionalize_graphing[0] = state.get("tracing", True), graphs
+    _regionalize_tracing[0], _regionalize_graphing[0] = state.tracing, graphs
     try:
         out = _regionalize_run_whole(state, whole, args, kwargs)
     finally:
         _regionalize_tracing[0] = _regionalize_graphing[0] = False
-    if "why" in state:
+    if state.why is not None:
         warnings.warn(
-            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state['why']}); "
+            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state.why}); "
             "its blocks are compiled one by one instead",
             stacklevel=_regionalize_caller(),
         )
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
         return out
-    if skips.get("cudagraph_skips", 0) > before and not state.get("skipped"):
-        state["skipped"] = True
+    if skips.get("cudagraph_skips", 0) > before and not state.skipped:
+        state.skipped = True
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
             stacklevel=_regionalize_caller(),
         )
-    return out if state.get("tracing") == "flat" else _regionalize_kept(out, args, kwargs)
+    return out if state.tracing == "flat" else _regionalize_kept(out, args, kwargs)
 
 
 def _regionalize_owner_setup(owner, whole, graphs):
@@ -245,9 +296,9 @@ def _regionalize_owner_setup(owner, whole, graphs):
     entry = owner._compiled_call_impl
     if not _regionalize_traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
         whole = entry.args[1]
-    if "settled" not in state:  # by the first call, every module of the model is built and set up
-        state["settled"] = True
-        indexed = state.get("indexed", [])
+    if not state.settled:  # by the first call, every module of the model is built and set up
+        state.settled = True
+        indexed = state.indexed
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
         kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
         if kv and _regionalize_kv[0] is None:
@@ -257,39 +308,39 @@ def _regionalize_owner_setup(owner, whole, graphs):
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         _regionalize_reusing[0] = _regionalize_reuses()
-        inductor = state["kwargs"].get("backend", "inductor") == "inductor"
+        inductor = state.kwargs.get("backend", "inductor") == "inductor"
         # Without what compiling in pieces needs of torch's compiler, blocks compiled as with another backend.
         pieces = inductor and not _regionalize_reusing[0] and _regionalize_inductor_pieces() is not None
         if pieces:
-            state["tracing"] = "flat"  # blocks traced as they are, the graph compiled in pieces
-        constants = None if indexed else _regionalize_constants(state["blocks"])
+            state.tracing = "flat"  # blocks traced as they are, the graph compiled in pieces
+        constants = None if indexed else _regionalize_constants(state.blocks)
         if constants is not None and inductor and _regionalize_inductor_pieces() is not None:
             pieces = True
-            state["tracing"], state["constants"] = "flat", constants
-        if len(state["blocks"]) == 1 and not indexed and not graphs:
-            state["alone"] = True
+            state.tracing, state.constants = "flat", constants
+        if len(state.blocks) == 1 and not indexed and not graphs:
+            state.alone = True
         elif constants is not None and not pieces:
-            state["why"], state["unreused"] = constants, True  # a form, not a fallback: no warning
+            state.why, state.unreused = constants, True  # a form, not a fallback: no warning
         elif not (graphs or pieces or _regionalize_reusing[0]) and all(a for _, a in indexed):
             # Only Inductor's graph is compiled in pieces: with another backend, the owner compiled whole
             # would compile every block. Not where it holds blocks without regions for their cache
             # (`nested=False`), compiled whole as a full compile would be on every torch.
-            state["why"] = "this torch does not reuse a traced region (torch 2.12 and later do)"
-            state["unreused"] = True  # this torch's form, not a fallback
-        whole = _regionalize_owner_compiled(owner, state["kwargs"])  # its parameters all there by now
-    if state.get("version") != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
-        renamed = _regionalize_shape(state["blocks"]) and "version" in state
+            state.why = "this torch does not reuse a traced region (torch 2.12 and later do)"
+            state.unreused = True  # this torch's form, not a fallback
+        whole = _regionalize_owner_compiled(owner, state.kwargs)  # its parameters all there by now
+    if state.version != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
+        renamed = _regionalize_shape(state.blocks) and state.version is not None
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
-            whole = _regionalize_owner_compiled(owner, state["kwargs"])
-        state["version"] = _regionalize_version[0]  # once compiled: other threads' checks skip the lock
+            whole = _regionalize_owner_compiled(owner, state.kwargs)
+        state.version = _regionalize_version[0]  # once compiled: other threads' checks skip the lock
     # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
     # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
     # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
     # parameter's new dtype or device.
-    if state.get("tracing") == "flat" and state.get("first") != (first := _regionalize_first(owner)):
-        if "first" in state:
-            whole = _regionalize_owner_compiled(owner, state["kwargs"])
-        state["first"] = first
+    if state.tracing == "flat" and state.first != [first := _regionalize_first(owner)]:
+        if state.first:  # known, and changed since
+            whole = _regionalize_owner_compiled(owner, state.kwargs)
+        state.first = [first]
     return whole
 
 
@@ -301,8 +352,8 @@ def _regionalize_per_call(state, args, kwargs):
     later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
     a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
     (the figures: docs/form-torch-versions.md)."""
-    indexed = state.get("indexed")
-    if state.get("tracing") != "flat" or not indexed:
+    indexed = state.indexed
+    if state.tracing != "flat" or not indexed:
         return None
     if _regionalize_static_handed(args, kwargs):
         why = "static"
@@ -332,7 +383,7 @@ def _regionalize_caller():
 
 
 def _regionalize_run_whole(state, whole, args, kwargs):
-    """The owner's compiled frame run, or None with `state["why"]` set when it cannot be compiled: a graph
+    """The owner's compiled frame run, or None with `state.why` set when it cannot be compiled: a graph
     break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
     run nothing yet). Two failures are retried first: regions whose outputs alias (each block then
     returns copies of its tensors), and blocks of a class that updates a cache made regions (a cache
@@ -347,19 +398,17 @@ def _regionalize_run_whole(state, whole, args, kwargs):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = _regionalize_why(error)
             aliasing = "aliasing" in str(error)
-        uncopied = [
-            type(b)._regionalize_copies for b in state["blocks"] if not type(b)._regionalize_copies[0]
-        ]
-        regions = [b for b, _ in state.get("indexed", ()) if b.__dict__["_regionalize_layer"] is not False]
+        uncopied = [type(b)._regionalize_copies for b in state.blocks if not type(b)._regionalize_copies[0]]
+        regions = [b for b, _ in state.indexed if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
             for flag in uncopied:
                 flag[0] = True
         elif regions:
-            state["kv"] = why
+            state.kv = why
             for block in regions:
                 block.__dict__["_regionalize_layer"] = False
         else:
-            state["why"] = why
+            state.why = why
             return None
 
 

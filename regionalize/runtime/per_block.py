@@ -15,7 +15,7 @@ _regionalize_graph_modes = ("reduce-overhead", "max-autotune")  # the modes that
 def _regionalize_per_block(owner):
     """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
     state = owner.__dict__["_regionalize_owner"]
-    if state.get("compiled", 0) < len(state["blocks"]):  # once per block, not on every training call
+    if state.compiled < len(state.blocks):  # once per block, not on every training call
         _regionalize_locked(_regionalize_per_block_compile, owner, state)
     return owner._call_impl
 
@@ -23,20 +23,20 @@ def _regionalize_per_block(owner):
 def _regionalize_per_block_compile(owner, state):
     """Compile each of the owner's blocks not compiled yet (under the set-up lock: once, whichever thread's
     call comes first)."""
-    if state.get("compiled", 0) < len(state["blocks"]):
+    if state.compiled < len(state.blocks):
         graphs = _regionalize_graph_modes
-        kwargs = {k: v for k, v in state["kwargs"].items() if not (k == "mode" and v in graphs)}
+        kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graphs)}
         model = _regionalize_model(owner)
-        for block in state["blocks"]:
+        for block in state.blocks:
             if block in _regionalize_block_frames:
                 continue
             if type(block.__dict__.get("_regionalize_layer")) is int:  # its cache stood in for
                 _regionalize_block_compiled(block, _regionalize_static(block, kwargs, model))
             elif block._compiled_call_impl is None:
                 block.compile(**_regionalize_static(block, kwargs, model))
-                if state["direct"]:
+                if state.direct:
                     block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
-        state["compiled"] = len(state["blocks"])
+        state.compiled = len(state.blocks)
 
 
 def _regionalize_model(module):

@@ -43,7 +43,7 @@ def _regionalize_pieces(classes, state, mode, options):
         split = _regionalize_split(graph, classes)
         mutated, ungraphable = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
         compiled = sum(map(len, pieces.values()))
-        state["pieces"] = f"{len(list(split.children()))} a call, {compiled} compiled in all"
+        state.pieces = f"{len(list(split.children()))} a call, {compiled} compiled in all"
         always = mode in _regionalize_graph_modes
         return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable, always)
 
