@@ -6,13 +6,14 @@ It also reads the containers met inside an element (nested ones, written-out Mod
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import libcst as cst
 
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.context import Context
-from regionalize.codemod.patterns.ints import comprehension_int_vars
+from regionalize.codemod.patterns.ints import comprehension_int_vars, comprehension_rate_vars
 from regionalize.codemod.patterns.judgement import Judge
 from regionalize.codemod.patterns.model import (
     Container,
@@ -106,7 +107,9 @@ class ContainerSites:
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
             comp_vars = int_vars | comprehension_int_vars(expr.for_in)
             elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
-            found.repeated += classify(elt, comp_vars)
+            elements = classify(elt, comp_vars)
+            rates = frozenset(comprehension_rate_vars(expr.for_in))
+            found.repeated += [dataclasses.replace(e, rate_vars=rates) for e in elements]
             found.count = _literal_count(expr.for_in)
             found.pattern = {cst.ListComp: "comprehension", cst.GeneratorExp: "generator"}.get(
                 type(expr), "dict-comprehension"

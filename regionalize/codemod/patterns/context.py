@@ -11,7 +11,7 @@ from libcst.metadata import CodePosition, PositionProvider
 
 from regionalize.codemod import int_fixes, parse_spans, prescan
 from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.patterns.ints import int_targets
+from regionalize.codemod.patterns.ints import int_targets, rate_targets
 from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
 from regionalize.shared.options import Options
 from regionalize.shared.sites import CODES, Site
@@ -109,6 +109,14 @@ class Context(cst.CSTVisitor):
             if isinstance(loop, cst.For):
                 names |= int_targets(loop.target, loop.iter)
         return names
+
+    def loop_rate_vars(self) -> frozenset[str]:
+        """The enclosing loops' variables that take a rate (`for r in dpr:`)."""
+        names: set[str] = set()
+        for loop in self.loops:
+            if isinstance(loop, cst.For):
+                names |= rate_targets(loop.target, loop.iter)
+        return frozenset(names)
 
     # -- name resolution --------------------------------------------------------------------------
     def dotted(self, expr: cst.BaseExpression) -> str | None:

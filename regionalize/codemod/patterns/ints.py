@@ -1,4 +1,5 @@
-"""Integer loop variables, and the arguments of a block's call that carry one (for `int_fixes`)."""
+"""Integer loop variables, and the arguments of a block's call that carry one (for `int_fixes`); loop
+variables that take a per-block rate, and the arguments that carry one (RGZ202)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,35 @@ def comprehension_int_vars(for_in: cst.CompFor | None) -> set[str]:
     return names
 
 
+def rate_targets(target: cst.BaseExpression, iterable: cst.BaseExpression) -> set[str]:
+    """Loop variables that take a value from a sequence named as rates: `for r in drop_path_rates`,
+    `for dim, rate in zip(dims, dpr)`."""
+    pairs = [(target, iterable)]
+    if (
+        isinstance(iterable, cst.Call)
+        and isinstance(iterable.func, cst.Name)
+        and iterable.func.value == "zip"
+        and isinstance(target, (cst.Tuple, cst.List))
+        and len(target.elements) == len(iterable.args)
+    ):
+        pairs = [(t.value, a.value) for t, a in zip(target.elements, iterable.args, strict=True)]
+    return {
+        name.value
+        for name, values in pairs
+        if isinstance(name, cst.Name)
+        and isinstance(values, (cst.Name, cst.Attribute, cst.Subscript))
+        and _LOOP_RATE.search(cst.Module([]).code_for_node(values).lower())
+    }
+
+
+def comprehension_rate_vars(for_in: cst.CompFor | None) -> set[str]:
+    names: set[str] = set()
+    while for_in is not None:
+        names |= rate_targets(for_in.target, for_in.iter)
+        for_in = for_in.inner_for_in
+    return names
+
+
 def int_args(call: cst.Call, int_vars: set[str]) -> tuple[frozenset[int], frozenset[str], tuple[str, ...]]:
     """The arguments that carry an integer loop variable as a value: positions, keywords, and the names.
 
@@ -53,12 +83,18 @@ def int_args(call: cst.Call, int_vars: set[str]) -> tuple[frozenset[int], frozen
     return frozenset(positions), frozenset(keywords), tuple(sorted(every))
 
 
-def indexed_args(call: cst.Call, int_vars: set[str]) -> list[cst.Arg]:
-    """The arguments that take a rate by an integer loop variable (`drop_path=dpr[i]`): a per-block float,
-    by its name (the keyword's, or the list's). Sizes picked so (`embed_dims[i]`) are left alone: blocks
-    of other shapes share no compiled code whatever their floats."""
+def indexed_args(call: cst.Call, int_vars: set[str], rate_vars: frozenset[str]) -> list[cst.Arg]:
+    """The arguments that take a rate by an integer loop variable (`drop_path=dpr[i]`), or a loop variable
+    that iterates over rates (`drop_path=r`, `rate_vars`): a per-block float, by its name (the keyword's,
+    or the list's). Sizes picked so (`embed_dims[i]`) are left alone: blocks of other shapes share no
+    compiled code whatever their floats."""
     found = []
     for arg in call.args:
+        rates: set[str] = set()
+        arg.value.visit(_IntUses(set(rate_vars), rates))
+        if rates:
+            found.append(arg)
+            continue
         subscripts: list[cst.Subscript] = []
         arg.value.visit(_Subscripts(subscripts))
         for subscript in subscripts:
@@ -76,6 +112,9 @@ def indexed_args(call: cst.Call, int_vars: set[str]) -> list[cst.Arg]:
 # What a per-block float is called: stochastic depth (`drop_path`, `dpr`), layer scale (`init_values`,
 # `layer_scale_init`, `gamma`), a rate or a probability.
 _RATE = re.compile(r"drop|dpr|rate|prob|scale|init_value|gamma")
+# A sequence a loop takes per-block floats from: stochastic depth's and layer scale's. Not any `scale` or
+# `rate`: `img_size_scaled`, `scale_in_channels` and `dilation_rates` hold sizes, which change shapes.
+_LOOP_RATE = re.compile(r"drop|dpr|prob|layer_scale|init_value")
 
 
 class _Subscripts(cst.CSTVisitor):

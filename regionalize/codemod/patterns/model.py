@@ -35,6 +35,7 @@ class Element:
     call: cst.Call | None = None
     inner: Container | None = None  # the inner container of a "nested" element
     int_vars: frozenset[str] = frozenset()  # integer loop variables in scope where it is built
+    rate_vars: frozenset[str] = frozenset()  # its comprehension's variables that take a rate (`for r in dpr`)
     declared: Declaration | None = None  # of an "undeclared" element
     returns: tuple[str, ...] = ()  # what the factory function that builds the element returns
 

@@ -60,7 +60,7 @@ def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: boo
             continue
         int_vars = ctx.loop_int_vars() | element.int_vars
         positions, keywords, names = int_args(call, int_vars)
-        if warn and (rates := indexed_args(call, int_vars)):
+        if warn and (rates := indexed_args(call, int_vars, ctx.loop_rate_vars() | element.rate_vars)):
             values = ", ".join(f"`{ctx.module.code_for_node(arg.value)}`" for arg in rates)
             position = ctx.get_metadata(PositionProvider, rates[0]).start
             block = dotted_name(call.func) or element.label
