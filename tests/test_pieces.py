@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
 from regionalize.runtime import pieces  # noqa: E402
-from regionalize.runtime.owner import _RegionalizeOwner  # noqa: E402
+from regionalize.runtime.state import _RegionalizeOwner  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 

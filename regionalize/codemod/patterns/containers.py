@@ -13,7 +13,7 @@ import libcst as cst
 
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.context import Context
-from regionalize.codemod.patterns.ints import comprehension_int_vars, comprehension_rate_vars
+from regionalize.codemod.patterns.ints import comprehension_vars, int_targets, rate_targets
 from regionalize.codemod.patterns.judgement import Judge
 from regionalize.codemod.patterns.model import (
     Container,
@@ -105,10 +105,10 @@ class ContainerSites:
     def collect(self, expr: cst.BaseExpression, found: Container, int_vars: set[str], starred: bool) -> None:
         classify = self.judge.classify
         if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp)):
-            comp_vars = int_vars | comprehension_int_vars(expr.for_in)
+            comp_vars = int_vars | comprehension_vars(expr.for_in, int_targets)
             elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
             elements = classify(elt, comp_vars)
-            rates = frozenset(comprehension_rate_vars(expr.for_in))
+            rates = frozenset(comprehension_vars(expr.for_in, rate_targets))
             found.repeated += [dataclasses.replace(e, rate_vars=rates) for e in elements]
             found.count = _literal_count(expr.for_in)
             found.pattern = {cst.ListComp: "comprehension", cst.GeneratorExp: "generator"}.get(
@@ -118,7 +118,7 @@ class ContainerSites:
                 found.pattern = "sequential-star"
         elif (pairs := self._named_pairs(expr)) is not None:
             # `nn.Sequential(OrderedDict([(f"layer{i}", Block(..)) for i in ..]))`: the values repeat.
-            pairs_vars = int_vars | comprehension_int_vars(pairs.for_in)
+            pairs_vars = int_vars | comprehension_vars(pairs.for_in, int_targets)
             assert isinstance(pairs.elt, cst.Tuple)
             found.repeated += classify(pairs.elt.elements[1].value, pairs_vars)
             found.pattern = "ordered-dict"

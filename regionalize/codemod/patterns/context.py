@@ -11,7 +11,7 @@ from libcst.metadata import CodePosition, PositionProvider
 
 from regionalize.codemod import int_fixes, parse_spans, prescan
 from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.patterns.ints import int_targets, rate_targets
+from regionalize.codemod.patterns.ints import Targets, int_targets, rate_targets
 from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
 from regionalize.shared.options import Options
 from regionalize.shared.sites import CODES, Site
@@ -104,19 +104,18 @@ class Context(cst.CSTVisitor):
         self.statements.pop()
 
     def loop_int_vars(self) -> set[str]:
-        names: set[str] = set()
-        for loop in self.loops:
-            if isinstance(loop, cst.For):
-                names |= int_targets(loop.target, loop.iter)
-        return names
+        return self._loop_vars(int_targets)
 
     def loop_rate_vars(self) -> frozenset[str]:
         """The enclosing loops' variables that take a rate (`for r in dpr:`)."""
+        return frozenset(self._loop_vars(rate_targets))
+
+    def _loop_vars(self, targets: Targets) -> set[str]:
         names: set[str] = set()
         for loop in self.loops:
             if isinstance(loop, cst.For):
-                names |= rate_targets(loop.target, loop.iter)
-        return frozenset(names)
+                names |= targets(loop.target, loop.iter)
+        return names
 
     # -- name resolution --------------------------------------------------------------------------
     def dotted(self, expr: cst.BaseExpression) -> str | None:

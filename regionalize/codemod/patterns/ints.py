@@ -4,6 +4,7 @@ variables that take a per-block rate, and the arguments that carry one (RGZ202).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -24,10 +25,14 @@ def int_targets(target: cst.BaseExpression, iterable: cst.BaseExpression) -> set
     return set()
 
 
-def comprehension_int_vars(for_in: cst.CompFor | None) -> set[str]:
+Targets = Callable[[cst.BaseExpression, cst.BaseExpression], set[str]]
+
+
+def comprehension_vars(for_in: cst.CompFor | None, targets: Targets) -> set[str]:
+    """The names `targets` finds in each `for` of a comprehension (`int_targets`, `rate_targets`)."""
     names: set[str] = set()
     while for_in is not None:
-        names |= int_targets(for_in.target, for_in.iter)
+        names |= targets(for_in.target, for_in.iter)
         for_in = for_in.inner_for_in
     return names
 
@@ -51,14 +56,6 @@ def rate_targets(target: cst.BaseExpression, iterable: cst.BaseExpression) -> se
         and isinstance(values, (cst.Name, cst.Attribute, cst.Subscript))
         and _LOOP_RATE.search(cst.Module([]).code_for_node(values).lower())
     }
-
-
-def comprehension_rate_vars(for_in: cst.CompFor | None) -> set[str]:
-    names: set[str] = set()
-    while for_in is not None:
-        names |= rate_targets(for_in.target, for_in.iter)
-        for_in = for_in.inner_for_in
-    return names
 
 
 def int_args(call: cst.Call, int_vars: set[str]) -> tuple[frozenset[int], frozenset[str], tuple[str, ...]]:
