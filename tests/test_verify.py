@@ -902,3 +902,19 @@ def test_the_table_counts_cuda_graphs_only_where_a_device_counted_them() -> None
     result["accounting"]["regional"] |= {"cuda_graphs_captured": 2, "cuda_graphs_replayed": 62}
     (line,) = [line for line in render._compile(result) if "CUDA graphs" in line]
     assert re.fullmatch(r" +CUDA graphs captured / replayed +- +2 / 62", line)
+
+
+def test_an_owner_of_an_older_vendored_runtime_keeps_its_state_in_a_dict_and_is_still_named() -> None:
+    """A package rewritten by an earlier release keeps its copy, whose owners hold a dict of string keys."""
+
+    class Fallen(torch.nn.Module):
+        pass
+
+    class Alone(torch.nn.Module):
+        pass
+
+    fallen, alone = Fallen(), Alone()
+    fallen.__dict__["_regionalize_owner"] = {"blocks": [], "kwargs": {}, "why": "x", "unreused": True}
+    alone.__dict__["_regionalize_owner"] = {"blocks": [], "kwargs": {}, "alone": True, "gone": 1}
+    forms = accounting.served_forms(torch.nn.Sequential(fallen, alone))
+    assert forms == {"Fallen": "per block, x", "Alone": served.ALONE}

@@ -20,6 +20,7 @@ import torch
 from torch._dynamo import utils as dynamo_utils
 
 from regionalize.bench.served import ALONE, PROMPT, STATIC
+from regionalize.runtime.state import _RegionalizeOwner
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
@@ -146,7 +147,7 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
     <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
     forms = {}
     for module in model.modules():
-        state = module.__dict__.get("_regionalize_owner")  # the runtime's `_RegionalizeOwner`
+        state = _owner(module.__dict__.get("_regionalize_owner"))
         if state is not None:
             why, kv = state.why, state.kv
             if why is not None:
@@ -162,6 +163,17 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
             forms[type(module).__name__] = served
     return forms
+
+
+def _owner(state: object) -> _RegionalizeOwner | None:
+    """An owner's `_RegionalizeOwner`; read from the dict a vendored copy of runtime 23 or older keeps."""
+    if not isinstance(state, dict):
+        return state  # type: ignore[return-value]
+    owner = _RegionalizeOwner([], {}, False)
+    for name, value in state.items():
+        if name in _RegionalizeOwner.__slots__:
+            setattr(owner, name, value)
+    return owner
 
 
 def _fill(account: GraphAccount, counters: dict, metrics: list) -> None:
