@@ -1,10 +1,15 @@
-"""Walking Python's `ast` trees, which the codemod does many times over each file before any LibCST work."""
+"""Walking Python's `ast` trees, which the codemod does many times over each file before any LibCST work,
+and LibCST's trees, which it visits once per piece."""
 
 from __future__ import annotations
 
 import ast
 import bisect
 import re
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import libcst as cst
 
 
 def walk(node: ast.AST) -> list[ast.AST]:
@@ -86,3 +91,42 @@ def segment(lines: list[str], node: ast.expr) -> str:
         return lines[first].encode()[start:end].decode()
     inner = "".join(lines[first + 1 : last])
     return lines[first].encode()[start:].decode() + inner + lines[last].encode()[:end].decode()
+
+
+class FastDispatch:
+    """A LibCST visitor's dispatch, found once per node type instead of by name at every node.
+
+    LibCST looks up `visit_<Type>`, `leave_<Type>` and, for each child attribute, `visit_<Type>_<attr>` and
+    `leave_<Type>_<attr>` by building the name and calling `getattr` at every node: in a bulk run over the
+    transformers models that was a fifth of the finder's walks. The codemod's visitors define no attribute
+    visits, so those are skipped; a class that does define one must not take this mixin
+    (`tests/test_nodes.py` checks the codemod's).
+    """
+
+    _found: ClassVar[dict[tuple[type, str, type], Callable[..., Any] | None]] = {}
+
+    def _method(self, prefix: str, node_type: type) -> Callable[..., Any] | None:
+        key = (type(self), prefix, node_type)
+        try:
+            method = FastDispatch._found[key]
+        except KeyError:
+            method = FastDispatch._found[key] = getattr(type(self), f"{prefix}{node_type.__name__}", None)
+        return method
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        method = self._method("visit_", type(node))
+        return method is None or method(self, node) is not False
+
+    def on_leave(self, original_node: cst.CSTNode, *updated: Any) -> Any:
+        method = self._method("leave_", type(original_node))
+        if not updated:  # a visitor's
+            if method is not None:
+                method(self, original_node)
+            return None
+        return updated[0] if method is None else method(self, original_node, updated[0])
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass

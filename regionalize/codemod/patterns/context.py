@@ -11,6 +11,7 @@ from libcst.metadata import CodePosition, PositionProvider
 
 from regionalize.codemod import int_fixes, parse_spans, prescan
 from regionalize.codemod.declarations import Declaration
+from regionalize.codemod.nodes import FastDispatch
 from regionalize.codemod.patterns.ints import Targets, int_targets, rate_targets
 from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
 from regionalize.shared.options import Options
@@ -27,7 +28,7 @@ SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
 
 
-class Context(cst.CSTVisitor):
+class Context(FastDispatch, cst.CSTVisitor):
     """Keeps the traversal state the patterns read; a subclass adds the visits that find the sites."""
 
     METADATA_DEPENDENCIES = (PositionProvider,)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from regionalize.codemod.nodes import FastDispatch
 from regionalize.codemod.patterns.context import Context
 from regionalize.codemod.patterns.model import Container, Edits, Element, blocks_of
 from regionalize.shared import helpers
@@ -134,7 +135,7 @@ def wrap(ctx: Context, element: Element) -> None:
         ctx.edits.needs_torch = True
 
 
-class Editor(cst.CSTTransformer):
+class Editor(FastDispatch, cst.CSTTransformer):
     """Applies the edits the finder planned, keyed by the original nodes; nothing else is touched."""
 
     def __init__(self, edits: Edits) -> None:

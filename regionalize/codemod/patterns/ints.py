@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from regionalize.codemod.nodes import FastDispatch
+
 
 def int_targets(target: cst.BaseExpression, iterable: cst.BaseExpression) -> set[str]:
     """Loop variables known to be integers: `for i in range(..)`, `for i, x in enumerate(..)`."""
@@ -114,7 +116,7 @@ _RATE = re.compile(r"drop|dpr|rate|prob|scale|init_value|gamma")
 _LOOP_RATE = re.compile(r"drop|dpr|prob|layer_scale|init_value")
 
 
-class _Subscripts(cst.CSTVisitor):
+class _Subscripts(FastDispatch, cst.CSTVisitor):
     def __init__(self, found: list[cst.Subscript]) -> None:
         self.found = found
 
@@ -122,7 +124,7 @@ class _Subscripts(cst.CSTVisitor):
         self.found.append(node)
 
 
-class _IntUses(cst.CSTVisitor):
+class _IntUses(FastDispatch, cst.CSTVisitor):
     def __init__(self, int_vars: set[str], used: set[str]) -> None:
         self.int_vars = int_vars
         self.used = used

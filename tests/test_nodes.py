@@ -1,0 +1,89 @@
+"""The codemod's LibCST dispatch (`nodes.FastDispatch`) visits as LibCST's own does."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import libcst as cst
+
+import regionalize.codemod
+from regionalize.codemod.nodes import FastDispatch
+
+SOURCE = """
+class Net(nn.Module):
+    def __init__(self, n):
+        self.layers = nn.ModuleList([Block(i) for i in range(n)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x, scale=[1, 2][0])
+        return x
+"""
+
+
+class _Plain(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.seen.append(f"name {node.value}")
+
+    def visit_Subscript(self, node: cst.Subscript) -> bool:
+        self.seen.append("subscript")
+        return False  # its children are not visited
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.seen.append("left call")
+
+
+class _Fast(FastDispatch, _Plain):
+    pass
+
+
+class _Renamer(cst.CSTTransformer):
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return (
+            updated_node.with_changes(value=updated_node.value.upper())
+            if updated_node.value == "x"
+            else updated_node
+        )
+
+
+class _FastRenamer(FastDispatch, _Renamer):
+    pass
+
+
+def test_a_visitor_sees_what_libcst_shows_it() -> None:
+    module = cst.parse_module(SOURCE)
+    plain, fast = _Plain(), _Fast()
+    module.visit(plain)
+    module.visit(fast)
+    assert fast.seen == plain.seen
+    assert "subscript" in fast.seen and "name self" in fast.seen
+
+
+def test_a_transformer_writes_what_libcst_writes() -> None:
+    module = cst.parse_module(SOURCE)
+    assert module.visit(_FastRenamer()).code == module.visit(_Renamer()).code
+    assert "X = layer(X" in module.visit(_FastRenamer()).code
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls, *(sub for direct in cls.__subclasses__() for sub in _subclasses(direct))]
+
+
+def test_no_codemod_visitor_defines_an_attribute_visit() -> None:
+    """FastDispatch skips `visit_<Type>_<attribute>` methods: none of the codemod's visitors may have one."""
+    for info in pkgutil.walk_packages(regionalize.codemod.__path__, "regionalize.codemod."):
+        importlib.import_module(info.name)
+    visitors = [c for c in _subclasses(FastDispatch) if c.__module__.startswith("regionalize.")]
+    assert len(visitors) >= 4  # the finder, the editor and the integer walks
+    for visitor in visitors:
+        own = {
+            name for cls in visitor.__mro__ if cls.__module__.startswith("regionalize.") for name in vars(cls)
+        }
+        for name in own:
+            prefix, _, rest = name.partition("_")
+            if prefix in ("visit", "leave") and rest and rest[0].isupper():
+                assert "_" not in rest, f"{visitor.__name__}.{name} would never be called"
