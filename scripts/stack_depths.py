@@ -16,8 +16,9 @@ the minor page faults a call took:
     python scripts/stack_depths.py --python /root/.pyenv/versions/3.11.7/bin/python \\
         --python .venvs/torch-2.14.1/bin/python [--models gpt-32 "qwen2-32 generate"] [--depths 136]
 
-writes docs/results/torch-versions/stack-depths.md and .json (`--render` writes the page again from the .json,
-measuring nothing). Never run it beside anything else.
+writes docs/results/torch-versions/stack-depths.md and .json, and a page of each run's depths under
+stack-depths/ (`--render` writes the pages again from the .json, measuring nothing). Never run it beside
+anything else.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -156,7 +158,8 @@ def main() -> None:
 
 
 def write(sitting: dict[str, Any], out: Path) -> None:
-    """docs/results/torch-versions/stack-depths.md and .json, from a sitting's figures."""
+    """docs/results/torch-versions/stack-depths.md (what each run found) and .json, from a sitting's
+    figures; each run's depths in a page of its own under stack-depths/."""
     runs = sitting["runs"]
     lines = [
         "# Time per call by depth of Python's stack\n",
@@ -164,24 +167,31 @@ def write(sitting: dict[str, Any], out: Path) -> None:
         f"{sitting['runtime']}, by `{sitting['command']}`: one "
         f"process per torch and model; at each depth the median of {sitting['calls']} calls of each form in "
         "turn (with `generate`, per token: (8 tokens - 1 token) / 7, in as many rounds), and the minor page "
-        "faults a call (a round) took. Ratios are the default rewrite's time against a full compile's.\n",
-        *(
-            f"- torch {r['versions']['torch']}, {r['model']}: {summary(r['rows'], _faults(r['model']))}."
-            for r in runs
-        ),
-        "",
-        "| torch | model | depth | full: ms, faults | default: ms, faults | default / full |",
-        "|---|---|---|---|---|---|",
+        "faults a call (a round) took. Ratios are the default rewrite's time against a full compile's. "
+        "Each run's depths are in the page linked from it.\n",
     ]
+    pages = out / "stack-depths"
+    if pages.exists():
+        shutil.rmtree(pages)
+    pages.mkdir(parents=True)
     for r in runs:
+        torch, model = r["versions"]["torch"], r["model"]
+        name = f"{torch.split('+')[0]}-{model.replace(' ', '-')}.md"
+        text = summary(r["rows"], _faults(model))
+        lines.append(f"- [torch {torch}, {model}](stack-depths/{name}): {text}.")
+        table = [
+            f"# Time per call by depth of Python's stack: torch {torch}, {model}\n",
+            f"From [stack-depths.md](../stack-depths.md) (measured on {sitting['measured']}): {text}.\n",
+            "| depth | full: ms, faults | default: ms, faults | default / full |",
+            "|---|---|---|---|",
+        ]
         for row in r["rows"]:
             full, default = row["full"], row["regional"]
-            lines.append(
-                f"| {r['versions']['torch']} | {r['model']} | {row['depth']} | {full['ms']:.2f}, "
-                f"{full['faults']:.0f} | {default['ms']:.2f}, {default['faults']:.0f} "
-                f"| {default['ms'] / full['ms']:.2f}x |"
+            table.append(
+                f"| {row['depth']} | {full['ms']:.2f}, {full['faults']:.0f} | {default['ms']:.2f}, "
+                f"{default['faults']:.0f} | {default['ms'] / full['ms']:.2f}x |"
             )
-    out.mkdir(parents=True, exist_ok=True)
+        (pages / name).write_text("\n".join(table) + "\n", encoding="utf-8")
     (out / "stack-depths.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "stack-depths.json").write_text(json.dumps(sitting, indent=1) + "\n", encoding="utf-8")
 

@@ -256,6 +256,14 @@ def test_relative_links_resolve(path: Path) -> None:
     assert not broken, f"{path.relative_to(ROOT)}: broken links {broken}"
 
 
+def test_no_page_is_over_400_lines() -> None:
+    """A page that long mixes topics: a guide is split by topic, a script's results by run."""
+    long = {
+        str(p.relative_to(ROOT)): n for p in markdown_files() if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert not long
+
+
 def test_link_check_can_fail(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n[a](missing.md) [b](#title) [c](#nowhere) `[d](code.md)`\n")
