@@ -56,6 +56,20 @@ def test_default_shows_diff_and_changes_nothing(model: Path) -> None:
     assert model.read_text(encoding="utf-8") == MODEL
 
 
+def test_a_form_feed_is_no_line_end_in_the_diff_or_the_site_lines(tmp_path: Path) -> None:
+    """Python ends lines at \\n and \\r only; `str.splitlines` also at a form feed (a page break)."""
+    path = tmp_path / "model.py"
+    path.write_text(MODEL.replace("\n\n\nclass", "\n\x0c\n\nclass"), encoding="utf-8")
+    code, out, _ = invoke(str(path))
+    assert code == 1
+    assert f"{path}:7:23: RGZ001" in out
+    assert "@@ -5,3 +5,5 @@" in out and "No newline" not in out
+    code, out, _ = invoke("--apply", str(path))
+    written = path.read_text(encoding="utf-8").split("\n")
+    assert written[1] == "\x0c"
+    assert [line.strip() for line in written[7:9]] == ["for block in self.layers:", "block.compile()"]
+
+
 def test_apply_writes_then_nothing_is_pending(model: Path) -> None:
     code, out, err = invoke("--apply", str(model))
     assert code == 0

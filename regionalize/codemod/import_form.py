@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 
 from regionalize.codemod import parse_spans
-from regionalize.codemod.nodes import any_within
+from regionalize.codemod.nodes import any_within, split_lines
 from regionalize.shared import helpers
 
 NAME = "regionalize"  # the module name the import form binds in a rewritten file
@@ -45,7 +45,7 @@ def to_internal(code: str) -> str:
     tree = _parse(code)
     if tree is None:
         return code  # the codemod's own parse reports it
-    lines = code.splitlines(keepends=True)
+    lines = split_lines(code)
     edits: list[_Edit] = []
     looped: set[int] = set()  # the lines of calls written as loops
     for node in ast.walk(tree):
@@ -77,7 +77,7 @@ def to_public(code: str, tree: ast.Module | None = None) -> tuple[str, ast.Modul
     tree = tree or _parse(code)
     if tree is None:
         return code, None
-    lines = code.splitlines(keepends=True)
+    lines = split_lines(code)
     collapsed: list[tuple[int, int, str]] = []
     inside: set[int] = set()  # the lines of loops made one call
     edits: list[_Edit] = []
@@ -100,7 +100,7 @@ def to_public(code: str, tree: ast.Module | None = None) -> tuple[str, ast.Modul
     code = _apply(lines, edits)
     if not collapsed:
         return code, tree
-    lines = code.splitlines(keepends=True)
+    lines = split_lines(code)
     for first, last, text in sorted(collapsed, reverse=True):
         lines[first - 1 : last] = [text]
     return "".join(lines), tree
@@ -228,7 +228,7 @@ def tree_from(code: str, before: ast.Module, first: int) -> ast.Module | None:
         return _parse(code)
     statement = body[kept]
     start = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
-    lines = code.splitlines(keepends=True)
+    lines = split_lines(code)
     tail = _parse("\n" * (start - 1) + "".join(lines[start - 1 :]))
     return None if tail is None else ast.Module(body=body[:kept] + tail.body, type_ignores=[])
 
@@ -314,7 +314,7 @@ def import_line(tree: ast.Module) -> int:
 def insert_line(code: str, at: int, text: str) -> str:
     """`code` with the line `text` inserted after its first `at` lines, ending as its lines end."""
     newline = "\r\n" if "\r\n" in code else "\n"
-    lines = code.splitlines(keepends=True)
+    lines = split_lines(code)
     lines[at:at] = [f"{text}{newline}"]
     return "".join(lines)
 

@@ -74,11 +74,16 @@ def any_within(lines: list[int], first: int, last: int) -> bool:
 
 
 def split_lines(source: str) -> list[str]:
-    """The lines as `ast.get_source_segment` splits them: at \\r\\n, \\r or \\n only, ends kept."""
+    """The lines as Python numbers them: split at \\r\\n, \\r or \\n only, ends kept. `str.splitlines`
+    also splits at form feeds and other separators, which some files hold in comments or on lines of their
+    own (page breaks): the lines after one would not be the lines `ast` and LibCST name."""
+    if _OTHER_BREAKS.search(source) is None:
+        return source.splitlines(keepends=True)
     return _LINE.findall(source)
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+_OTHER_BREAKS = re.compile(r"[\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def segment(lines: list[str], node: ast.expr) -> str:

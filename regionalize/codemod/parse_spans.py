@@ -8,7 +8,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from regionalize.codemod.nodes import Walked, any_within
+from regionalize.codemod.nodes import Walked, any_within, split_lines
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Span:
     def restore(self, text: str) -> str:
         if not self.indent:
             return text
-        return "".join(line if not line.strip() else self.indent + line for line in text.splitlines(True))
+        return "".join(line if not line.strip() else self.indent + line for line in split_lines(text))
 
 
 def pieces(

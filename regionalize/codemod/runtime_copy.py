@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from regionalize.codemod.nodes import split_lines
 from regionalize.shared.sites import label
 
 RUNTIME = Path(__file__).parents[1] / "runtime"  # regionalize/runtime
@@ -78,7 +79,7 @@ def runtime_text() -> str:
     bodies = []
     for part in PARTS:
         text = (RUNTIME / f"{part}.py").read_text(encoding="utf-8")
-        lines = text.splitlines(keepends=True)
+        lines = split_lines(text)
         statements = ast.parse(text).body
         for statement in statements:
             if isinstance(statement, ast.Import):
@@ -111,7 +112,7 @@ VERSION = version_of(runtime_text()) or 0
 def _sections() -> dict[str, _Section]:
     """The runtime's top-level statements by name, an import by `import NAME`, each with what it needs."""
     text = runtime_text()
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
     found: dict[str, _Section] = {}
     for statement in ast.parse(text).body:
         body = "".join(lines[_start(statement, lines) - 1 : statement.end_lineno])
@@ -293,6 +294,6 @@ def import_dots(path: Path, root: Path) -> str:
 
 
 def _insert(code: str, at: int, text: str) -> str:
-    lines = code.splitlines(keepends=True)
+    lines = split_lines(code)
     lines[at:at] = [text]
     return "".join(lines)

@@ -33,7 +33,7 @@ from regionalize.codemod import (
     prescan,
 )
 from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.nodes import Walked
+from regionalize.codemod.nodes import Walked, split_lines
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.containers import ContainerSites
 from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, SKIP_COMMENT, Context
@@ -106,7 +106,7 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
     except (ValueError, MemoryError, RecursionError) as exc:
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
-    original, lines = tree, source.splitlines(keepends=True)
+    original, lines = tree, split_lines(source)
     outside = _packages(options).lookup(path) if path else prescan.nothing
     declared = partial(_packages(options).declared, path) if path else _undeclared
     found = _compile_containers(tree, lines, options, outside, declared)
@@ -119,7 +119,7 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         # same decisions: a forward holds no container site), and the sites keep the original lines.
         merged = _with_fixes(found, fixes, lines, options)
         if merged is None:  # a fix inside a rewritten piece: the containers are compiled in the fixed text
-            lines = fixes.apply(lines).splitlines(keepends=True)
+            lines = split_lines(fixes.apply(lines))
             try:
                 tree = ast.parse("".join(lines))
             except SyntaxError as exc:  # a bug of ours, as below
@@ -258,7 +258,7 @@ def _with_fixes(found: _Pass, fixes: int_fixes.Plan, lines: list[str], options: 
         found = dataclasses.replace(again, holders=found.holders, pieces=found.pieces, parsed=found.parsed)
     code = fixes.apply(lines, [(span.start, span.end, text) for span, text in found.replaced])
     changed = [line for line in (found.first_changed, fixes.first_line()) if line]
-    return dataclasses.replace(found, lines=code.splitlines(keepends=True), first_changed=min(changed))
+    return dataclasses.replace(found, lines=split_lines(code), first_changed=min(changed))
 
 
 _MAX_LEVELS = 6
@@ -323,7 +323,7 @@ def _holders_of(options: Options, file: Path) -> frozenset[str]:
     if not might_have_sites(source, options):
         return frozenset()
     packages = _packages(options)
-    lines = source.splitlines(keepends=True)
+    lines = split_lines(source)
     found = _compile_containers(tree, lines, options, packages.lookup(file), partial(packages.declared, file))
     return frozenset() if isinstance(found, TransformResult) else found.holders
 

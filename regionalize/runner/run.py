@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from regionalize.codemod import runtime_copy
+from regionalize.codemod.nodes import split_lines
 from regionalize.codemod.transform import might_have_sites, transform_source
 from regionalize.shared.options import Options
 from regionalize.shared.sites import FileReport, label, shown
@@ -134,8 +135,8 @@ def _rewrite(report: FileReport, source: SourceFile, path: str | None, job: Job)
 
 def unified_diff(path: str, before: str, after: str) -> str:
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
+        split_lines(before),
+        split_lines(after),
         f"a/{shown(path)}",
         f"b/{shown(path)}",
     )

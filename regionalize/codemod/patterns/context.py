@@ -11,7 +11,7 @@ from libcst.metadata import CodePosition, PositionProvider
 
 from regionalize.codemod import int_fixes, parse_spans, prescan
 from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.nodes import FastDispatch
+from regionalize.codemod.nodes import FastDispatch, split_lines
 from regionalize.codemod.patterns.ints import Targets, int_targets, rate_targets
 from regionalize.codemod.patterns.model import Edits, Scope, dotted_name
 from regionalize.shared.options import Options
@@ -46,7 +46,7 @@ class Context(FastDispatch, cst.CSTVisitor):
         self.options = options
         self.facts = facts
         self.span = span
-        self.lines = text.splitlines()  # the text parsed: what `module.code` would generate again
+        self.lines = split_lines(text)  # the text parsed: what `module.code` would generate again
         self.sites: list[Site] = []
         self.edits = edits
         self.scopes: list[Scope] = []
