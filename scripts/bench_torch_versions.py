@@ -19,11 +19,12 @@ the depths).
     python scripts/bench_torch_versions.py --python .venvs/torch-2.11.0/bin/python \\
         --python .venvs/torch-2.13.0/bin/python --python .venvs/torch-2.14.1/bin/python
 
-writes docs/results/torch-versions/versions.md and versions.json. With `--update` it measures the torches
-given and keeps the other torches' rows of versions.json, each row naming the date and runtime it was
-measured with (after a change of the runtime that only one torch takes). The models are 32 layers: the forward
-benchmark's GPT-style stack and transformers' Llama (one forward, no cache), and transformers' Llama and
-Qwen2 decoders from scripts/bench_decode.py (greedy generation with a `DynamicCache`). Never run it
+writes docs/results/torch-versions/versions.md and versions.json, after each torch (a run stopped keeps the
+torches it finished). With `--update` it measures the torches given and keeps the other torches' rows of
+versions.json, each row naming the date and runtime it was measured with (after a change of the runtime
+that only one torch takes). The models are 32 layers: the forward benchmark's GPT-style stack and
+transformers' Llama (one forward, no cache), and transformers' Llama and Qwen2 decoders from
+scripts/bench_decode.py (greedy generation with a `DynamicCache`). Never run it
 beside anything else: on 2 cores another job's threads move every figure.
 """
 
@@ -328,6 +329,14 @@ def main() -> None:
                 else:
                     by_form[form]["ms"] = steady[form]
         runs.append(found)
+        write(runs, args)  # each torch's rows as soon as they are measured: a run stopped keeps them
+    if args.render:
+        write(runs, args)
+
+
+def write(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """versions.md and versions.json from the runs measured (with `--update` or `--render`, and the other
+    torches' runs of the last versions.json)."""
     args.out.mkdir(parents=True, exist_ok=True)
     if args.update or args.render:
         runs = kept(args.out, runs)
