@@ -8,7 +8,7 @@ import pkgutil
 import libcst as cst
 
 import regionalize.codemod
-from regionalize.codemod.nodes import FastDispatch
+from regionalize.codemod.nodes import FastDispatch, split_lines
 
 SOURCE = """
 class Net(nn.Module):
@@ -87,3 +87,12 @@ def test_no_codemod_visitor_defines_an_attribute_visit() -> None:
             prefix, _, rest = name.partition("_")
             if prefix in ("visit", "leave") and rest and rest[0].isupper():
                 assert "_" not in rest, f"{visitor.__name__}.{name} would never be called"
+
+
+def test_lines_end_where_python_ends_them() -> None:
+    """At \\r\\n, \\r and \\n only: a form feed, \\x1c or \\u2028 stays inside its line, as for `ast`."""
+    for text in ("a\n\x0cb\r\nc", "x\u2028y\n\x85z", "plain\ntext\n", "é\x1c\rend"):
+        lines = split_lines(text)
+        assert "".join(lines) == text
+        assert len(lines) == len(text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n"))
+    assert split_lines("a\n\x0cb\n") == ["a\n", "\x0cb\n"]

@@ -77,13 +77,15 @@ def split_lines(source: str) -> list[str]:
     """The lines as Python numbers them: split at \\r\\n, \\r or \\n only, ends kept. `str.splitlines`
     also splits at form feeds and other separators, which some files hold in comments or on lines of their
     own (page breaks): the lines after one would not be the lines `ast` and LibCST name."""
-    if _OTHER_BREAKS.search(source) is None:
+    # Each `in` is a memchr; a regex's character class scanned the text several times slower.
+    if not any(c in source for c in "\v\f\x1c\x1d\x1e") and (
+        source.isascii() or not any(c in source for c in "\x85\u2028\u2029")
+    ):
         return source.splitlines(keepends=True)
     return _LINE.findall(source)
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
-_OTHER_BREAKS = re.compile(r"[\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def segment(lines: list[str], node: ast.expr) -> str:
