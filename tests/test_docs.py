@@ -264,6 +264,11 @@ def test_no_page_is_over_400_lines() -> None:
     assert not long
 
 
+def test_the_readme_is_a_landing_page() -> None:
+    """What it does, the two commands, before and after, what to expect, how to check: the rest is linked."""
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 120
+
+
 def test_link_check_can_fail(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n[a](missing.md) [b](#title) [c](#nowhere) `[d](code.md)`\n")

@@ -122,11 +122,12 @@ def test_the_depth_scan_counts_the_faults_a_full_compile_took_too_against_neithe
     assert done.returncode == 0
     page = (tmp_path / "stack-depths.md").read_text(encoding="utf-8")
     assert (
-        "- torch 2.13.0, gpt-32: a page fault a block more than a full compile at 1 of 3 depths (0): "
-        "1.25x to 1.25x a full compile's time; elsewhere a median of 1.02x; over every depth a median of "
-        "1.05x, at most 1.25x." in page
+        "- [torch 2.13.0, gpt-32](stack-depths/2.13.0-gpt-32.md): a page fault a block more than a full "
+        "compile at 1 of 3 depths (0): 1.25x to 1.25x a full compile's time; elsewhere a median of 1.02x; "
+        "over every depth a median of 1.05x, at most 1.25x." in page
     )
-    assert "| 2.13.0 | gpt-32 | 2 | 9.00, 300 | 9.00, 310 | 1.00x |" in page
+    depths = (tmp_path / "stack-depths" / "2.13.0-gpt-32.md").read_text(encoding="utf-8")
+    assert "| 2 | 9.00, 300 | 9.00, 310 | 1.00x |" in depths
 
 
 def test_the_depth_scan_renders_no_page_from_a_missing_json_with_one_error_line(tmp_path: Path) -> None:
