@@ -5,7 +5,7 @@
 Builds transformers' BEiT with 24 layers and `drop_path_rate=0.1` (docs/results/forward/models.py, random
 weights) and times its first call in fresh processes, each form with its own Inductor cache folder: once
 cold (an empty cache), then `--repeats` hot restarts (the cache the cold one left), interleaved. The forms:
-a full `torch.compile`, `regionalize.compile_regions` as runtime 23 serves it (the owner in pieces), and
+a full `torch.compile`, `regionalize.compile_regions` as the runtime serves it (the owner in pieces), and
 the same with the float check turned off (a region traced a block, runtime 22's form). Then one hot
 restart of the full compile and of the pieces under cProfile. Writes docs/results/forward/restart-profile.md
 with the date, machine and versions. About 5 minutes on 2 CPU cores.
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "forward" / "restart-profile.md"
@@ -109,7 +111,8 @@ def main() -> None:
         f"{transformers.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
         f"({platform.machine()}). First call in fresh processes, each form with its own Inductor cache: "
         f"cold once, then {repeats} hot restarts interleaved (median). *Regions*: the owner with a region "
-        "traced a block (runtime 22's form); *pieces*: runtime 23's; *full*: `torch.compile` of the model.",
+        f"traced a block (runtime 22's form); *pieces*: runtime {VERSION}'s; *full*: `torch.compile` of the "
+        "model.",
         "",
         "| form | cold | hot (median) | hot runs | hot against full |",
         "|---|--:|--:|---|--:|",

@@ -1,7 +1,8 @@
 """On a torch that reuses no traced region (2.11), and for blocks that differ in float constants: the owner
 traced whole, its graph compiled in pieces, one per block and one per stretch between blocks, each distinct
-piece once; in CUDA graphs a call is one CUDA graph of them all."""
+piece once (a short stretch runs as traced); in CUDA graphs a call is one CUDA graph of them all."""
 
+import operator
 import threading
 
 import torch
@@ -22,6 +23,9 @@ from .threads import _regionalize_graphing
 # Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
 # making room for a new one: transformers' `generate` makes a new StaticCache every call.
 _regionalize_graph_limit = 8
+# The most ops of a stretch between blocks run as traced rather than compiled: an embedding, a patch
+# embedding (6 ops), a final norm (8). Figures: docs/results/forward/stochastic-depth.md.
+_regionalize_traced_ops = 8
 
 
 def _regionalize_pieces(classes, state, mode, options):
@@ -40,10 +44,14 @@ def _regionalize_pieces(classes, state, mode, options):
     pieces = {}
 
     def backend(graph, example_inputs):
-        split = _regionalize_split(graph, classes)
-        mutated, ungraphable = _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options)
+        split, blocks = _regionalize_split(graph, classes)
+        a_call = len(list(split.children()))
+        run = _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, options)
+        mutated, ungraphable, traced = run
         compiled = sum(map(len, pieces.values()))
-        state.pieces = f"{len(list(split.children()))} a call, {compiled} compiled in all"
+        state.pieces = f"{a_call} a call, {compiled} compiled in all" + (
+            f", {traced} run as traced" if traced else ""
+        )
         always = mode in _regionalize_graph_modes
         return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable, always)
 
@@ -51,9 +59,10 @@ def _regionalize_pieces(classes, state, mode, options):
 
 
 def _regionalize_split(graph, classes):
-    """`graph` split in order: a piece per stretch of nodes inside one block, or outside all."""
+    """`graph` split in order: a piece per stretch of nodes inside one block, or outside all. Returns the
+    split graph and the names of its pieces inside a block."""
     names = {f"{c.__module__}.{c.__qualname__}" for c in classes}
-    segment, last, parts = 0, (), {}
+    segment, last, parts, blocks = 0, (), {}, set()
     for node in graph.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
@@ -61,20 +70,24 @@ def _regionalize_split(graph, classes):
         block = next((path for path, cls in stack if cls in classes or cls in names), None)
         if block != last:
             segment, last = segment + 1, block
+            if block is not None:
+                blocks.add(f"submod_{segment}")  # split_module's name for the piece
         parts[node] = segment
     split_module = _regionalize_inductor_pieces().split_module
-    return split_module(graph, None, parts.__getitem__, keep_original_order=True)
+    return split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
 
 
-def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
+def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
     """Compile `split`'s pieces in place, run on fake copies of `example_inputs` to learn each piece's
-    inputs; `pieces` maps what makes pieces alike to the compiled one. Returns the positions of the
-    inputs that the graph writes to (their fake copies' versions moved) and whether it holds an op that
-    a CUDA graph cannot replay (`Ungraphable`)."""
+    inputs; `pieces` maps what makes pieces alike to the compiled one. A stretch outside the `blocks`
+    pieces of at most `_regionalize_traced_ops` ops runs as traced: Inductor's compile of it would cost
+    about a second on a CPU (a C++ build) and save next to nothing a call. Returns the positions of the
+    inputs that the graph writes to (their fake copies' versions moved), whether it holds an op that a
+    CUDA graph cannot replay (`Ungraphable`), and how many pieces run as traced."""
     tools = _regionalize_inductor_pieces()
     fake = tools.fake_mode(example_inputs)
     patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
-    ungraphable = []
+    ungraphable, traced = [], []
 
     class Ungraphable(tools.dispatch_mode):
         """Records ops a CUDA graph cannot replay as the call would run them: those that draw random
@@ -96,12 +109,19 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
             piece = getattr(self.module, target)
             with Ungraphable():
                 out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
-            key, symbols = _regionalize_piece_key(piece, args)
-            compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
-            if compiled is None:
-                compiled = tools.compile_fx(piece, list(args), config_patches=patches)
-                pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
-            setattr(self.module, target, _RegionalizePiece(compiled))
+            if target not in blocks and _regionalize_ops(piece) <= _regionalize_traced_ops:
+                traced.append(target)
+                compiled = piece.forward
+            else:
+                key, symbols = _regionalize_piece_key(piece, args)
+                compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
+                if compiled is None:
+                    compiled = tools.compile_fx(piece, list(args), config_patches=patches)
+                    pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
+            # A plain attribute where the piece was (the split graph's code calls `self.<target>(...)`):
+            # a module's call costs more than many a piece's work.
+            del self.module._modules[target]
+            self.module.__dict__[target] = compiled
             return out
 
     with fake:
@@ -110,7 +130,13 @@ def _regionalize_pieces_compiled(split, example_inputs, pieces, mode, options):
         versions = [x._version if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
     mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and x._version != versions[i]}
-    return mutated, bool(ungraphable)
+    return mutated, bool(ungraphable), len(traced)
+
+
+def _regionalize_ops(piece):
+    """The ops of `piece`: its calls, getting an item or a size of a tensor counted as none."""
+    calls = [n for n in piece.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    return sum(n.target not in (operator.getitem, "size", torch.ops.aten.sym_size.int) for n in calls)
 
 
 def _regionalize_draws(func, args, kwargs):
@@ -184,17 +210,6 @@ def _regionalize_alike(candidates, symbols, sizes):
         if all(hint(a) == hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
             return compiled
     return None
-
-
-class _RegionalizePiece(torch.nn.Module):
-    """A compiled piece where its `split_module` piece was."""
-
-    def __init__(self, compiled):
-        super().__init__()
-        self.compiled = compiled
-
-    def forward(self, *args):
-        return self.compiled(*args)
 
 
 class _RegionalizeGraphs:
