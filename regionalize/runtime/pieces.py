@@ -45,13 +45,13 @@ def _regionalize_pieces(classes, state, mode, options):
 
     def backend(graph, example_inputs):
         split, blocks = _regionalize_split(graph, classes)
-        a_call = len(list(split.children()))
-        run = _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, options)
-        mutated, ungraphable, traced = run
-        compiled = sum(map(len, pieces.values()))
-        state.pieces = f"{a_call} a call, {compiled} compiled in all" + (
-            f", {traced} run as traced" if traced else ""
+        a_call = len(list(split.children()))  # before the pieces replace the split's modules
+        mutated, ungraphable, traced = _regionalize_pieces_compiled(
+            split, blocks, example_inputs, pieces, mode, options
         )
+        compiled = sum(map(len, pieces.values()))
+        traced = f", {traced} run as traced" if traced else ""
+        state.pieces = f"{a_call} a call, {compiled} compiled in all{traced}"
         always = mode in _regionalize_graph_modes
         return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable, always)
 
@@ -134,9 +134,9 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
 
 
 def _regionalize_ops(piece):
-    """The ops of `piece`: its calls, getting an item or a size of a tensor counted as none."""
+    """The ops of `piece`, a piece of Dynamo's graph: its calls, an item or a size taken counted as none."""
     calls = [n for n in piece.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-    return sum(n.target not in (operator.getitem, "size", torch.ops.aten.sym_size.int) for n in calls)
+    return sum(n.target not in (operator.getitem, "size") for n in calls)
 
 
 def _regionalize_draws(func, args, kwargs):
