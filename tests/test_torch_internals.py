@@ -27,6 +27,7 @@ PROBES = (
     internals._regionalize_static_attribute,
     internals._regionalize_hook_dicts,
     internals._regionalize_inductor_pieces,
+    internals._regionalize_cpu_check,
 )
 
 
@@ -64,6 +65,7 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
     assert len(found["_regionalize_hook_dicts"][0]) == 4
     assert found["_regionalize_tracing_context"][0] is torch._guards.TracingContext.try_get
     assert found["_regionalize_inductor_pieces"][0] is not None
+    assert found["_regionalize_cpu_check"][0].name == "regionalize-cpu-check"
 
 
 def fallback(probe: Any, expected: Any, needs: str) -> None:
@@ -216,6 +218,38 @@ def test_without_inductors_pieces_the_probe_says_so(monkeypatch: pytest.MonkeyPa
     internals._regionalize_inductor_pieces.cache_clear()
     monkeypatch.setitem(sys.modules, "torch._inductor.compile_fx", None)
     fallback(internals._regionalize_inductor_pieces, None, "compiling in pieces")
+
+
+def test_the_cpu_check_runs_inductors_in_a_thread_which_leaves_it_cached() -> None:
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    valid_vec_isa_list.cache_clear()
+    thread = internals._regionalize_cpu_check()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert valid_vec_isa_list.cache_info().currsize == 1
+
+
+def test_without_inductors_cpu_check_none_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch._inductor.cpu_vec_isa", None)
+    fallback(internals._regionalize_cpu_check, None, "the CPU check ahead of compiling")
+
+
+@pytest.mark.parametrize(("backend", "started"), [("inductor", 1), ("eager", 0)])
+def test_an_owners_first_call_on_the_cpu_starts_the_cpu_check_once(
+    monkeypatch: pytest.MonkeyPatch, backend: str, started: int
+) -> None:
+    """Inductor's CPU check is started on the owner's first call, as Dynamo is about to trace, once, and
+    only where Inductor compiles for the CPU."""
+    calls = []
+    monkeypatch.setattr(owner, "_regionalize_cpu_check", lambda: calls.append(1))
+    Block, Model = model_classes()
+    model = Model().eval()
+    model.__dict__["_regionalize_owner"].kwargs["backend"] = backend
+    with torch.no_grad():
+        model(torch.randn(2, 8))
+        model(torch.randn(2, 8))
+    assert len(calls) == started
 
 
 def model_classes() -> tuple[type[torch.nn.Module], type[torch.nn.Module]]:

@@ -3,8 +3,10 @@ one module. What a capability needs is probed, never read from torch's version: 
 where it fails takes a fallback that keeps the model's results, with one warning."""
 
 import collections
+import contextlib
 import functools
 import inspect
+import threading
 import types
 import warnings
 
@@ -240,6 +242,29 @@ def _regionalize_inductor_pieces():
         fake_mode=lambda inputs: detect_fake_mode(inputs) or TracingContext.get().fake_mode,
         size_symbol=lambda index: make_symbol(size, index),
     )
+
+
+@functools.cache
+def _regionalize_cpu_check():
+    """Probe: Inductor's check of the vector instruction sets this CPU runs (`valid_vec_isa_list`), made
+    once a process before its first CPU kernel is compiled or loaded from the cache: it builds and loads a
+    small C++ program in subprocesses, about a second spent waiting on them (docs/form-hierarchical.md).
+    Started in a thread of its own on an owner's first call on the CPU, it waits while Dynamo traces, and
+    Inductor finds its answer cached. Fallback None: none started, Inductor checks when it compiles."""
+    try:
+        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+    except ImportError as error:
+        _regionalize_fallback("the CPU check ahead of compiling", error, "Inductor checks as it compiles")
+        return None
+
+    def check():
+        # An error here is Inductor's to raise: its own check, uncached, runs again and meets it.
+        with contextlib.suppress(Exception):
+            valid_vec_isa_list()
+
+    thread = threading.Thread(target=check, name="regionalize-cpu-check", daemon=True)
+    thread.start()
+    return thread
 
 
 def _regionalize_sym_expr(value):

@@ -14,6 +14,7 @@ from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
     _regionalize_compiling,
     _regionalize_counters,
+    _regionalize_cpu_check,
     _regionalize_inductor_pieces,
     _regionalize_traced,
 )
@@ -250,6 +251,10 @@ def _regionalize_owner_setup(owner, whole, graphs):
         whole = entry.args[1]
     if not state.settled:  # by the first call, every module of the model is built and set up
         state.settled = True
+        inductor = state.kwargs.get("backend", "inductor") == "inductor"
+        first = _regionalize_first(owner)
+        if inductor and first is not None and first[1].type == "cpu":
+            _regionalize_cpu_check()  # while Dynamo traces
         indexed = state.indexed
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
         kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
@@ -260,7 +265,6 @@ def _regionalize_owner_setup(owner, whole, graphs):
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         _regionalize_reusing[0] = _regionalize_reuses()
-        inductor = state.kwargs.get("backend", "inductor") == "inductor"
         # Without what compiling in pieces needs of torch's compiler, blocks compiled as with another backend.
         pieces = inductor and not _regionalize_reusing[0] and _regionalize_inductor_pieces() is not None
         if pieces:
