@@ -684,6 +684,22 @@ def test_click_command(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["options"]["backend"] == "eager"
 
 
+def test_skip_leaves_variants_out_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = [str(MODELS / "stack.py"), "--factory", "make", "--backend", "eager", "--no-cold-start"]
+    args += ["--skip", "per-block", "--skip", "dedup", "--json", str(out), "-q"]
+    result = CliRunner().invoke(verify_command, args)
+    assert result.exit_code == 0, result.output
+    found = json.loads(out.read_text())
+    left_out = "left out of this run by --skip"
+    assert found["skipped"]["per_block"] == found["skipped"]["full_dedup"] == left_out
+    assert found["steady_us"]["per_block"] is None and found["steady_us"]["full_dedup"] is None
+    assert found["steady_us"]["regional"] > 0 and found["steady_us"]["full"] > 0
+    assert "per_block" not in found["accounting"] and "regional" in found["accounting"]
+    refused = CliRunner().invoke(verify_command, [*args[:3], "--skip", "full"])
+    assert refused.exit_code == 2 and "'full' is not one of" in refused.output
+
+
 def test_the_command_imports_no_torch() -> None:
     code = "import sys, regionalize.verify, regionalize.cli.verify_command; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0

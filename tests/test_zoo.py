@@ -42,6 +42,7 @@ def write(folder: Path, text: str) -> Path:
         ("[model]\nname = 'a'\n", "no [[model]] entries"),
         ("[zoo]\n", "unknown table 'zoo'"),
         ("[[model]\n", "cannot read"),
+        ("[defaults]\nskip = ['full']\n", "skip must be a list of dedup, per-block, bypass"),
     ],
 )
 def test_a_bad_manifest_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -78,6 +79,7 @@ def test_entries_become_verify_arguments_relative_to_the_manifest(tmp_path: Path
         name = "restarted"
         factory = "make"
         starts = ["warm", "hot"]
+        skip = ["per-block", "dedup"]
         """,
     )
     llama, local, restarted = load(manifest)
@@ -96,7 +98,10 @@ def test_entries_become_verify_arguments_relative_to_the_manifest(tmp_path: Path
         "--device", "cpu", "--style", "wrap", "--no-fullgraph",
     ]  # fmt: skip
     assert local.timeout == 1800 and local.with_settings({"timeout": 5}).timeout == 5
-    assert restarted.verify_args(Path("r.json"))[4:7] == ["--quick", "--starts", "warm,hot"]
+    assert restarted.verify_args(Path("r.json"))[4:] == [
+        "--quick", "--starts", "warm,hot", "--device", "cpu", "--skip", "per-block", "--skip", "dedup",
+        "--style", "wrap", "--no-fullgraph",
+    ]  # fmt: skip
 
 
 HANG = """

@@ -13,6 +13,7 @@ Torch-free: the zoo runner only reads it and starts one `regionalize verify` pro
     factory = "models.py:llama"                            # as --factory; a .py path is relative too
     workload = "generate"
     regionalize = { guard-bypass = "filter" }              # as [tool.regionalize]
+    skip = ["per-block"]                                   # variants left out (--skip)
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ def _starts(value: Any) -> list[str]:
         raise ValueError(f"must be a list of {exc}") from None
 
 
+# The variants a run may leave out (`verify --skip`, a manifest's `skip`), by the flag's name for each
+# (`session.VARIANTS`' names): not the original, the full compile or the rewrite verified, which every
+# ratio is taken against.
+SKIPPABLE = {"dedup": "full_dedup", "per-block": "per_block", "bypass": "regional_bypass"}
+
+
+def _skip(value: Any) -> list[str]:
+    if not isinstance(value, list) or any(v not in SKIPPABLE for v in value):
+        raise ValueError(f"must be a list of {', '.join(SKIPPABLE)}")
+    return list(value)
+
+
 # Keys an entry (or [defaults]) may set, with their checks; spelled as the command-line flags.
 _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "timeout": config.positive_int,
@@ -74,6 +87,7 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "tokens": config.positive_int,
     "prompt-len": config.positive_int,
     "regionalize": _regionalize,
+    "skip": _skip,
 }
 _ENTRY_ONLY: dict[str, Callable[[Any], Any]] = {
     "name": config.string,
@@ -116,6 +130,8 @@ class Entry:
         for key in ("repeats", "device", "workload", "tokens", "prompt-len"):
             if key in s:
                 args += [f"--{key}", str(s[key])]
+        for variant in s.get("skip", ()):
+            args += ["--skip", variant]
         return args + _codemod_flags(s.get("regionalize", {}))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from regionalize.bench.manifest import SKIPPABLE
 from regionalize.bench.starts import checked
 from regionalize.cli import flags
 
@@ -148,6 +149,15 @@ model's status, a timeout or a crash counting as 2.
     type=click.IntRange(min=1),
     help="Seconds per manifest entry before it is killed and reported (overrides the manifest).",
 )
+@click.option(
+    "--skip",
+    "skip",
+    multiple=True,
+    type=click.Choice(list(SKIPPABLE)),
+    help="Leave a variant out of the run (repeatable): dedup, a full compile with Dynamo's graph "
+    "deduplication; per-block, the rewrite's --form per-block; bypass, its guard bypass. Its cells read "
+    "'-', and the report says it was left out.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr; the report alone.")
 @flags.codemod_options
 def verify(
@@ -169,6 +179,7 @@ def verify(
     manifest: str | None,
     out_dir: str | None,
     timeout: int | None,
+    skip: tuple[str, ...],
     **extra: Any,
 ) -> None:
     from regionalize.bench.progress import Progress
@@ -208,6 +219,7 @@ def verify(
         progress=Progress(quiet),
         quick=quick,
         starts=starts,
+        skip=tuple(SKIPPABLE[name] for name in skip),
     )
     sys.exit(code)
 

@@ -65,6 +65,7 @@ def run_verify(
     quick: bool = False,
     cache: str = "dynamic",
     starts: tuple[str, ...] | None = None,
+    skip: tuple[str, ...] = (),
 ) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
@@ -74,7 +75,8 @@ def run_verify(
     (`prompt_len` sizes the prompt when the factory gives none), with a cache of the kind `cache` names
     (`"dynamic"`, transformers' default, or `"static"`, its fixed-size one). `progress` reports each step
     as it starts; `quick` times one warm fresh process per variant and no cold ones; `starts` names the
-    kinds of fresh process to time (`starts.STARTS`; by default all, or with `quick` the warm one).
+    kinds of fresh process to time (`starts.STARTS`; by default all, or with `quick` the warm one); `skip`
+    names variants left out (`manifest.SKIPPABLE`'s values).
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
     from regionalize.bench.loading import Unchanged, VerifyError, resolve_target
@@ -111,6 +113,7 @@ def run_verify(
             generate,
             progress=progress,
             kinds=start_kinds(starts or (QUICK_STARTS if quick else STARTS)),
+            skip=skip,
         )
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:

@@ -58,10 +58,12 @@ def verify(
     generate: GenerateSpec | None = None,
     progress: Progress = QUIET,
     kinds: tuple[str, ...] = ("cold", "warm", "hot", "artifact"),
+    skip: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """All checks; raises VerifyError when the user's code cannot be imported, built or run.
 
-    `generate` verifies greedy generation instead of one forward (`--workload generate`).
+    `generate` verifies greedy generation instead of one forward (`--workload generate`); `skip` names
+    variants left out (`manifest.SKIPPABLE`'s values), reported as skipped.
     """
     device = resolve_device(device)
     result: dict[str, Any] = {
@@ -117,7 +119,7 @@ def verify(
         if result["rewrite_error"]:
             # A rewrite that raises has nothing to time; the traceback is the finding.
             return result
-        _performance(subject, result, progress)
+        _performance(subject, result, progress, skip)
         if cold_start:
             runnable = [name for name in compiled if name not in result["skipped"]]
             _compile_times(subject, factory, runnable, repeats, result, progress, kinds)
@@ -188,7 +190,7 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
 STEADY_ROUNDS = 15
 
 
-def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -> None:
+def _performance(subject: Subject, result: dict[str, Any], progress: Progress, skip: tuple[str, ...]) -> None:
     """Per variant in this process: Dynamo's accounting of the first call; then steady-state latency in
     interleaved rounds (one round of each variant in turn), so that drift of the machine (clock, other
     load) falls on every variant alike; the spread over the rounds is reported with the median."""
@@ -198,6 +200,9 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress) -
     ready: dict[str, Built] = {}
     for variant in VARIANTS:
         steady[variant.name] = None
+        if variant.name in skip:
+            skipped[variant.name] = "left out of this run by --skip"
+            continue
         if variant.name == "per_block" and not subject.options.hierarchical:
             skipped[variant.name] = "the rewrite verified is the per-block form"
             continue
