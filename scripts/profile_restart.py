@@ -4,11 +4,13 @@
 
 Builds transformers' BEiT with 24 layers and `drop_path_rate=0.1` (docs/results/forward/models.py, random
 weights) and times its first call in fresh processes, each form with its own Inductor cache folder: once
-cold (an empty cache), then `--repeats` hot restarts (the cache the cold one left), interleaved. The forms:
-a full `torch.compile`, `regionalize.compile_regions` as the runtime serves it (the owner in pieces), and
-the same with the float check turned off (a region traced a block, runtime 22's form). Then one hot
+cold (an empty cache), then `--repeats` hot restarts (the cache the cold one left), interleaved; each pays
+torch.compile's imports before its clock starts, as verify's do. The forms:
+a full `torch.compile`, `regionalize.compile_regions` as the runtime serves it (the owner in pieces), the
+same without Inductor's CPU check started ahead (runtime 24's), and the same with the float check turned
+off (a region traced a block, runtime 22's form). Then one hot
 restart of the full compile and of the pieces under cProfile. Writes docs/results/forward/restart-profile.md
-with the date, machine and versions. About 5 minutes on 2 CPU cores.
+with the date, machine and versions. About 7 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "forward" / "restart-profile.md"
-FORMS = ("full", "pieces", "regions")
+FORMS = ("full", "pieces", "unchecked", "regions")
 # What the profile shows of a restart: Dynamo's trace, the backend's compile (a cache load), the guards.
 SHOWN = (
     ("Dynamo's trace of the owner, the compile inside it", "symbolic_convert.py", "(run)"),
@@ -48,10 +50,15 @@ model, (pixels,) = models.beit_24(beit)
 if form == "full":
     model.compile()
 else:
+    import regionalize.runtime.owner as owner
     if form == "regions":
-        import regionalize.runtime.owner as owner
         owner._regionalize_constants = lambda blocks: None
+    if form == "unchecked":
+        owner._regionalize_cpu_check = lambda: None
     regionalize.compile_regions(model)
+# torch.compile's own imports paid before the clock by every form, as verify's workers do: a full
+# compile pays them as the model is built, the runtime at the owner's first call.
+torch.compile(lambda: None)
 prof = cProfile.Profile()
 start = time.perf_counter()
 if profile:
@@ -109,9 +116,11 @@ def main() -> None:
         f"Measured by `python scripts/profile_restart.py` on {datetime.date.today()}: transformers' BEiT, 24 "
         f"layers, `drop_path_rate=0.1`, batch 1, eval, no grad; torch {torch.__version__}, transformers "
         f"{transformers.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
-        f"({platform.machine()}). First call in fresh processes, each form with its own Inductor cache: "
+        f"({platform.machine()}). First call in fresh processes (torch.compile's imports paid before the "
+        "clock), each form with its own Inductor cache: "
         f"cold once, then {repeats} hot restarts interleaved (median). *Regions*: the owner with a region "
-        f"traced a block (runtime 22's form); *pieces*: runtime {VERSION}'s; *full*: `torch.compile` of the "
+        f"traced a block (runtime 22's form); *pieces*: runtime {VERSION}'s; *unchecked*: the same without "
+        "Inductor's CPU check started ahead in a thread (runtime 24's); *full*: `torch.compile` of the "
         "model.",
         "",
         "| form | cold | hot (median) | hot runs | hot against full |",
