@@ -243,8 +243,7 @@ def test_an_owners_first_call_on_the_cpu_starts_the_cpu_check_once(
     only where Inductor compiles for the CPU."""
     calls = []
     monkeypatch.setattr(owner, "_regionalize_cpu_check", lambda: calls.append(1))
-    Block, Model = model_classes()
-    model = Model().eval()
+    model = model_classes()[1]().eval()
     model.__dict__["_regionalize_owner"].kwargs["backend"] = backend
     with torch.no_grad():
         model(torch.randn(2, 8))
