@@ -252,8 +252,8 @@ def _regionalize_owner_setup(owner, whole, graphs):
     if not state.settled:  # by the first call, every module of the model is built and set up
         state.settled = True
         inductor = state.kwargs.get("backend", "inductor") == "inductor"
-        first = _regionalize_first(owner)
-        if inductor and first is not None and first[1].type == "cpu":
+        parameter = _regionalize_first(owner)  # its first parameter's (dtype, device), None without one
+        if inductor and parameter is not None and parameter[1].type == "cpu":
             _regionalize_cpu_check()  # while Dynamo traces
         indexed = state.indexed
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
