@@ -24,6 +24,8 @@ from torch_support import needs_reuse
 from regionalize.bench import accounting, served
 from regionalize.bench.accounting import GraphAccount, _fill, describe_reason
 from regionalize.bench.loading import VerifyError, resolve_target
+from regionalize.bench.manifest import SKIPPABLE
+from regionalize.bench.session import BY_NAME
 from regionalize.bench.timing import WorkerJob, options_to_json, run_worker
 from regionalize.cli.verify_command import verify as verify_command
 from regionalize.shared.options import Options
@@ -698,6 +700,11 @@ def test_skip_leaves_variants_out_and_says_so(tmp_path: Path) -> None:
     assert "per_block" not in found["accounting"] and "regional" in found["accounting"]
     refused = CliRunner().invoke(verify_command, [*args[:3], "--skip", "full"])
     assert refused.exit_code == 2 and "'full' is not one of" in refused.output
+
+
+def test_every_skippable_name_is_a_variant_verify_runs_and_none_is_a_ratios_base() -> None:
+    assert set(SKIPPABLE.values()) <= set(BY_NAME)
+    assert not {"eager", "full", "regional"} & set(SKIPPABLE.values())
 
 
 def test_the_command_imports_no_torch() -> None:
