@@ -5,7 +5,9 @@ Run on every torch CI tests (.ci/torch)."""
 from __future__ import annotations
 
 import inspect
+import subprocess
 import sys
+import textwrap
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -228,6 +230,32 @@ def test_the_cpu_check_runs_inductors_in_a_thread_which_leaves_it_cached() -> No
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert valid_vec_isa_list.cache_info().currsize == 1
+
+
+def test_the_cpu_checks_thread_imports_nothing() -> None:
+    """The check's imports are made on the caller's thread, since an import beside another thread's can
+    fail (setuptools edits `sys.meta_path` as it is imported). In a fresh process, where none is made yet;
+    the main thread waits, so what `sys.modules` gains while the check runs is the check's thread's."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import torch._inductor.cpu_vec_isa as isa
+        from regionalize.runtime import internals
+
+        check, gained = isa.valid_vec_isa_list, []
+
+        def watched():
+            before = set(sys.modules)
+            check()
+            gained.extend(sorted(set(sys.modules) - before))
+
+        isa.valid_vec_isa_list = watched
+        internals._regionalize_cpu_check().join(timeout=120)
+        print(gained)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_without_inductors_cpu_check_none_is_started(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ where it fails takes a fallback that keeps the model's results, with one warning
 import collections
 import contextlib
 import functools
+import importlib
 import inspect
 import threading
 import types
@@ -244,15 +245,32 @@ def _regionalize_inductor_pieces():
     )
 
 
+# The modules Inductor's CPU check imports as it runs, from 2.11 to 2.15 (tests/test_torch_internals.py
+# checks, on each torch, that the check's thread imports nothing more).
+_regionalize_cpu_check_imports = (
+    "torch._inductor.codecache",
+    "torch._inductor.cpp_builder",
+    "torch.utils.cpp_extension",
+    "torch.utils._filelock",
+)
+
+
 @functools.cache
 def _regionalize_cpu_check():
     """Probe: Inductor's check of the vector instruction sets this CPU runs (`valid_vec_isa_list`), made
     once a process before its first CPU kernel is compiled or loaded from the cache: it builds and loads a
     small C++ program in subprocesses, about a second spent waiting on them (docs/form-hierarchical.md).
     Started in a thread of its own on an owner's first call on the CPU, it waits while Dynamo traces, and
-    Inductor finds its answer cached. Fallback None: none started, Inductor checks when it compiles."""
+    Inductor finds its answer cached. Fallback None: none started, Inductor checks when it compiles.
+
+    What the check imports is imported here, on the caller's thread, so that the check's thread imports
+    nothing: an import running beside another thread's can fail. setuptools, which `cpp_extension` imports,
+    edits `sys.meta_path` while the other thread's import walks it (a ModuleNotFoundError, met in CI)."""
     try:
         from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+        for name in _regionalize_cpu_check_imports:
+            importlib.import_module(name)
     except ImportError as error:
         _regionalize_fallback("the CPU check ahead of compiling", error, "Inductor checks as it compiles")
         return None
