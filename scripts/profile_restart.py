@@ -7,10 +7,11 @@ weights) and times its first call in fresh processes, each form with its own Ind
 cold (an empty cache), then `--repeats` hot restarts (the cache the cold one left), interleaved; each pays
 torch.compile's imports before its clock starts, as verify's do. The forms:
 a full `torch.compile`, `regionalize.compile_regions` as the runtime serves it (the owner in pieces), the
-same without Inductor's CPU check started ahead (runtime 24's), and the same with the float check turned
-off (a region traced a block, runtime 22's form). Then one hot
-restart of the full compile and of the pieces under cProfile. Writes docs/results/forward/restart-profile.md
-with the date, machine and versions. About 7 minutes on 2 CPU cores.
+same without Inductor's CPU check started ahead, the same with the pieces' inputs learnt by a fake run
+(both as runtime 24 did), and the same with the float check turned off (a region traced a block, runtime
+22's form). Then one hot restart of the full compile and of the pieces under cProfile. Writes
+docs/results/forward/restart-profile.md with the date, machine and versions. About 9 minutes on 2 CPU
+cores.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "forward" / "restart-profile.md"
-FORMS = ("full", "pieces", "unchecked", "regions")
+FORMS = ("full", "pieces", "unchecked", "fake-run", "regions")
 # What the profile shows of a restart: Dynamo's trace, the backend's compile (a cache load), the guards.
 SHOWN = (
     ("Dynamo's trace of the owner, the compile inside it", "symbolic_convert.py", "(run)"),
     ("the backend: compiled code loaded from the cache", "output_graph.py", "(compile_and_call_fx_graph)"),
     ("AOTAutograd cache loads", "autograd_cache.py", "(try_load)"),
-    ("the pieces' own work: split, fake run, checks", "pieces.py", "(_regionalize_pieces_compiled)"),
+    ("the pieces compiled: their keys and cache loads", "pieces.py", "(_regionalize_pieces_compiled)"),
     ("building the guards", "_dynamo/guards.py", "(__init__)"),
 )
 
@@ -55,6 +56,9 @@ else:
         owner._regionalize_constants = lambda blocks: None
     if form == "unchecked":
         owner._regionalize_cpu_check = lambda: None
+    if form == "fake-run":
+        import regionalize.runtime.pieces as pieces
+        pieces._regionalize_recorded = lambda split: None
     regionalize.compile_regions(model)
 # torch.compile's own imports paid before the clock by every form, as verify's workers do: a full
 # compile pays them as the model is built, the runtime at the owner's first call.
@@ -120,8 +124,9 @@ def main() -> None:
         "clock), each form with its own Inductor cache: "
         f"cold once, then {repeats} hot restarts interleaved (median). *Regions*: the owner with a region "
         f"traced a block (runtime 22's form); *pieces*: runtime {VERSION}'s; *unchecked*: the same without "
-        "Inductor's CPU check started ahead in a thread (runtime 24's); *full*: `torch.compile` of the "
-        "model.",
+        "Inductor's CPU check started ahead in a thread; *fake-run*: the same with each piece's inputs "
+        "learnt by a run of the split graph on fake tensors, not taken from Dynamo's record; *full*: "
+        "`torch.compile` of the model.",
         "",
         "| form | cold | hot (median) | hot runs | hot against full |",
         "|---|--:|--:|---|--:|",

@@ -19,7 +19,7 @@ from torch_support import emulated, stand_in_gpu  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
-from regionalize.runtime import pieces  # noqa: E402
+from regionalize.runtime import internals, pieces  # noqa: E402
 from regionalize.runtime.state import _RegionalizeOwner  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
@@ -67,6 +67,67 @@ def compiled(model: nn.Module) -> tuple[Any, _RegionalizeOwner]:
     state = _RegionalizeOwner([], {}, direct=False)
     backend = pieces._regionalize_pieces({Block}, state, "reduce-overhead", {})
     return torch.compile(model, backend=backend, fullgraph=True), state
+
+
+def keys_recorded_and_run(model: nn.Module, x: Any) -> tuple[list[Any], list[Any]]:
+    """The key of each piece of `model`'s graph (`x` its batch dimension dynamic), from the inputs Dynamo
+    recorded and from a run on fake inputs."""
+    tools = internals._regionalize_inductor_pieces()
+    found: list[Any] = []
+
+    def backend(graph: Any, example_inputs: list[Any]) -> Any:
+        split, _ = pieces._regionalize_split(graph, {Block})
+        recorded = pieces._regionalize_recorded(split)
+        assert recorded is not None
+        found.append(
+            [
+                (target, pieces._regionalize_piece_key(getattr(split, target), args)[0])
+                for target, args in recorded
+            ]
+        )
+        ran = []
+
+        class Run(torch.fx.Interpreter):
+            def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+                ran.append((target, pieces._regionalize_piece_key(getattr(self.module, target), args)[0]))
+                return super().call_module(target, args, kwargs)
+
+        fake = tools.fake_mode(example_inputs)
+        with fake:
+            inputs = [
+                fake.from_tensor(x)
+                if isinstance(x, torch.Tensor) and not isinstance(x, tools.fake_tensor)
+                else x
+                for x in example_inputs
+            ]
+            Run(split).run(*inputs)
+        found.append(ran)
+        return graph
+
+    torch._dynamo.mark_dynamic(x, 0)
+    with torch.no_grad():
+        torch.compile(model, backend=backend, fullgraph=True)(x)
+    return found[0], found[1]
+
+
+def test_off_the_gpu_each_piece_takes_the_inputs_dynamo_recorded_which_a_fake_run_would_find() -> None:
+    """Off the GPU no fake run learns the pieces' inputs (a CUDA graph's needs, what the graph writes and
+    which ops it holds, are moot): Dynamo's record of them makes the same pieces alike, sizes symbolic."""
+    recorded, ran = keys_recorded_and_run(Stack(widths=(8, 8, 16, 16)).eval(), torch.randn(2, 3, 4))
+    assert recorded == ran and len(recorded) == 7
+    assert len({key for _, key in recorded}) == 5  # the two blocks of each width alike
+
+
+def test_a_piece_without_dynamos_record_of_its_inputs_learns_them_from_a_fake_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pieces, "_regionalize_recorded", lambda split: None)
+    torch.manual_seed(0)
+    model, x = Stack(widths=(8, 8, 16, 16)).eval(), torch.randn(2, 3, 4)
+    whole, state = compiled(model)
+    with torch.no_grad():
+        torch.testing.assert_close(whole(x), model(x))
+    assert state.pieces == "7 a call, 2 compiled in all, 3 run as traced"
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

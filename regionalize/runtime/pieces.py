@@ -78,16 +78,41 @@ def _regionalize_split(graph, classes):
 
 
 def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
-    """Compile `split`'s pieces in place, run on fake copies of `example_inputs` to learn each piece's
-    inputs; `pieces` maps what makes pieces alike to the compiled one. A stretch outside the `blocks`
-    pieces of at most `_regionalize_traced_ops` ops runs as traced: Inductor's compile of it would cost
-    about a second on a CPU (a C++ build) and save next to nothing a call. Returns the positions of the
-    inputs that the graph writes to (their fake copies' versions moved), whether it holds an op that a
-    CUDA graph cannot replay (`Ungraphable`), and how many pieces run as traced."""
+    """Compile `split`'s pieces in place; `pieces` maps what makes pieces alike to the compiled one. A
+    stretch outside the `blocks` pieces of at most `_regionalize_traced_ops` ops runs as traced: Inductor's
+    compile of it would cost about a second on a CPU (a C++ build) and save next to nothing a call. Returns
+    the positions of the inputs that the graph writes to, whether it holds an op that a CUDA graph cannot
+    replay (`Ungraphable`), and how many pieces run as traced. Each piece's inputs are those Dynamo
+    recorded; where a CUDA graph may replay the call, which needs the writes and the ops, or a piece lacks
+    them, the pieces run on fake copies of `example_inputs` instead, and learn them so."""
     tools = _regionalize_inductor_pieces()
     fake = tools.fake_mode(example_inputs)
     patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
-    ungraphable, traced = [], []
+    traced = []
+
+    def compiled(target, args):
+        piece = getattr(split, target)
+        if target not in blocks and _regionalize_ops(piece) <= _regionalize_traced_ops:
+            traced.append(target)
+            compiled = piece.forward
+        else:
+            key, symbols = _regionalize_piece_key(piece, args)
+            compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
+            if compiled is None:
+                compiled = tools.compile_fx(piece, list(args), config_patches=patches)
+                pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
+        # A plain attribute where the piece was (the split graph's code calls `self.<target>(...)`): a
+        # module's call costs more than many a piece's work.
+        del split._modules[target]
+        split.__dict__[target] = compiled
+
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    recorded = None if any(map(_regionalize_on_graph_device, tensors)) else _regionalize_recorded(split)
+    if recorded is not None:  # off the GPU: no CUDA graph, so neither the writes nor the ops matter
+        for target, args in recorded:
+            compiled(target, args)
+        return set(), False, len(traced)
+    ungraphable = []
 
     class Ungraphable(tools.dispatch_mode):
         """Records ops a CUDA graph cannot replay as the call would run them: those that draw random
@@ -106,22 +131,9 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
 
     class Compiling(torch.fx.Interpreter):
         def call_module(self, target, args, kwargs):
-            piece = getattr(self.module, target)
             with Ungraphable():
                 out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
-            if target not in blocks and _regionalize_ops(piece) <= _regionalize_traced_ops:
-                traced.append(target)
-                compiled = piece.forward
-            else:
-                key, symbols = _regionalize_piece_key(piece, args)
-                compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
-                if compiled is None:
-                    compiled = tools.compile_fx(piece, list(args), config_patches=patches)
-                    pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
-            # A plain attribute where the piece was (the split graph's code calls `self.<target>(...)`):
-            # a module's call costs more than many a piece's work.
-            del self.module._modules[target]
-            self.module.__dict__[target] = compiled
+            compiled(target, args)
             return out
 
     with fake:
@@ -131,6 +143,21 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
         Compiling(split).run(*inputs)
     mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and x._version != versions[i]}
     return mutated, bool(ungraphable), len(traced)
+
+
+def _regionalize_recorded(split):
+    """Each piece of `split` with its inputs as Dynamo recorded them while it traced (the example values
+    its placeholders keep, which the split copies from the graph's), in the order the pieces run; None
+    where a piece lacks one."""
+    recorded = []
+    for node in split.graph.nodes:
+        if node.op == "call_module":
+            placeholders = [n for n in getattr(split, node.target).graph.nodes if n.op == "placeholder"]
+            args = [n.meta.get("example_value") for n in placeholders]
+            if len(args) != len(node.args) or any(x is None for x in args):
+                return None
+            recorded.append((node.target, args))
+    return recorded
 
 
 def _regionalize_ops(piece):
