@@ -90,7 +90,7 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
     patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
     traced = []
 
-    def compiled(target, args):
+    def compile_piece(target, args):
         piece = getattr(split, target)
         if target not in blocks and _regionalize_ops(piece) <= _regionalize_traced_ops:
             traced.append(target)
@@ -110,7 +110,7 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
     recorded = None if any(map(_regionalize_on_graph_device, tensors)) else _regionalize_recorded(split)
     if recorded is not None:  # off the GPU: no CUDA graph, so neither the writes nor the ops matter
         for target, args in recorded:
-            compiled(target, args)
+            compile_piece(target, args)
         return set(), False, len(traced)
     ungraphable = []
 
@@ -133,7 +133,7 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
         def call_module(self, target, args, kwargs):
             with Ungraphable():
                 out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
-            compiled(target, args)
+            compile_piece(target, args)
             return out
 
     with fake:
