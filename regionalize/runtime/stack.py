@@ -2,6 +2,9 @@
 
 import sys
 
+# The stack slots an owner's call adds to its frame, 128 KiB: more than a chunk of 16 KiB holds.
+_regionalize_chunk_slots = 16384
+
 
 def _regionalize_fresh_stack(fn):
     """`fn`, its frame at the base of a chunk of Python's frame stack of its own, in which every frame of its
@@ -12,5 +15,5 @@ def _regionalize_fresh_stack(fn):
     one mapping a call, the slots never written. The figures: docs/results/torch-versions/stack-depths.md."""
     if sys.version_info >= (3, 11):
         code = fn.__code__
-        fn.__code__ = code.replace(co_stacksize=code.co_stacksize + 16384)
+        fn.__code__ = code.replace(co_stacksize=code.co_stacksize + _regionalize_chunk_slots)
     return fn
