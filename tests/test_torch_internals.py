@@ -8,6 +8,8 @@ import inspect
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -256,6 +258,31 @@ def test_the_cpu_checks_thread_imports_nothing() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_inductor_picks_its_instruction_set_after_the_cpu_check_not_beside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check changes an instruction set's flags while it tries them: a kernel Inductor built beside it
+    took them into its cache key. A compile's `pick_vec_isa` waits for the check's thread, then finds
+    Inductor's own function back in place."""
+    import torch._inductor.cpu_vec_isa as isa
+
+    runs: list[tuple[str, float, float]] = []
+
+    def slow_check() -> list[Any]:
+        start = time.perf_counter()
+        time.sleep(0.5)
+        runs.append((threading.current_thread().name, start, time.perf_counter()))
+        return []
+
+    monkeypatch.setattr(isa, "valid_vec_isa_list", slow_check)
+    internals._regionalize_cpu_check()
+    assert isa.pick_vec_isa() is isa.invalid_vec_isa  # the check found none
+    (checker, _, checked), (picker, picked, _) = runs
+    assert checker == "regionalize-cpu-check" and picker == threading.current_thread().name
+    assert picked >= checked
+    assert isa.valid_vec_isa_list is slow_check
 
 
 def test_without_inductors_cpu_check_none_is_started(monkeypatch: pytest.MonkeyPatch) -> None:

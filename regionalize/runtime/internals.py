@@ -265,8 +265,14 @@ def _regionalize_cpu_check():
 
     What the check imports is imported here, on the caller's thread, so that the check's thread imports
     nothing: an import running beside another thread's can fail. setuptools, which `cpp_extension` imports,
-    edits `sys.meta_path` while the other thread's import walks it (a ModuleNotFoundError, met in CI)."""
+    edits `sys.meta_path` while the other thread's import walks it (a ModuleNotFoundError, met in CI).
+
+    Until the check is done, Inductor's `pick_vec_isa` waits for it (`_regionalize_after_check`): the check
+    is not safe beside a compile. It adds `-mavx512bf16` to an instruction set's flags while it tries them,
+    and a kernel built meanwhile took that flag into its build and its cache key, so the first restart
+    built those kernels again (ConvNeXt restarted in 0.37x a full compile's time: form-hierarchical.md)."""
     try:
+        from torch._inductor import cpu_vec_isa
         from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
         for name in _regionalize_cpu_check_imports:
@@ -282,7 +288,25 @@ def _regionalize_cpu_check():
 
     thread = threading.Thread(target=check, name="regionalize-cpu-check", daemon=True)
     thread.start()
+    cpu_vec_isa.valid_vec_isa_list = _regionalize_after_check(cpu_vec_isa, valid_vec_isa_list, thread)
     return thread
+
+
+def _regionalize_after_check(module, checked, thread):
+    """`checked` (Inductor's `valid_vec_isa_list`, which `pick_vec_isa` looks up in `module` each call) as
+    it is once `thread` is done: the first call from another thread waits for it, then puts `checked` back."""
+
+    def after_check():
+        if threading.current_thread() is not thread:
+            thread.join()
+            module.valid_vec_isa_list = checked
+        return checked()
+
+    # What Inductor's cached function offers beside its call, for code that clears it while this waits.
+    for name in ("cache_clear", "cache_info"):
+        if hasattr(checked, name):
+            setattr(after_check, name, getattr(checked, name))
+    return after_check
 
 
 def _regionalize_sym_expr(value):

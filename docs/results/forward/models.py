@@ -59,3 +59,13 @@ def swin(m: ModuleType) -> Any:
     )
     pixels = torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(0))
     return m.SwinModel(config, add_pooling_layer=False).eval(), (pixels,)
+
+
+def convnext(m: ModuleType) -> Any:
+    """ConvNeXt's stages (3, 3, 9, 3 blocks), a drop-path rate a block: verified by hand, not in a manifest
+    (docs/form-hierarchical.md, Inductor's CPU check)."""
+    config = transformers.ConvNextConfig(
+        hidden_sizes=[32, 64, 128, 256], depths=[3, 3, 9, 3], drop_path_rate=0.1, image_size=64
+    )
+    pixels = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    return m.ConvNextModel(config).eval(), (pixels,)
