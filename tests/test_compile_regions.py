@@ -53,7 +53,7 @@ class Stage(nn.Module):
 
 
 class Stages(nn.Module):
-    """Swin-style: stages of blocks, the stages repeated too. The innermost level is compiled."""
+    """Swin-style: stages of blocks, the stages repeated too. The innermost level is made regions."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,11 +81,9 @@ def test_the_blocks_of_a_container_get_its_holder_as_owner() -> None:
     assert owners(model) == {"<model>": [f"layers.{i}" for i in range(4)]}
 
 
-def test_only_the_innermost_level_is_compiled() -> None:
-    assert owners(regionalize.compile_regions(Stages())) == {
-        "stages.0": ["stages.0.blocks.0", "stages.0.blocks.1", "stages.0.blocks.2"],
-        "stages.1": ["stages.1.blocks.0", "stages.1.blocks.1"],
-    }
+def test_the_innermost_level_is_made_regions_and_the_stages_holder_owns_them() -> None:
+    blocks = ["stages.0.blocks.0", "stages.0.blocks.1", "stages.0.blocks.2", "stages.1.blocks.0"]
+    assert owners(regionalize.compile_regions(Stages())) == {"<model>": [*blocks, "stages.1.blocks.1"]}
 
 
 def test_leaves_one_of_a_kind_and_a_bare_sequential() -> None:

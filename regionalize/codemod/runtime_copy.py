@@ -1,8 +1,8 @@
 """Where a rewritten file gets the runtime helpers it calls (`runtime/`, read as text: no torch here).
 
-The runtime is written in parts, one job each (`runtime/stack.py`, `state.py`, `owner.py`, `graphs.py`,
-`per_block.py`, `pieces.py`, `regions.py`, `nested.py`, `kv.py`, `static.py`, `fixes.py`, `bypass.py`), and a
-rewrite gets them joined into one module (`runtime_text`): the header and docstring of
+The runtime is written in parts, one job each (`runtime/stack.py`, `state.py`, `owner.py`, `outer.py`,
+`graphs.py`, `per_block.py`, `pieces.py`, `regions.py`, `nested.py`, `kv.py`, `static.py`, `fixes.py`,
+`bypass.py`), and a rewrite gets them joined into one module (`runtime_text`): the header and docstring of
 `runtime/__init__.py`, the parts' imports once, then each part's code, its imports of the other parts left
 out since they are one module then.
 
@@ -38,6 +38,7 @@ PARTS = (
     "threads",
     "state",
     "owner",
+    "outer",
     "constants",
     "around",
     "graphs",

@@ -1,4 +1,4 @@
-# regionalize runtime 26: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 27: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -29,6 +29,10 @@ values as tensors and returns the new ones, and the cache is written outside it,
 layer; the cache's length is marked dynamic from the first token, whose frame every token then shares.
 For a `StaticCache` (transformers' way to serve compiled) the region takes its layer's tensors, which
 transformers' own update writes in place.
+
+A module that holds stages, each the owner of its blocks (Swin's), takes their blocks and is compiled
+whole, one frame a call where there was one a stage (`outer.py`); where it cannot be compiled whole, the
+stages own their blocks again.
 
 A rewritten model calls it through the public API (`api.py`, `import regionalize`), which needs torch
 alone. With `--vendor` the codemod joins the other parts into one text and copies it into the package it

@@ -50,6 +50,8 @@ def compile_region(
     a block's class is traced once and its compiled code serves every block of the owner. In place:
     `state_dict` keys, `isinstance` and indexing stay as they are. A rewrite passes a container's blocks
     in one call (`compile_region(*self.layers, owner=self)`); 0.2.0's rewrites passed one block a call.
+    A block that owns blocks of its own (a stage) gives them to `owner` instead of becoming a region:
+    all the stages passed or none, given back where `owner` cannot be compiled whole (runtime/outer.py).
 
     `cache_index` names the integer attribute a block's cache update takes (`"layer_idx"`), so that each
     block's layer of a transformers cache is stood in for; `nested=False` compiles the owner whole without
@@ -68,9 +70,11 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
     """Compile the repeated blocks of a built `model` regionally, in place, as a rewrite of its source would,
     and return it: each module holding a `ModuleList`, `Sequential` or `ModuleDict` of blocks of one class
     is compiled whole, each block a nested region (`compile_region`). Only the innermost level of repeated
-    blocks is compiled, a block being a module with submodules of its own. Blocks whose forward takes a
-    transformers cache and that hold one `layer_idx` each have their cache layer stood in for; other such
-    blocks are compiled inside their owner without regions. `compile_kwargs` are `torch.compile`'s.
+    blocks is made regions, a block being a module with submodules of its own; where their owners are
+    stages of one class in a container, the module holding it owns all their blocks instead. Blocks whose
+    forward takes a transformers cache and that hold one `layer_idx` each have their cache layer stood in
+    for; other such blocks are compiled inside their owner without regions. `compile_kwargs` are
+    `torch.compile`'s.
 
     For a model whose source you can change, `regionalize --apply` writes the same calls, where a reviewer
     sees them, and also moves per-block integers out of the compiled regions (RGZ003, RGZ004).
@@ -84,19 +88,30 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
             if kv_param is not None and not indexed:
                 options["nested"] = False
             compile_region(block, owner=owner, **options, **compile_kwargs)
+    # Stages that own blocks, held by one module: it takes their blocks, one frame a call (runtime/outer.py).
+    for owner, containers in reversed(_holders(model)):  # the innermost first: a stage of stages is one
+        for container in containers:
+            for stages in _groups(container):
+                if all("_regionalize_owner" in stage.__dict__ for stage in stages):
+                    compile_region(*stages, owner=owner, **compile_kwargs)
     return model
+
+
+def _holders(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
+    """Each module with the containers it holds, outer modules first. A container is the place of blocks
+    and its holder their owner; a bare `Sequential` as the model is its own owner."""
+    owners = [(m, [c for c in m.children() if isinstance(c, _CONTAINERS)]) for m in model.modules()]
+    owners = [(m, held) for m, held in owners if held and not isinstance(m, _CONTAINERS)]
+    if isinstance(model, nn.Sequential):
+        owners.insert(0, (model, [model]))
+    return owners
 
 
 def _repeated_blocks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
     """Each owner with its blocks: the modules of one class, two or more, in a container the owner holds
-    (or in containers of such a container), that hold no repeated blocks themselves. A container is the
-    place of blocks and its holder their owner; a bare `Sequential` as the model is its own owner."""
-    owners = [(m, [c for c in m.children() if isinstance(c, _CONTAINERS)]) for m in model.modules()]
-    owners = [(m, held) for m, held in owners if held and not isinstance(m, _CONTAINERS)]
-    if isinstance(model, nn.Sequential):
-        owners.append((model, [model]))
+    (or in containers of such a container), that hold no repeated blocks themselves."""
     found, taken = [], set()  # a module shared by two containers is compiled once
-    for owner, containers in owners:
+    for owner, containers in _holders(model):
         for container in containers:
             for group in _groups(container):
                 group = [block for block in group if id(block) not in taken]

@@ -25,7 +25,9 @@ def _regionalize_handoff(owner, args, kwargs):
     (docs/results/serving/README.md)."""
     if not torch.compiler.is_compiling() or _regionalize_tracing[0]:  # not traced, or the owner's own trace
         return False
-    state = owner.__dict__["_regionalize_owner"]
+    state = owner.__dict__.get("_regionalize_owner")
+    if state is None:  # a stage whose blocks its outer owner took (`outer.py`): traced through
+        return False
     if _regionalize_opaque(state):
         return True
     if state.tracing != "flat" or not state.indexed:

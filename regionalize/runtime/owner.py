@@ -26,6 +26,12 @@ from .kv import (
     _regionalize_layer_idx,
 )
 from .nested import _regionalize_reuses, _regionalize_shape
+from .outer import (
+    _regionalize_holds_owners,
+    _regionalize_refuse,
+    _regionalize_take,
+    _regionalize_takes,
+)
 from .per_block import _regionalize_graph_modes, _regionalize_per_block
 from .pieces import _regionalize_pieces
 from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_reusing
@@ -66,10 +72,23 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
                 "guard_filter_fn": _regionalize_guard_filter,
             }
         state = owner.__dict__.get("_regionalize_owner")
+        direct = guard_bypass == "depyf"
+        inner = block.__dict__.get("_regionalize_owner")
+        if inner is None and _regionalize_holds_owners(block):  # a region would inline them
+            return _regionalize_refuse(owner, _regionalize_entry)
+        if inner is not None:  # a stage, the owner of blocks: an owner of owners (`outer.py`)
+            if not _regionalize_takes(owner, inner, compile_kwargs, direct):
+                return _regionalize_refuse(owner, _regionalize_entry)
+            _regionalize_take(owner, block, state or _RegionalizeOwner([], compile_kwargs, direct))
+            indexed = {id(held): attribute for held, attribute in inner.indexed}
+            bypass = "depyf" if direct else None
+            for held in inner.blocks:
+                attribute = indexed.get(id(held))
+                nested = id(held) not in indexed or attribute is not None
+                _regionalize_blocks(held, owner, nested, attribute, bypass, **compile_kwargs)
+            return None
         if state is None:
-            state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner(
-                [], compile_kwargs, guard_bypass == "depyf"
-            )
+            state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner([], compile_kwargs, direct)
         state.blocks.append(block)
         if not _regionalize_version:
             _regionalize_version.append(0)
@@ -223,11 +242,15 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     finally:
         _regionalize_tracing[0] = _regionalize_graphing[0] = False
     if state.why is not None:
+        instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
         warnings.warn(
-            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state.why}); "
-            "its blocks are compiled one by one instead",
+            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state.why}); {instead} instead",
             stacklevel=_regionalize_caller(),
         )
+        if state.inner:  # an owner of owners: each stage compiled whole at its call
+            _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)
+            if "_regionalize_owner" not in owner.__dict__:  # no blocks of its own
+                return owner._call_impl(*args, **kwargs)
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
         return out

@@ -17,6 +17,7 @@ class _RegionalizeOwner:
     first: list  # [its first parameter's (dtype, device)] once known, which may be None
     growing: bool  # a call handed a cache that holds keys
     indexed: list  # (block, cache attribute) of the blocks traced in its frame until its first call
+    inner: list  # (stage, its state, its entry) of the stages whose blocks it took (`outer.py`)
     kv: str | None  # why its blocks that update a cache are traced layer by layer in its frame
     kwargs: dict  # torch.compile's
     pieces: str | None  # in pieces: the pieces a call, and compiled in all
@@ -33,7 +34,7 @@ class _RegionalizeOwner:
 
     def __init__(self, blocks, kwargs, direct):
         self.blocks, self.kwargs, self.direct = blocks, kwargs, direct
-        self.indexed, self.first = [], []
+        self.indexed, self.first, self.inner = [], [], []
         self.tracing = True
         self.why = self.constants = self.kv = self.pieces = self.version = None
         self.alone = self.unreused = self.static = self.prompt = False

@@ -1,0 +1,53 @@
+"""An owner of owners: a module whose container holds stages, each stage the owner of its blocks (Swin's
+and ConvNeXt's stages), takes the stages' blocks and is compiled whole. A call is then one compiled frame
+where it was one a stage, and the code between the stages is compiled too (Swin, 2-core CPU: 1.32x a full
+compile's time a call with a frame a stage, 1.20x with one: docs/results/forward/call-profile.md).
+
+It takes every stage offered or none: a stage it cannot take, or a failure to compile it whole, makes the
+stages owners of their blocks again (`_regionalize_refuse`), as they were before it took them. Blocks of
+its own stay its own."""
+
+
+def _regionalize_takes(owner, inner, kwargs, direct):
+    """May `owner`, set up with `kwargs` and `direct`, take the blocks of the stage whose state is `inner`?
+    Not once the stage or the owner has run (their calls set them up), where the stage compiles its
+    blocks one by one or with other options, nor where the owner has refused a stage."""
+    if owner.__dict__.get("_regionalize_refused") or inner.settled or inner.why is not None:
+        return False
+    state = owner.__dict__.get("_regionalize_owner")
+    if state is not None and (state.settled or state.kwargs != kwargs or state.direct != direct):
+        return False
+    return inner.kwargs == kwargs and inner.direct == direct
+
+
+def _regionalize_take(owner, stage, state):
+    """Take `stage`'s state off it into `state`, the owner's: the stage runs inside the owner's frame."""
+    owner.__dict__["_regionalize_owner"] = state
+    state.inner.append((stage, stage.__dict__.pop("_regionalize_owner")))
+    stage._compiled_call_impl = None
+
+
+def _regionalize_refuse(owner, entry):
+    """`owner` takes no stage from now on, and those it took own their blocks again, their calls served by
+    `entry(stage, None)` (`_regionalize_entry`, the set-up at their first call). Without blocks of its
+    own it is a plain module again."""
+    owner.__dict__["_regionalize_refused"] = True
+    state = owner.__dict__.get("_regionalize_owner")
+    if state is None or not state.inner:
+        return
+    taken = {id(block) for _, inner in state.inner for block in inner.blocks}
+    for stage, inner in state.inner:
+        stage.__dict__["_regionalize_owner"] = inner
+        stage._compiled_call_impl = entry(stage, None)
+    state.inner = []
+    state.blocks = [block for block in state.blocks if id(block) not in taken]
+    state.indexed = [(block, attribute) for block, attribute in state.indexed if id(block) not in taken]
+    if not state.blocks:
+        del owner.__dict__["_regionalize_owner"]
+        owner._compiled_call_impl = None
+
+
+def _regionalize_holds_owners(module):
+    """Does `module`, offered as a block, hold owners of blocks (a UNet's down block holding transformer
+    models that own theirs)? Made a region, it would inline their blocks; it is left as it is."""
+    return any("_regionalize_owner" in m.__dict__ for m in module.modules() if m is not module)
