@@ -9,10 +9,10 @@ one process, and times its calls in rounds, the forms interleaved; `--processes`
 medians of all their rounds. Writes docs/results/forward/call-profile.md with the date, machine and
 versions. About 4 minutes on 2 CPU cores.
 
-The forms take apart what the default pays a call over a full compile: the code outside the owners
-(the patch embedding, the final norm), a compiled frame per stage rather than one, and inside those frames
-the blocks' regions and pieces and the runtime's entry (without its fresh chunk of Python's frame stack,
-which a form leaves out).
+The forms take apart what the default pays a call over a full compile: the code outside the owner (the
+patch embedding, the final norm), a compiled frame per stage rather than one (runtime 26's default, each
+stage its layers' owner), and inside the frame the blocks' regions and pieces and the runtime's entry
+(without its fresh chunk of Python's frame stack, which a form leaves out).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ FORMS = {
     "full": "`torch.compile` of the model: one frame",
     "encoder": "the encoder compiled whole, no regions: one frame, the patch embedding and final norm eager",
     "stages": "each stage compiled whole, no regions: a frame a stage",
+    "stage-owners": "runtime 26's default: each stage the owner of its layers, a frame a stage",
     "unchunked": "the default without the fresh chunk of Python's frame stack that each owner call opens",
-    "encoder-owner": "the runtime with the encoder as the blocks' owner: one frame, its graph in pieces",
-    "default": "`regionalize.compile_regions(model)`, as the rewrite: a stage an owner, a frame each",
+    "default": "`regionalize.compile_regions(model)`, as the rewrite: the encoder takes its stages' layers",
 }
 
 CHILD = r"""
@@ -70,9 +70,9 @@ def built(form):
     elif form == "stages":
         for stage in model.encoder.layers:
             stage.forward = torch.compile(stage.forward, dynamic=False, fullgraph=True)
-    elif form == "encoder-owner":
-        blocks = [block for stage in model.encoder.layers for block in stage.blocks]
-        regionalize.compile_region(*blocks, owner=model.encoder)
+    elif form == "stage-owners":
+        for stage in model.encoder.layers:
+            regionalize.compile_region(*stage.blocks, owner=stage)
     elif form in ("default", "unchunked"):
         regionalize.compile_regions(model)
     return model, pixels

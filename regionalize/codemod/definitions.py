@@ -20,4 +20,6 @@ class Definition:
     # Does the class hold repeated blocks compiled in its own module? Asked only of blocks, since
     # answering it runs the codemod over that module.
     holds_compiled: Callable[[], bool] = field(default=lambda: False, compare=False)
+    # Are they nested regions of it, its module's rewrite making it their owner (a stage: RGZ006)?
+    owns_regions: Callable[[], bool] = field(default=lambda: False, compare=False)
     returns: tuple[str, ...] | None = None  # a factory function: the classes it builds, absolute names

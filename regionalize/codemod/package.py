@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -20,12 +20,13 @@ from regionalize.codemod.definitions import Definition
 _MAX_BYTES = 10 * 1024 * 1024
 _MAX_HOPS = 8  # re-exports followed, as an `__init__.py` importing from a submodule
 # The classes of a module whose own repeated blocks the codemod compiles (the codemod's own passes over
-# that module): handed in from above, since the codemod itself reads packages through this module.
-FindHolders = Callable[[Path], frozenset[str]]
+# that module), each with whether they are nested regions of it (a stage its holder's owner takes):
+# handed in from above, since the codemod itself reads packages through this module.
+FindHolders = Callable[[Path], Mapping[str, bool]]
 
 
-def _no_holders(file: Path) -> frozenset[str]:
-    return frozenset()
+def _no_holders(file: Path) -> Mapping[str, bool]:
+    return {}
 
 
 def module_name_for(path: Path) -> tuple[Path, str]:
@@ -49,7 +50,7 @@ class Packages:
     def __init__(self, containers: frozenset[str] = frozenset(), holders: FindHolders = _no_holders) -> None:
         self.containers = containers  # the `containers` setting, for the modules read too
         self._find_holders = holders
-        self._holders: dict[Path, tuple[tuple[int, int], frozenset[str]]] = {}
+        self._holders: dict[Path, tuple[tuple[int, int], Mapping[str, bool]]] = {}
         self._finding: set[Path] = set()
         self._read: dict[Path, tuple[tuple[int, int], prescan.FileFacts | None]] = {}
         self._reading: list[Path] = []
@@ -109,7 +110,8 @@ class Packages:
                 facts.containers.get(attr),
                 facts.holds_submodules[attr],
                 builds_itself=attr in facts.own_init,
-                holds_compiled=partial(self._holds_compiled, file, attr),
+                holds_compiled=partial(self._held, file, attr, False),
+                owns_regions=partial(self._held, file, attr, True),
             )
         if attr in facts.clone_helpers:
             return Definition(clones=True)
@@ -120,9 +122,10 @@ class Packages:
             return self._define(root, package, facts.imports[attr], hops - 1)
         return None
 
-    def _holds_compiled(self, file: Path, name: str) -> bool:
-        """Once per module and version of its file. A module met again while its own holders are being
-        found (an import cycle) holds none as far as that search knows."""
+    def _held(self, file: Path, name: str, regions: bool) -> bool:
+        """Does class `name` of `file` hold compiled blocks (with `regions`: as nested regions of it)? Found
+        once per module and version of its file. A module met again while its own holders are being found
+        (an import cycle) holds none as far as that search knows."""
         try:
             stat = file.stat()
         except OSError:
@@ -136,7 +139,8 @@ class Packages:
                 self._holders[file] = (stamp, self._find_holders(file))
             finally:
                 self._finding.discard(file)
-        return name in self._holders[file][1]
+        held = self._holders[file][1]
+        return held.get(name, False) if regions else name in held
 
     def _facts(self, file: Path) -> prescan.FileFacts | None:
         try:

@@ -51,6 +51,10 @@ class FileFacts:
     cache_blocks: dict[str, str | None] = field(default_factory=dict)
     # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
     holders: frozenset[str] = frozenset()
+    # Those of them whose blocks are nested regions of them, their owner: a stage (RGZ006).
+    regional: frozenset[str] = frozenset()
+    # Lines of the loops that make a container's blocks nested regions of `self` (a rewrite's, read back).
+    regional_loops: list[int] = field(default_factory=list)
     # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?
     holds_submodules: dict[str, bool | None] = field(default_factory=dict)  # None: cannot tell
     # Other container classes, by resolved name: subclasses defined in the file or imported from its
@@ -92,6 +96,11 @@ class FileFacts:
         """Is this a class of the package whose own repeated blocks are compiled in its module?"""
         defined = self.outside(full)
         return defined is not None and defined.holds_compiled()
+
+    def owns_regions(self, full: str) -> bool:
+        """Is this a class of the package whose own repeated blocks are nested regions of it?"""
+        defined = self.outside(full)
+        return defined is not None and defined.owns_regions()
 
     def factory(self, full: str) -> tuple[str, ...] | None:
         """The classes a factory function of the file or its package returns (resolved names)."""
@@ -252,6 +261,8 @@ def scan(
             facts.top_level_defs.add(statement.name)
     for loop in loops:
         if _compiles(loop, facts):
+            if _regional(loop):
+                facts.regional_loops.append(loop.lineno)
             iterable = dotted_name(strip_values(loop.iter))
             if iterable:
                 facts.compiled_iterables.add(iterable)
@@ -364,6 +375,18 @@ def kind_by_name(name: str) -> str:
     """The kind of a container class named in the `containers` setting, read from its name."""
     last = name.rsplit(".", 1)[-1]
     return "ModuleDict" if "Dict" in last else "Sequential" if "Sequential" in last else "ModuleList"
+
+
+def _regional(loop: ast.For) -> bool:
+    """Does `for x in it:` make blocks nested regions of `self`, as the hierarchical form's loop does?"""
+    return any(
+        isinstance(node, ast.Call)
+        and dotted_name(node.func) == helpers.BLOCKS
+        and len(node.args) >= 2
+        and dotted_name(node.args[1]) == "self"
+        for statement in loop.body
+        for node in walk(statement)
+    )
 
 
 def _compiles(loop: ast.For, facts: FileFacts) -> bool:

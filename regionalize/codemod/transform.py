@@ -15,7 +15,7 @@ import dataclasses
 import re
 import tokenize
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -194,6 +194,7 @@ class _Pass:
     first_changed: int  # first line of the first rewritten piece; 0 when none was
     needs_torch: bool = False
     holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
+    regional: frozenset[str] = frozenset()  # those of them that own their blocks as nested regions
     replaced: list[tuple[parse_spans.Span, str]] = field(default_factory=list)  # each with its new text
     # The pieces and their LibCST trees, for a pass again with the blocks that update caches known.
     pieces: list[parse_spans.Span] = field(default_factory=list)
@@ -230,17 +231,24 @@ def _compile_containers(
             return found
         # A class holds compiled blocks when it compiles some (now or already), or holds a class that does.
         compiled = [s.line for s in found.sites if s.code in _HOLDING]
-        holders = frozenset(
-            name for name, start, end in classes if any(start <= line <= end for line in compiled)
-        )
+        holders = _classes_at(classes, compiled)
+        # Owners of their blocks as regions, which an outer owner may take (RGZ006): by the form of the
+        # sites, or by the loops a rewrite wrote (read back, their sites are RGZ002).
+        owning = [s.line for s in found.sites if s.code == "RGZ006" or s.reason.startswith(OWNED)]
+        regional = _classes_at(classes, owning + facts.regional_loops) & holders
         # Holders change only the judgement of elements of their class: without such an element among
         # the sites, another pass would decide the same (most files: a model whose layers hold leaves).
         elements = {label.rsplit(".", 1)[-1] for s in found.sites for label in s.block.split(" | ")}
-        if not (holders ^ facts.holders) & elements:
+        if not ((holders ^ facts.holders) | (regional ^ facts.regional)) & elements:
             break
-        facts.holders = holders
-    found.holders, found.pieces, found.parsed = holders, pieces, parsed
+        facts.holders, facts.regional = holders, regional
+    found.holders, found.regional, found.pieces, found.parsed = holders, regional, pieces, parsed
     return found
+
+
+def _classes_at(classes: list[tuple[str, int, int]], lines: list[int]) -> frozenset[str]:
+    """The classes that hold any of `lines`."""
+    return frozenset(name for name, start, end in classes if any(start <= line <= end for line in lines))
 
 
 def _with_fixes(found: _Pass, fixes: int_fixes.Plan, lines: list[str], options: Options) -> _Pass | None:
@@ -255,14 +263,15 @@ def _with_fixes(found: _Pass, fixes: int_fixes.Plan, lines: list[str], options: 
         rewritten = [span for span, _ in found.replaced]  # the others hold no edit either way
         again = _container_pass(rewritten, found.parsed, lines, options, found.facts)
         assert not isinstance(again, TransformResult)  # the same trees parsed before
-        found = dataclasses.replace(again, holders=found.holders, pieces=found.pieces, parsed=found.parsed)
+        kept = {"holders": found.holders, "regional": found.regional, "pieces": found.pieces}
+        found = dataclasses.replace(again, **kept, parsed=found.parsed)
     code = fixes.apply(lines, [(span.start, span.end, text) for span, text in found.replaced])
     changed = [line for line in (found.first_changed, fixes.first_line()) if line]
     return dataclasses.replace(found, lines=split_lines(code), first_changed=min(changed))
 
 
 _MAX_LEVELS = 6
-_HOLDING = ("RGZ001", "RGZ002", "RGZ108")
+_HOLDING = ("RGZ001", "RGZ002", "RGZ006", "RGZ108")
 
 
 def _container_pass(
@@ -311,21 +320,24 @@ def _packages(options: Options) -> package.Packages:
     return _PACKAGES[options]
 
 
-def _holders_of(options: Options, file: Path) -> frozenset[str]:
+def _holders_of(options: Options, file: Path) -> Mapping[str, bool]:
     """The classes of another module of the package that hold blocks compiled on their own, as the codemod
-    decides them there: a class of this file holding one of them is an outer level, not compiled."""
+    decides them there, each with whether it owns them as nested regions: a class of this file holding
+    one of them is an outer level, not compiled, or (RGZ006) the stage of an owner that takes its blocks."""
     try:
         with tokenize.open(file) as text:  # its coding cookie or BOM, as Python would read it
             source = text.read()
         tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError, LookupError, RecursionError, MemoryError):
-        return frozenset()
+        return {}
     if not might_have_sites(source, options):
-        return frozenset()
+        return {}
     packages = _packages(options)
     lines = split_lines(source)
     found = _compile_containers(tree, lines, options, packages.lookup(file), partial(packages.declared, file))
-    return frozenset() if isinstance(found, TransformResult) else found.holders
+    if isinstance(found, TransformResult):
+        return {}
+    return {name: name in found.regional for name in found.holders}
 
 
 def _one_line(exc: Exception) -> str:

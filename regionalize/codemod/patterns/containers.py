@@ -16,12 +16,14 @@ from regionalize.codemod.patterns.context import Context
 from regionalize.codemod.patterns.ints import comprehension_vars, int_targets, rate_targets
 from regionalize.codemod.patterns.judgement import Judge
 from regionalize.codemod.patterns.model import (
+    COMPILED,
     Container,
     Element,
     blocks_of,
     dotted_name,
     first_label,
     leaves_of,
+    rewrite_code,
 )
 from regionalize.codemod.patterns.triage import triage
 
@@ -168,7 +170,7 @@ class ContainerSites:
         blocks = blocks_of(found)
         statement = ctx.statements[-1] if ctx.statements else None
         target = _bound_target(statement, call) if statement is not None else None
-        labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind == "block"))
+        labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind in COMPILED))
         site = ctx.site_maker(call, found.pattern, labels or first_label(found))
         compiled = target is not None and ctx.already_compiled_iterable(target)
         few = (
@@ -200,7 +202,7 @@ class ContainerSites:
             ]
         else:
             ctx.edits.after.setdefault(statement, []).append(loop)
-        site("RGZ001", "rewrite")
+        site(rewrite_code(blocks), "rewrite")
 
 
 CLONES = re.compile(r"^_?(get_)?clones$")

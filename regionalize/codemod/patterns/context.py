@@ -23,6 +23,7 @@ OWNED = "nested regions of their owner, compiled whole"
 # once; with a backend other than Inductor, the blocks one by one.
 UNREUSED = {True: " (in pieces on torch 2.11)", False: " (per block on torch 2.11)"}
 OWNED_WITHOUT_REGIONS = "their owner compiled whole, without regions (a cache not stood in for)"
+STAGES = "the stages' blocks nested regions of this owner, compiled whole"
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 
 SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
@@ -154,6 +155,8 @@ class Context(FastDispatch, cst.CSTVisitor):
             reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
             if code == "RGZ001":
                 reason = OWNED + UNREUSED[self.options.backend == "inductor"] if self.owned() else "per block"
+            elif code == "RGZ006":
+                reason = STAGES + UNREUSED[self.options.backend == "inductor"]
             self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add

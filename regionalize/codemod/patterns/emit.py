@@ -16,7 +16,7 @@ import libcst as cst
 
 from regionalize.codemod.nodes import FastDispatch
 from regionalize.codemod.patterns.context import Context
-from regionalize.codemod.patterns.model import Container, Edits, Element, blocks_of
+from regionalize.codemod.patterns.model import COMPILED, Container, Edits, Element, blocks_of
 from regionalize.shared import helpers
 from regionalize.shared.options import CUDA_GRAPH_MODES, Options
 
@@ -93,14 +93,14 @@ def compile_element(
     if any(e.kind == "nested" for e in elements):
         inner = elements[0].inner
         return compile_loop(ctx, inner, var) if len(elements) == 1 and inner is not None else None
-    statement = guarded_compile(ctx, var, blocks, any(e.kind != "block" for e in elements))
+    statement = guarded_compile(ctx, var, blocks, any(e.kind not in COMPILED for e in elements))
     return None if statement is None else cst.parse_statement(statement + "\n", ctx.module.config_for_parsing)
 
 
 def compile_loop(ctx: Context, found: Container, iterable: str) -> cst.BaseStatement | None:
     """`for block in <iterable>: block.compile()`, descending into nested containers."""
     scope = ctx.scopes[-1]
-    mixed = any(e.kind != "block" for e in found.repeated + found.single)
+    mixed = any(e.kind not in COMPILED for e in found.repeated + found.single)
     nested = [e for e in found.repeated if e.kind == "nested"]
     var = scope.fresh("stage" if nested else "block", avoid=iterable)
     source = f"{iterable}.values()" if found.dict_like else iterable

@@ -9,7 +9,7 @@ import libcst as cst
 
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.context import Context
-from regionalize.codemod.patterns.model import Container, blocks_of, first_label, leaves_of
+from regionalize.codemod.patterns.model import Container, blocks_of, first_label, leaves_of, rewrite_code
 from regionalize.codemod.patterns.triage import triage
 
 # expression -> the repeated elements it adds, None when nothing repeats: the container patterns'
@@ -95,4 +95,4 @@ class ExtendSites:
         new_statements.insert(-1, loop)
         first, *rest = [s.with_changes(leading_lines=[]) for s in new_statements]
         ctx.edits.split[statement] = [first.with_changes(leading_lines=statement.leading_lines), *rest]
-        site("RGZ001", "rewrite")
+        site(rewrite_code(blocks), "rewrite")

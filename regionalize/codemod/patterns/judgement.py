@@ -96,14 +96,14 @@ class Judge:
         if last in ctx.options.always:
             return Element("block", label, expr)
         if last in ctx.facts.holders:
-            return Element("holder", label, expr)
+            return Element(self._holder(last in ctx.facts.regional), label, expr)
         if ctx.facts.declaring(last):
             return Element("block", label, expr)  # the model says so, whatever the class is named
         if (holds := ctx.facts.holds(dotted)) is not None:
             # Defined in this file or its package: what it builds decides, not its name (`MBConv` is a
             # block, a norm with only parameters is a leaf, whatever it is called).
-            if holds and ctx.facts.holds_compiled(dotted):
-                return Element("holder", label, expr)  # a stage of another module, its blocks compiled
+            if holds and ctx.facts.holds_compiled(dotted):  # a stage of another module, its blocks compiled
+                return Element(self._holder(ctx.facts.owns_regions(dotted)), label, expr)
             return Element("block" if holds else "leaf", label, expr)
         if dotted.startswith("torch.nn."):
             return Element("block" if last in TORCH_COMPOSITES else "leaf", label, expr)
@@ -116,6 +116,11 @@ class Judge:
                 return Element("leaf", label, expr)
             return Element("block" if BLOCK_FACTORY.search(last) else "other", label, expr)
         return Element("leaf" if LEAF_NAME.search(last.lstrip("_")) else "block", label, expr)
+
+    def _holder(self, regional: bool) -> str:
+        """A class holding compiled blocks: a "stage" where they are nested regions of it and the site
+        has an owner, which takes them (RGZ006); otherwise a "holder", an outer level left as it is."""
+        return "stage" if regional and self.ctx.owned() else "holder"
 
     def _container_call(self, expr: cst.Call, kind: str, label: str, int_vars: set[str]) -> Element:
         inner = self.container(expr, kind, int_vars)

@@ -19,6 +19,7 @@ from regionalize.codemod.patterns.model import (
     dotted_name,
     labels,
     leaves_of,
+    rewrite_code,
     walk,
 )
 from regionalize.codemod.patterns.triage import triage
@@ -74,7 +75,7 @@ class LoopSites:
             if compile_last is None:
                 return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
             ctx.edits.after.setdefault(statement, []).append(compile_last)
-            return site("RGZ001", "rewrite")
+            return site(rewrite_code(blocks), "rewrite")
         var = ctx.scopes[-1].fresh("block")
         compile_stmt = emit.compile_element(ctx, var, elements, blocks)
         if compile_stmt is None:
@@ -95,7 +96,7 @@ class LoopSites:
             compile_stmt,
             appended,
         ]
-        site("RGZ001", "rewrite")
+        site(rewrite_code(blocks), "rewrite")
 
     def name_site(
         self, call: cst.Call, statement: cst.BaseStatement, name: cst.Name, pattern: str, int_vars: set[str]
@@ -129,7 +130,7 @@ class LoopSites:
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
         ctx.edits.after.setdefault(bound_stmt, []).append(compile_stmt)
-        site("RGZ001", "rewrite")
+        site(rewrite_code(blocks), "rewrite")
 
     def holds_modules(self, receiver: cst.BaseExpression) -> bool:
         """True if `receiver` is a module container, or a list that ends up in one."""

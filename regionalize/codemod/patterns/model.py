@@ -27,9 +27,10 @@ class Edits:
 
 @dataclass
 class Element:
-    # "block", "compiled", "leaf", "other", "excluded", "holder", "nested", "parts" (a container whose
-    # elements are built elsewhere), "undeclared" (a block the model's declaration leaves out) or
-    # "factory" (a function returning one of several classes)
+    # "block", "compiled", "leaf", "other", "excluded", "holder", "stage" (a holder that owns its blocks,
+    # which its holder's owner takes: RGZ006), "nested", "parts" (a container whose elements are built
+    # elsewhere), "undeclared" (a block the model's declaration leaves out) or "factory" (a function
+    # returning one of several classes)
     kind: str
     label: str
     call: cst.Call | None = None
@@ -160,12 +161,21 @@ def leaves_of(found: Container) -> list[Element]:
 
 
 def blocks_of(found: Container) -> list[Element]:
-    """Repeated elements worth compiling: blocks, and inner containers whose elements are blocks."""
+    """Repeated elements worth compiling: blocks or stages, and inner containers whose elements are."""
     return [
         e
         for e in found.repeated
-        if e.kind == "block" or (e.kind == "nested" and e.inner is not None and blocks_of(e.inner))
+        if e.kind in COMPILED or (e.kind == "nested" and e.inner is not None and blocks_of(e.inner))
     ]
+
+
+COMPILED = ("block", "stage")  # the kinds of element a site compiles
+
+
+def rewrite_code(blocks: list[Element]) -> str:
+    """The code of a site that compiles `blocks`: RGZ006 where they are stages, RGZ001 where blocks."""
+    kinds = {e.kind for e in blocks} | {e.kind for b in blocks if b.inner for e in leaves_of(b.inner)}
+    return "RGZ006" if "stage" in kinds else "RGZ001"
 
 
 def labels(elements: list[Element]) -> str:

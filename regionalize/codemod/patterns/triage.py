@@ -53,6 +53,8 @@ def record_int_args(ctx: Context, blocks: list[Element], pattern: str, warn: boo
         if element.kind == "nested" and element.inner is not None:
             record_int_args(ctx, blocks_of(element.inner), pattern, warn)
             continue
+        if element.kind == "stage":  # not a region: its blocks are, whatever integers it takes
+            continue
         call = element.call
         if call is not None and element.kind == "compiled" and call.args:
             call = call.args[0].value  # torch.compile(Block(..))
