@@ -62,8 +62,8 @@ def swin(m: ModuleType) -> Any:
 
 
 def convnext(m: ModuleType) -> Any:
-    """ConvNeXt's stages (3, 3, 9, 3 blocks), a drop-path rate a block: verified by hand, not in a manifest
-    (docs/form-hierarchical.md, Inductor's CPU check)."""
+    """ConvNeXt's stages (3, 3, 9, 3 blocks), a drop-path rate a block: convolutions, no attention
+    (stochastic-depth.toml; docs/form-hierarchical.md, Inductor's CPU check)."""
     config = transformers.ConvNextConfig(
         hidden_sizes=[32, 64, 128, 256], depths=[3, 3, 9, 3], drop_path_rate=0.1, image_size=64
     )
