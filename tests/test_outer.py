@@ -205,6 +205,27 @@ def test_a_stage_of_stages_gives_all_its_blocks_to_the_outermost() -> None:
     assert counters["stats"]["unique_graphs"] == 1
 
 
+class Heavy(Stages):
+    """Stages beside work of its own, most of its parameters (a UNet block's resnets)."""
+
+    def __init__(self, regional: bool = True, outer: bool = True) -> None:
+        super().__init__(regional, outer)
+        self.mix = nn.Linear(64, 64 * 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mix(super().forward(x))
+
+
+def test_stages_beside_work_of_its_own_keep_their_blocks() -> None:
+    model, original = twins(Heavy)
+    assert owners(model) == {"<model>": 7}  # taken as the line runs, given back at the first call
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), original(x))
+    assert owners(model) == {"stages.0": 2, "stages.1": 3, "stages.2": 2}
+    assert model._compiled_call_impl is None  # the model runs eagerly, each stage compiled whole
+
+
 class Holder(nn.Module):
     """Holds a stage and owns nothing: offered as a block, it is left as it is."""
 

@@ -51,3 +51,18 @@ def _regionalize_holds_owners(module):
     """Does `module`, offered as a block, hold owners of blocks (a UNet's down block holding transformer
     models that own theirs)? Made a region, it would inline their blocks; it is left as it is."""
     return any("_regionalize_owner" in m.__dict__ for m in module.modules() if m is not module)
+
+
+def _regionalize_mostly_stages(owner, state):
+    """Do the stages it took and its own blocks hold nearly all of `owner`'s parameters (Swin's and
+    ConvNeXt's encoders: all of them)? Where it holds work of its own besides (a diffusers UNet block's
+    resnets, which a stage an owner leaves eager), compiling it whole compiles that too: on a small UNet
+    the rewrite's first call took 3x as long so, and a call no less (docs/form-hierarchical.md)."""
+    held = [stage for stage, _ in state.inner] + state.blocks
+    covered = {id(p) for module in held for p in module.parameters()}
+    total = list(owner.parameters())
+    inside = sum(p.numel() for p in total if id(p) in covered)
+    return inside >= _REGIONALIZE_SHARE * sum(p.numel() for p in total)
+
+
+_REGIONALIZE_SHARE = 0.9  # of the owner's parameters, below which the stages keep their blocks

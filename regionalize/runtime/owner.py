@@ -28,6 +28,7 @@ from .kv import (
 from .nested import _regionalize_reuses, _regionalize_shape
 from .outer import (
     _regionalize_holds_owners,
+    _regionalize_mostly_stages,
     _regionalize_refuse,
     _regionalize_take,
     _regionalize_takes,
@@ -208,6 +209,11 @@ _regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
 @_regionalize_fresh_stack
 def _regionalize_owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
+    if state.inner and not state.settled and not _regionalize_mostly_stages(owner, state):
+        _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)  # a form: no warning
+        state = owner.__dict__.get("_regionalize_owner")
+        if state is None:  # no blocks of its own: each stage compiled whole at its call
+            return owner._call_impl(*args, **kwargs)
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
     graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
     if (
