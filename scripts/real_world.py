@@ -187,7 +187,7 @@ def markdown(version: str, options: Options, header: list[str], rows: list[Resul
         f"{datetime.date.today().isoformat()}: regionalize at `{version}`, options "
         f"{changed or 'default'}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
         f"({platform.machine()}); times are wall seconds with `--jobs` processes. What the columns mean and "
-        "what the skips are: [real-libraries.md](real-libraries.md).",
+        "what the skips are: [real-libraries.md](../real-libraries.md).",
         "",
         *header,
         *(table_row(row) for row in rows),
