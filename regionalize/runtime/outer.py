@@ -20,11 +20,19 @@ def _regionalize_takes(owner, inner, kwargs, direct):
     return inner.kwargs == kwargs and inner.direct == direct
 
 
-def _regionalize_take(owner, stage, state):
-    """Take `stage`'s state off it into `state`, the owner's: the stage runs inside the owner's frame."""
+def _regionalize_take(owner, stage, state, register, kwargs):
+    """Take `stage`'s state off it into `state`, the owner's, and set up each of its blocks as the owner's
+    with `register` (`_regionalize_blocks`), as the stage had them: the stage runs inside the owner's
+    frame."""
+    inner = stage.__dict__.pop("_regionalize_owner")
     owner.__dict__["_regionalize_owner"] = state
-    state.inner.append((stage, stage.__dict__.pop("_regionalize_owner")))
+    state.inner.append((stage, inner))
     stage._compiled_call_impl = None
+    indexed = {id(held): attribute for held, attribute in inner.indexed}
+    bypass = "depyf" if state.direct else None
+    for held in inner.blocks:
+        attribute = indexed.get(id(held))
+        register(held, owner, id(held) not in indexed or attribute is not None, attribute, bypass, **kwargs)
 
 
 def _regionalize_refuse(owner, entry):

@@ -80,14 +80,8 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         if inner is not None:  # a stage, the owner of blocks: an owner of owners (`outer.py`)
             if not _regionalize_takes(owner, inner, compile_kwargs, direct):
                 return _regionalize_refuse(owner, _regionalize_entry)
-            _regionalize_take(owner, block, state or _RegionalizeOwner([], compile_kwargs, direct))
-            indexed = {id(held): attribute for held, attribute in inner.indexed}
-            bypass = "depyf" if direct else None
-            for held in inner.blocks:
-                attribute = indexed.get(id(held))
-                nested = id(held) not in indexed or attribute is not None
-                _regionalize_blocks(held, owner, nested, attribute, bypass, **compile_kwargs)
-            return None
+            state = state or _RegionalizeOwner([], compile_kwargs, direct)
+            return _regionalize_take(owner, block, state, _regionalize_blocks, compile_kwargs)
         if state is None:
             state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner([], compile_kwargs, direct)
         state.blocks.append(block)
