@@ -18,8 +18,6 @@ import argparse
 import datetime
 import functools
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -29,6 +27,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+
+from regionalize.bench.machine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "results"
@@ -192,8 +192,7 @@ def markdown(results: list[dict[str, Any]], repeats: int) -> str:
         "# Compile time: full vs regional torch.compile",
         "",
         f"Measured by `python scripts/bench_compile.py --repeats {repeats}` on {datetime.date.today()}: "
-        f"torch {first['torch_version']}, device {first['device']}, {os.cpu_count()} CPU cores "
-        f"({platform.processor() or platform.machine()}), Python {platform.python_version()}.",
+        f"torch {first['torch_version']}, device {first['device']}, {machine()}.",
         "",
         "Each compile time is the first inference call (eval, no autograd) of the model, the median of "
         f"{repeats} fresh processes with an empty `TORCHINDUCTOR_CACHE_DIR`. *Warm* processes first "

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
 import statistics
 import sys
 import time
@@ -26,6 +24,7 @@ from types import ModuleType
 
 import torch
 
+from regionalize.bench.machine import machine
 from regionalize.codemod import transform_source
 from regionalize.shared.options import Options
 
@@ -140,8 +139,8 @@ def main() -> None:
             print(rows[-1], flush=True)
     header = (
         f"Measured by `python scripts/bench_guard_bypass.py` on {datetime.date.today().isoformat()}: "
-        f"torch {torch.__version__}, Python {platform.python_version()}, {platform.machine()}, "
-        f"{os.cpu_count()} CPU cores; {args.calls} calls x {args.repeats} interleaved rounds under no_grad, "
+        f"torch {torch.__version__}, {machine()}; {args.calls} calls x {args.repeats} interleaved "
+        "rounds under no_grad, "
         "median microseconds per call. Every variant was first checked against eager."
     )
     table = [

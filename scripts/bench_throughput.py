@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +24,8 @@ import time
 import venv
 import zipfile
 from pathlib import Path
+
+from regionalize.bench.machine import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 DOWNLOADS = ROOT / ".downloads"
@@ -145,8 +145,7 @@ def _markdown(
             "",
             f"Measured by `python scripts/bench_throughput.py` on {datetime.date.today()}: {TRANSFORMERS} "
             f"models tree ({files:,} files, {lines:,} lines), `regionalize --check -q`, regionalize "
-            f"{__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
-            f"({platform.machine()}). Runs interleaved, median of each.",
+            f"{__version__}, {machine()}. Runs interleaved, median of each.",
             "",
             "| command | median | runs |",
             "|---|---|---|",

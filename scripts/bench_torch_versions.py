@@ -35,7 +35,6 @@ import datetime
 import functools
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -45,6 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from regionalize.bench.machine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "BENCH_RESULT "
@@ -342,10 +343,9 @@ def write(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
         runs = kept(args.out, runs)
     from regionalize.bench.timing import STACK_DEPTHS
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     dates = " and ".join(sorted({str(r["date"]) for r in runs}))
     header = (
-        f"# The default rewrite by torch version\n\nMeasured on {dates} on {machine}, CPU, "
+        f"# The default rewrite by torch version\n\nMeasured on {dates} on {machine()}, CPU, "
         f"transformers {runs[0]['versions']['transformers']}, by `python scripts/bench_torch_versions.py "
         f"{' '.join('--python ' + str(r['python']) for r in runs)} --repeats {args.repeats}` "
         + (

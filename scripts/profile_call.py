@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from regionalize.bench.machine import machine
 from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,8 +132,8 @@ def main() -> None:
         f"Measured by `python scripts/profile_call.py` on {datetime.date.today()}: transformers' Swin "
         "(`models.py:swin`: stages of 2, 2, 6 and 2 layers, a drop-path rate a layer), batch 1, 128x128, "
         f"eval, no grad; runtime {VERSION}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
-        f"({platform.machine()}). The forms compiled in one process and called in rounds of 10 calls, "
+        f"{transformers.__version__}, {machine()}. The forms compiled in one process and called in rounds of "
+        "10 calls, "
         f"interleaved: {options.rounds} rounds in each of {options.processes} fresh processes, the median "
         "of all rounds. *Largest difference*: from eager's output, every form built from one seed.",
         "",

@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from regionalize.bench.machine import machine
 from regionalize.codemod.runtime_copy import VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,9 +119,8 @@ def main() -> None:
         "",
         f"Measured by `python scripts/profile_restart.py` on {datetime.date.today()}: transformers' BEiT, 24 "
         f"layers, `drop_path_rate=0.1`, batch 1, eval, no grad; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
-        f"({platform.machine()}). First call in fresh processes (torch.compile's imports paid before the "
-        "clock), each form with its own Inductor cache: "
+        f"{transformers.__version__}, {machine()}. First call in fresh processes (torch.compile's "
+        "imports paid before the clock), each form with its own Inductor cache: "
         f"cold once, then {repeats} hot restarts interleaved (median). *Regions*: the owner with a region "
         f"traced a block (runtime 22's form); *pieces*: runtime {VERSION}'s; *unchecked*: the same without "
         "Inductor's CPU check started ahead in a thread; *fake-run*: the same with each piece's inputs "

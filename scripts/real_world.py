@@ -20,7 +20,6 @@ import ast
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from regionalize.bench.machine import machine
 from regionalize.codemod import transform_source
 from regionalize.runner.run import unified_diff
 from regionalize.shared.options import GUARD_BYPASS, STYLES, Options
@@ -185,8 +185,8 @@ def markdown(version: str, options: Options, header: list[str], rows: list[Resul
         "",
         f"Written by `python scripts/real_world.py --md docs/results/real-world-run.md` on "
         f"{datetime.date.today().isoformat()}: regionalize at `{version}`, options "
-        f"{changed or 'default'}, Python {platform.python_version()}, {os.cpu_count()} CPU cores "
-        f"({platform.machine()}); times are wall seconds with `--jobs` processes. What the columns mean and "
+        f"{changed or 'default'}, {machine()}; times are wall seconds with `--jobs` processes. What the "
+        "columns mean and "
         "what the skips are: [real-libraries.md](../real-libraries.md).",
         "",
         *header,

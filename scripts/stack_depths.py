@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import bench_torch_versions as versions
+
+from regionalize.bench.machine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "STACK_DEPTHS_RESULT "
@@ -148,7 +149,7 @@ def main() -> None:
     sitting = {
         "measured": str(datetime.date.today()),
         "runtime": int(versions.RUNTIME.group(1)),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": machine(),
         "command": f"python scripts/stack_depths.py {pythons} --models {models} --depths {args.depths} "
         f"--step {args.step} --calls {args.calls}",
         "calls": args.calls,

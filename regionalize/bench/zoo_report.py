@@ -5,11 +5,10 @@ from __future__ import annotations
 import collections
 import datetime
 import json
-import os
-import platform
 from pathlib import Path
 from typing import Any
 
+from regionalize.bench.machine import machine
 from regionalize.bench.served import ALONE, regions_text
 from regionalize.bench.zoo import Row
 from regionalize.codemod.runtime_copy import VERSION
@@ -41,7 +40,7 @@ def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
         "torch_version": first.get("torch_version"),
         "date": datetime.date.today().isoformat(),
         "runtime": VERSION,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}",
+        "machine": machine(),
         "counts": dict(counts),
     }
 
