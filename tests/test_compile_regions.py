@@ -65,6 +65,59 @@ class Stages(nn.Module):
         return x
 
 
+class Resnet(Block):
+    """A class a model leaves out of its declared blocks: in a UNet, built at a width a level."""
+
+
+class Attention(Block):
+    pass
+
+
+class Holder(nn.Module):
+    """diffusers' `Transformer2DModel` in a UNet: one declared block in its container."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Attention()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Denoiser(nn.Module):
+    """A UNet level: resnets beside holders of the declared blocks."""
+
+    _repeated_blocks = ("Attention",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resnets = nn.ModuleList([Resnet() for _ in range(2)])
+        self.attentions = nn.ModuleList([Holder() for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for resnet, attention in zip(self.resnets, self.attentions, strict=True):
+            x = attention(resnet(x))
+        return x
+
+
+class Tower(nn.Module):
+    """Declares its stages: the blocks inside them are compiled, the resnets beside them are not."""
+
+    _repeated_blocks = ("Stage",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resnets = nn.ModuleList([Resnet() for _ in range(2)])
+        self.stages = nn.ModuleList([Stage(2), Stage(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for resnet, stage in zip(self.resnets, self.stages, strict=True):
+            x = stage(resnet(x))
+        return x
+
+
 def owners(model: nn.Module) -> dict[str, list[str]]:
     """Each owner the call set up, by name, with its blocks' names."""
     names = {id(m): name or "<model>" for name, m in model.named_modules()}
@@ -93,7 +146,43 @@ def test_leaves_one_of_a_kind_and_a_bare_sequential() -> None:
     assert owners(regionalize.compile_regions(mixed)) == {"<model>": ["0", "2"]}
 
 
-@pytest.mark.parametrize("model", [Stack(), Stages(), nn.Sequential(Block(), Block(), Block())])
+@pytest.mark.parametrize(
+    ("model", "declared"),
+    [
+        (Denoiser(), {"attentions.0": ["attentions.0.blocks.0"], "attentions.1": ["attentions.1.blocks.0"]}),
+        (
+            Tower(),
+            {
+                "stages.0": ["stages.0.blocks.0", "stages.0.blocks.1"],
+                "stages.1": ["stages.1.blocks.0", "stages.1.blocks.1"],
+            },
+        ),
+    ],
+)
+def test_where_the_model_declares_its_blocks_only_those_are_compiled(
+    model: nn.Module, declared: dict[str, list[str]]
+) -> None:
+    """diffusers' `_repeated_blocks`, as its own helper and the codemod (RGZ111) read it: a declared class
+    is a block even alone in its container, repeated blocks inside one are too, and a class left out (the
+    resnets, two of one class) is not compiled. At the first call the model gives its holders back their
+    blocks: the resnets are work of its own (runtime/outer.py)."""
+    twin = copy.deepcopy(model)
+    regionalize.compile_regions(model)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), twin(x))
+    assert owners(model) == declared
+    touched = [
+        name
+        for name, m in model.named_modules()
+        if any(k.startswith("_") and "regionalize" in k for k in vars(m))
+    ]
+    assert not [name for name in touched if name.startswith("resnets")]
+
+
+@pytest.mark.parametrize(
+    "model", [Stack(), Stages(), nn.Sequential(Block(), Block(), Block()), Denoiser(), Tower()]
+)
 def test_outputs_gradients_and_keys_are_the_originals(model: nn.Module) -> None:
     twin = copy.deepcopy(model)
     keys = list(model.state_dict())

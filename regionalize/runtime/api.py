@@ -11,6 +11,7 @@ change in any release without a rewrite.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 from torch import nn
@@ -71,7 +72,12 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
     and return it: each module holding a `ModuleList`, `Sequential` or `ModuleDict` of blocks of one class
     is compiled whole, each block a nested region (`compile_region`). Only the innermost level of repeated
     blocks is made regions, a block being a module with submodules of its own; where their owners are
-    stages of one class in a container, the module holding it owns all their blocks instead. Blocks whose
+    stages of one class in a container, the module holding it owns all their blocks instead. Where the
+    model's classes declare their repeated blocks (diffusers' `_repeated_blocks`, what its
+    `compile_repeated_blocks()` compiles), only the classes named are blocks, even one to a container,
+    and the repeated blocks inside them: a class left out is often built at several widths (a UNet's
+    resnets), where a region serves no other block, and compiling it would start later than a full
+    compile, as the codemod's RGZ111 says. Blocks whose
     forward takes a transformers cache and that hold one `layer_idx` each have their cache layer stood in
     for; other such blocks are compiled inside their owner without regions. `compile_kwargs` are
     `torch.compile`'s.
@@ -108,21 +114,40 @@ def _holders(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
 
 
 def _repeated_blocks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
-    """Each owner with its blocks: the modules of one class, two or more, in a container the owner holds
-    (or in containers of such a container), that hold no repeated blocks themselves."""
+    """Each owner with its blocks: the modules of one class, two or more or a declared one, in a container
+    the owner holds (or in containers of such a container), that hold no repeated blocks themselves; where
+    the model declares its blocks, only those in a declared class or of one."""
+    declared = _declared(model)
+    within = [m for m in model.modules() if type(m).__name__ in declared]
+    inside = {id(m) for d in within for m in d.modules() if m is not d}
     found, taken = [], set()  # a module shared by two containers is compiled once
     for owner, containers in _holders(model):
         for container in containers:
-            for group in _groups(container):
+            for group in _groups(container, declared):
                 group = [block for block in group if id(block) not in taken]
-                if len(group) >= 2 and not any(_holds_repeated(block) for block in group):
+                named = bool(group) and type(group[0]).__name__ in declared
+                if declared and not named and id(container) not in inside:
+                    continue
+                if (len(group) >= 2 or named) and not any(_holds_repeated(b, declared) for b in group):
                     taken.update(map(id, group))
                     found.append((owner, group))
     return found
 
 
-def _groups(container: nn.Module) -> list[list[nn.Module]]:
-    """The container's modules (those of containers in it too) by class, for classes with submodules."""
+def _declared(model: nn.Module) -> set[str]:
+    """The class names that the model's classes declare as their repeated blocks: diffusers'
+    `_repeated_blocks`, empty where no class declares any."""
+    return {
+        name
+        for module in model.modules()
+        for name in getattr(type(module), "_repeated_blocks", None) or ()
+        if isinstance(name, str)
+    }
+
+
+def _groups(container: nn.Module, declared: Collection[str] = ()) -> list[list[nn.Module]]:
+    """The container's modules (those of containers in it too) by class, for classes with submodules, of
+    two or more modules or `declared`."""
     members: list[nn.Module] = []
     todo = list(container.children())
     while todo:
@@ -132,14 +157,13 @@ def _groups(container: nn.Module) -> list[list[nn.Module]]:
         elif next(module.children(), None) is not None:  # a leaf (nn.Linear) is no block
             members.append(module)
     counts = Counter(type(module) for module in members)
-    kinds = [kind for kind in counts if counts[kind] >= 2]
+    kinds = [kind for kind in counts if counts[kind] >= 2 or kind.__name__ in declared]
     return [[module for module in members if type(module) is kind] for kind in kinds]
 
 
-def _holds_repeated(module: nn.Module) -> bool:
+def _holds_repeated(module: nn.Module, declared: Collection[str]) -> bool:
     return any(
-        len(group) >= 2
+        _groups(child, declared)
         for child in module.modules()
         if isinstance(child, _CONTAINERS) and child is not module
-        for group in _groups(child)
     )
