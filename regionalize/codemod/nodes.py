@@ -21,6 +21,28 @@ def walk(node: ast.AST) -> list[ast.AST]:
     return [node for level in _levels(node) for node in level]
 
 
+def dotted_name(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def strip_values(node: ast.expr) -> ast.expr:
+    """`x.values()` -> `x`: a ModuleDict is compiled through its values."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("values", "children", "modules")
+    ):
+        return node.func.value
+    return node
+
+
 class Walked:
     """One walk of a module for all that is asked of it and of its top-level statements.
 

@@ -13,10 +13,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from regionalize.codemod import declarations
+from regionalize.codemod import builds, declarations
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.definitions import Definition
-from regionalize.codemod.nodes import Walked, walk
+from regionalize.codemod.nodes import Walked, dotted_name, strip_values, walk
 from regionalize.shared import helpers
 
 CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
@@ -85,6 +85,11 @@ class FileFacts:
             return last
         return None
 
+    def is_container(self, func: ast.expr) -> bool:
+        """Is `func`, the callee of a call, a container class (`nn.ModuleList(..)`)?"""
+        name = dotted_name(func)
+        return name is not None and self.container_kind(name) is not None
+
     def holds(self, full: str) -> bool | None:
         """Does the class of this resolved name build submodules? None: not defined in the package."""
         if full in self.holds_submodules:
@@ -138,28 +143,6 @@ class FileFacts:
         head, _, rest = dotted.partition(".")
         full = self.imports.get(head, head)
         return f"{full}.{rest}" if rest else full
-
-
-def dotted_name(node: ast.expr) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def strip_values(node: ast.expr) -> ast.expr:
-    """`x.values()` -> `x`: a ModuleDict is compiled through its values."""
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("values", "children", "modules")
-    ):
-        return node.func.value
-    return node
 
 
 def scan(
@@ -231,12 +214,12 @@ def scan(
             facts.imported_clone_helpers.add(local)
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
-            facts.holds_submodules[statement.name] = _holds_submodules(statement, facts, walked)
+            facts.holds_submodules[statement.name] = builds.holds_submodules(statement, facts, walked)
             if any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in statement.body):
                 facts.owners.append((statement.lineno, statement.end_lineno or statement.lineno))
             if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in statement.body):
                 facts.own_init.add(statement.name)
-        elif isinstance(statement, ast.FunctionDef) and _makes_clones(statement, facts, walked):
+        elif isinstance(statement, ast.FunctionDef) and builds.makes_clones(statement, facts, walked):
             facts.clone_helpers.add(statement.name)
     facts.declarations = declarations.read(tree)
     if facts.declarations:
@@ -249,7 +232,7 @@ def scan(
         if (
             isinstance(statement, ast.FunctionDef)
             and statement.name not in facts.clone_helpers
-            and (returns := _returns_classes(statement, facts, walked))
+            and (returns := builds.returns_classes(statement, facts, walked))
         ):
             facts.factories[statement.name] = returns
     for statement in tree.body:
@@ -269,7 +252,7 @@ def scan(
                 if "." in iterable:
                     facts.compiled_iterables.add("." + iterable.rsplit(".", 1)[1])
     for assign in assigns:
-        if isinstance(assign.value, ast.Call) and is_container(assign.value.func, facts):
+        if isinstance(assign.value, ast.Call) and facts.is_container(assign.value.func):
             targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
             facts.container_attrs |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
     return facts
@@ -290,85 +273,6 @@ def _called_or_derived(node: ast.AST, calls: bool) -> Iterator[str]:
         name = dotted_name(expr)
         if name:
             yield name.split(".")[0]
-
-
-def is_container(func: ast.expr, facts: FileFacts) -> bool:
-    name = dotted_name(func)
-    return name is not None and facts.container_kind(name) is not None
-
-
-_NOT_MODULES = {"Parameter", "Buffer", "Tensor", "ParameterList", "ParameterDict"}
-
-
-def _holds_submodules(cls: ast.ClassDef, facts: FileFacts, walked: Walked) -> bool | None:
-    """What the class builds, with what its bases defined earlier in the file build; a leaf only when
-    it derives from torch.nn.Module directly (another base may build the parts)."""
-    own = _builds_submodules(walked.under(cls))
-    bases = [facts.resolve(n) for b in cls.bases if (n := dotted_name(b))]
-    if own or any(facts.holds(b) for b in bases):
-        return True
-    if own is False and bases and all(b == "torch.nn.Module" for b in bases):
-        return False
-    return None
-
-
-def _builds_submodules(nodes: list[ast.AST]) -> bool | None:
-    """True when a method assigns `self.x = Something(..)` (a class, by its capital, not a tensor) or
-    calls add_module; False when no attribute of self is assigned a call or a name at all (a norm with
-    only parameters); None when functions build the parts (`self.conv = conv3x3(..)`) or a name is
-    stored (`self.module = module`, maybe a block handed in): cannot tell."""
-    calls = False
-    for node in nodes:  # the class's, for both questions: true if either finds one
-        if isinstance(node, ast.Call) and (dotted_name(node.func) or "").endswith("add_module"):
-            return True
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if not any(isinstance(t, ast.Attribute) and dotted_name(t.value) == "self" for t in targets):
-            continue
-        if isinstance(node.value, ast.Name):
-            calls = True  # `self.module = module`: a block may be handed in
-        if isinstance(node.value, ast.Call):
-            last = (dotted_name(node.value.func) or "").rsplit(".", 1)[-1]
-            if last[:1].isupper() and last not in _NOT_MODULES:
-                return True
-            calls |= last not in _NOT_MODULES
-    return None if calls else False
-
-
-def _makes_clones(function: ast.FunctionDef, facts: FileFacts, walked: Walked) -> bool:
-    """`def _get_clones(module, n): return nn.ModuleList([copy.deepcopy(module) for _ in range(n)])`."""
-    params = function.args.posonlyargs + function.args.args
-    if not params:
-        return False
-    returned = [n.value for n in walked.under(function) if isinstance(n, ast.Return) and n.value is not None]
-    return any(
-        isinstance(value, ast.Call)
-        and is_container(value.func, facts)
-        and any(
-            isinstance(n, ast.Call)
-            and facts.resolve(dotted_name(n.func) or "") == "copy.deepcopy"
-            and n.args
-            and dotted_name(n.args[0]) == params[0].arg
-            for n in walk(value)
-        )
-        for value in returned
-    )
-
-
-def _returns_classes(function: ast.FunctionDef, facts: FileFacts, walked: Walked) -> tuple[str, ...] | None:
-    """`get_down_block(..)`: the classes built by its returns, when each return builds a class by name
-    (not a container: `_make_layer` returning `nn.Sequential(*layers)` is judged by what it holds)."""
-    returns = sorted((n for n in walked.under(function) if isinstance(n, ast.Return)), key=lambda n: n.lineno)
-    returned = [n.value for n in returns if n.value is not None]
-    names: list[str] = []
-    for value in returned:
-        name = dotted_name(value.func) if isinstance(value, ast.Call) else None
-        if name is None or not name.rsplit(".", 1)[-1][:1].isupper() or facts.container_kind(name):
-            return None
-        if (full := facts.resolve(name)) not in names:
-            names.append(full)
-    return tuple(names) or None
 
 
 def kind_by_name(name: str) -> str:
