@@ -24,7 +24,7 @@ import pytest
 import torch
 from torch_support import needs_reuse
 
-from regionalize.bench.accounting import recording
+from regionalize.bench.accounting import recording, served_forms
 from regionalize.codemod import transform_source
 from regionalize.runtime.nested import _regionalize_reuses
 from regionalize.shared.options import Options
@@ -92,12 +92,12 @@ def graphed_spy(model: torch.nn.Module) -> list[int]:
     module, state, calls = sys.modules[type(model).__module__], model.__dict__["_regionalize_owner"], []
     run = module._regionalize_run_whole
 
-    def counted_run(given: dict, whole: Any, args: Any, kwargs: Any) -> Any:
+    def counted_run(owner: Any, given: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
             calls.append(1)
             return whole(*args, **kwargs)
 
-        return run(given, counted if given is state else whole, args, kwargs)
+        return run(owner, given, counted if given is state else whole, args, kwargs)
 
     module._regionalize_run_whole = counted_run
     return calls
@@ -287,10 +287,10 @@ def test_a_block_with_a_graph_break_falls_back_to_regional_with_one_warning(
         for _ in range(3):
             torch.testing.assert_close(model(x), twin(x))
     assert len(calls) == 1  # tried once, then never again
-    messages = [str(w.message) for w in caught if "regionalize" in str(w.message)]
-    assert len(messages) == 1 and "cannot be compiled whole" in messages[0]
+    ours = [w for w in caught if "regionalize" in str(w.message)]
+    assert len(ours) == 1 and "cannot be compiled whole" in str(ours[0].message)
     assert all(block._compiled_call_impl is not None for block in model.blocks)
-    assert caught[0].filename == __file__  # the warning points at the caller's line
+    assert ours[0].filename == __file__  # the warning points at the caller's line
 
 
 @torch._dynamo.register_backend
@@ -310,6 +310,84 @@ def test_a_backend_failure_is_named_by_the_error_it_wraps() -> None:
         torch.testing.assert_close(model(x), twin(x))
     (message,) = [str(w.message) for w in caught if "regionalize" in str(w.message)]
     assert "(BackendCompilerFailed: RuntimeError: no regions in this backend)" in message
+
+
+KEYED = """
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x, scales):
+        return x + self.fc(x).tanh() * scales[self.fc]
+
+
+class Model(nn.Module):
+    def __init__(self, d=16, n=10):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+    def forward(self, x, scales):
+        for block in self.blocks:
+            x = block(x, scales)
+        return x
+"""
+
+
+@needs_reuse
+def test_blocks_that_cannot_be_regions_are_traced_inline_and_compiled_in_pieces() -> None:
+    # Dynamo cannot pass a dict keyed by modules (whisper's cache of keys and values) into a nested region;
+    # a full compile traces it. Compiled one by one instead, the blocks would share a frame that guards on
+    # each block's own entry.
+    model, twin = build(source=KEYED, mode="default")
+    scales = {block.fc: torch.tensor(0.1 * i) for i, block in enumerate(model.blocks)}
+    twin_scales = {b.fc: scales[a.fc] for a, b in zip(model.blocks, twin.blocks, strict=True)}
+    x = torch.randn(2, 16)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(model(x, scales), twin(x, twin_scales))
+    messages = [str(w.message) for w in caught if "regionalize" in str(w.message)]
+    assert len(messages) == 1 and "cannot be nested regions" in messages[0], messages
+    form = served_forms(model)["Model"]
+    assert form.startswith("whole, in pieces (") and "cannot be nested regions" in form, form
+    assert ", 1 compiled in all" in form  # ten blocks alike, one piece
+    assert all(block._compiled_call_impl is None for block in model.blocks)  # one frame a call
+
+
+class BackendFailed(torch._dynamo.exc.TorchDynamoException):
+    """As torch's `BackendCompilerFailed`: raised after Dynamo's trace, the backend's error kept."""
+
+    inner_exception = RuntimeError("a lowering failed")
+
+
+@needs_reuse
+@pytest.mark.parametrize("failure", ["trace", "backend"])
+def test_only_a_failed_trace_is_retried_in_pieces(failure: str) -> None:
+    # A trace that failed in a region may pass inline; a backend that failed on the traced graph would
+    # most likely fail on its pieces too, so the blocks are compiled one by one at once.
+    model, twin = build(mode="default")
+    runtime, state = sys.modules[type(model).__module__], model.__dict__["_regionalize_owner"]
+    error = torch._dynamo.exc.Unsupported("in a region") if failure == "trace" else BackendFailed("raised:")
+
+    def whole(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    x = torch.randn(2, 16)
+    try:
+        with torch.no_grad():
+            out = runtime._regionalize_run_whole(model, state, whole, (x,), {})
+    finally:
+        runtime._regionalize_tracing[0] = False
+    if failure == "trace":
+        assert state.tracing == "flat" and state.why is None and "in a region" in state.regions
+        torch.testing.assert_close(out, twin(x))
+    else:
+        assert out is None and state.tracing is True and state.regions is None
+        assert state.why == "BackendFailed: RuntimeError: a lowering failed"
 
 
 def test_without_nested_compile_regions_blocks_are_compiled_regionally(

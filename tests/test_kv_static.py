@@ -282,9 +282,9 @@ def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_g
     graphed: list[int] = []
     run_whole = runtime["_regionalize_run_whole"]
 
-    def counted_run(state: dict, whole: Any, args: Any, kwargs: Any) -> Any:
+    def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         graphed.append(1)
-        return run_whole(state, whole, args, kwargs)
+        return run_whole(owner, state, whole, args, kwargs)
 
     monkeypatch.setitem(runtime, "_regionalize_run_whole", counted_run)
     config = transformers.CompileConfig(backend="aot_eager")
@@ -330,9 +330,9 @@ def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_ca
     runtime = type(owner.layers[0]).forward.__globals__  # the package's copy, which the blocks call
     run_whole = runtime["_regionalize_run_whole"]
 
-    def counted_run(state: dict, whole: Any, args: Any, kwargs: Any) -> Any:
+    def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         graphed.append(1)
-        return run_whole(state, whole, args, kwargs)
+        return run_whole(owner, state, whole, args, kwargs)
 
     monkeypatch.setitem(runtime, "_regionalize_run_whole", counted_run)
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).cuda()

@@ -157,7 +157,10 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
             elif state.pieces or state.static or state.prompt:
                 ways = [f"whole, in pieces ({state.pieces})"] if state.pieces else []
                 ways += [way for ok, way in ((state.static, STATIC), (state.prompt, PROMPT)) if ok]
-                why = state.constants or "this torch does not reuse a traced region"
+                # `regions` since runtime 28: a vendored copy of an older runtime lacks it.
+                regions = getattr(state, "regions", None)
+                failed = regions and f"its blocks cannot be nested regions ({regions})"
+                why = state.constants or failed or "this torch does not reuse a traced region"
                 served = f"{'; '.join(ways)}: {why}"
             else:
                 served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"

@@ -237,10 +237,17 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     skips = _regionalize_counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
     _regionalize_tracing[0], _regionalize_graphing[0] = state.tracing, graphs
+    unnested = state.regions
     try:
-        out = _regionalize_run_whole(state, whole, args, kwargs)
+        out = _regionalize_run_whole(owner, state, whole, args, kwargs)
     finally:
         _regionalize_tracing[0] = _regionalize_graphing[0] = False
+    if state.regions is not unnested and state.why is None:
+        warnings.warn(
+            f"regionalize: {type(owner).__name__}'s blocks cannot be nested regions ({state.regions}); it is "
+            "compiled whole in pieces instead",
+            stacklevel=_regionalize_caller(),
+        )
     if state.why is not None:
         instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
         warnings.warn(
@@ -361,14 +368,18 @@ def _regionalize_caller():
     return level
 
 
-def _regionalize_run_whole(state, whole, args, kwargs):
+def _regionalize_run_whole(owner, state, whole, args, kwargs):
     """The owner's compiled frame run, or None with `state.why` set when it cannot be compiled: a graph
     break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
-    run nothing yet). Two failures are retried first: regions whose outputs alias (each block then
-    returns copies of its tensors), and blocks of a class that updates a cache made regions (a cache
-    stood in for, whose attribute the block reads that the stand-in lacks, or which it updates other than
-    once; or a call that hands the block no cache): each such block is then traced layer by layer in the
-    owner's frame, as a full compile would."""
+    run nothing yet). Three failures are retried first: regions whose outputs alias (each block then
+    returns copies of its tensors); blocks of a class that updates a cache made regions (a cache stood in
+    for, whose attribute the block reads that the stand-in lacks, or which it updates other than once; or
+    a call that hands the block no cache): each such block is then traced layer by layer in the owner's
+    frame, as a full compile would; and then, with Inductor, a trace that failed (not the compile after
+    it): blocks that cannot be regions at all (an argument that Dynamo cannot pass into one, such as
+    whisper's cache, a dict keyed by modules). The owner is then traced whole as a full compile would be
+    and its graph compiled in pieces: a call stays one frame, where the blocks compiled one by one would
+    share a frame that compiles again for each block's cache."""
     while True:
         try:
             return whole(*args, **kwargs)
@@ -377,6 +388,7 @@ def _regionalize_run_whole(state, whole, args, kwargs):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = _regionalize_why(error)
             aliasing = "aliasing" in str(error)
+            backend = getattr(error, "inner_exception", None) is not None  # traced, failed in the backend
         uncopied = [type(b)._regionalize_copies for b in state.blocks if not type(b)._regionalize_copies[0]]
         regions = [b for b, _ in state.indexed if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
@@ -386,6 +398,15 @@ def _regionalize_run_whole(state, whole, args, kwargs):
             state.kv = why
             for block in regions:
                 block.__dict__["_regionalize_layer"] = False
+        elif (
+            state.tracing is True
+            and not backend
+            and state.kwargs.get("backend", "inductor") == "inductor"
+            and _regionalize_inductor_pieces()
+        ):
+            state.regions, state.tracing, state.first = why, "flat", [_regionalize_first(owner)]
+            _regionalize_tracing[0] = "flat"
+            whole = _regionalize_owner_compiled(owner, state.kwargs)
         else:
             state.why = why
             return None

@@ -21,6 +21,7 @@ class _RegionalizeOwner:
     kv: str | None  # why its blocks that update a cache are traced layer by layer in its frame
     kwargs: dict  # torch.compile's
     pieces: str | None  # in pieces: the pieces a call, and compiled in all
+    regions: str | None  # why it is in pieces where this torch reuses regions: its blocks failed as regions
     prompt: bool  # calls served per block: a prompt's
     settled: bool  # set up by its first call
     skipped: bool  # CUDA graphs skipped, warned once
@@ -36,7 +37,7 @@ class _RegionalizeOwner:
         self.blocks, self.kwargs, self.direct = blocks, kwargs, direct
         self.indexed, self.first, self.inner = [], [], []
         self.tracing = True
-        self.why = self.constants = self.kv = self.pieces = self.version = None
+        self.why = self.constants = self.kv = self.pieces = self.regions = self.version = None
         self.alone = self.unreused = self.static = self.prompt = False
         self.settled = self.growing = self.skipped = False
         self.compiled = 0
