@@ -12,7 +12,8 @@ versions. About 4 minutes on 2 CPU cores.
 The forms take apart what the default pays a call over a full compile: the code outside the owner (the
 patch embedding, the final norm), a compiled frame per stage rather than one (runtime 26's default, each
 stage its layers' owner), and inside the frame the blocks' regions and pieces and the runtime's entry
-(without its fresh chunk of Python's frame stack, which a form leaves out).
+(without its fresh chunk of Python's frame stack, which a form leaves out), and the stretches between
+blocks that the default runs as traced (a form compiles them).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ FORMS = {
     "stages": "each stage compiled whole, no regions: a frame a stage",
     "stage-owners": "runtime 26's default: each stage the owner of its layers, a frame a stage",
     "unchunked": "the default without the fresh chunk of Python's frame stack that each owner call opens",
+    "stretches": "the default with the short stretches between blocks compiled, not run as traced",
     "default": "`regionalize.compile_regions(model)`, as the rewrite: the encoder takes its stages' layers",
 }
 
@@ -46,7 +48,7 @@ import statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, models, transformers.models.swin.modeling_swin as swin
 import regionalize
-from regionalize.runtime import owner
+from regionalize.runtime import owner, pieces
 from regionalize.runtime.stack import _regionalize_chunk_slots
 rounds, forms = int(sys.argv[2]), sys.argv[3:]
 torch.set_grad_enabled(False)
@@ -56,8 +58,14 @@ big = chunked.co_stacksize > _regionalize_chunk_slots  # not where this Python o
 unchunked = chunked.replace(co_stacksize=chunked.co_stacksize - _regionalize_chunk_slots) if big else chunked
 
 
+# "stretches" compiles the short stretches between blocks (the patch mergings), which the default runs as
+# traced; the setting is read when the owner compiles, at the form's first call.
+traced = pieces._regionalize_traced_ops
+
+
 def swapped(form):
     owner._regionalize_owner_serve.__code__ = unchunked if form == "unchunked" else chunked
+    pieces._regionalize_traced_ops = 0 if form == "stretches" else traced
 
 
 def built(form):
@@ -73,7 +81,7 @@ def built(form):
     elif form == "stage-owners":
         for stage in model.encoder.layers:
             regionalize.compile_region(*stage.blocks, owner=stage)
-    elif form in ("default", "unchunked"):
+    elif form in ("default", "unchunked", "stretches"):
         regionalize.compile_regions(model)
     return model, pixels
 
