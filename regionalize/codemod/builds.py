@@ -6,12 +6,19 @@ statements."""
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from regionalize.codemod.nodes import Walked, dotted_name, walk
 
-if TYPE_CHECKING:
-    from regionalize.codemod.prescan import FileFacts
+
+class FileFacts(Protocol):
+    """What these readers ask of a file's facts (prescan's `FileFacts`, which imports this module)."""
+
+    def resolve(self, dotted: str) -> str: ...
+    def holds(self, full: str) -> bool | None: ...
+    def is_container(self, func: ast.expr) -> bool: ...
+    def container_kind(self, name: str) -> str | None: ...
+
 
 _NOT_MODULES = {"Parameter", "Buffer", "Tensor", "ParameterList", "ParameterDict"}
 
