@@ -151,6 +151,14 @@ def _regionalize_compiling(error):
     return False
 
 
+def _regionalize_why(error):
+    """`error` in a line. A backend's failure names the error it wraps, which its first line leaves out
+    ("backend='inductor' raised:")."""
+    inner = getattr(error, "inner_exception", None)
+    text = str(error).strip() if inner is None else f"{type(inner).__name__}: {str(inner).strip()}"
+    return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"
+
+
 @functools.cache
 def _regionalize_mark_dynamic_probe():
     """Probe: Dynamo's `maybe_mark_dynamic`. Fallback None: no hint, a cache's length is found dynamic when

@@ -17,10 +17,10 @@ from .internals import (
     _regionalize_cpu_check,
     _regionalize_inductor_pieces,
     _regionalize_traced,
+    _regionalize_why,
 )
 from .kv import (
     _regionalize_kv,
-    _regionalize_kv_empty,
     _regionalize_kv_growing,
     _regionalize_kv_holds,
     _regionalize_layer_idx,
@@ -33,12 +33,12 @@ from .outer import (
     _regionalize_take,
     _regionalize_takes,
 )
-from .per_block import _regionalize_graph_modes, _regionalize_per_block
+from .per_block import _regionalize_graph_modes, _regionalize_per_block, _regionalize_per_call
 from .pieces import _regionalize_pieces
 from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_reusing
 from .stack import _regionalize_fresh_stack
 from .state import _RegionalizeOwner
-from .static import _regionalize_static_checked, _regionalize_static_handed, _regionalize_static_kv
+from .static import _regionalize_static_checked, _regionalize_static_kv
 from .threads import (
     _regionalize_graphing,
     _regionalize_handed,
@@ -330,27 +330,6 @@ def _regionalize_owner_setup(owner, whole, graphs):
     return whole
 
 
-def _regionalize_per_call(state, args, kwargs):
-    """Where torch reuses no region (an owner in pieces, without CUDA graphs), why this call is served per
-    block: "static" where it hands a `StaticCache`, "prompt" where it hands a `DynamicCache` that holds
-    nothing yet; else None. Only where the stand-in serves every block (one that it cannot, compiled on its
-    own, would compile a frame for each layer) and every layer. A StaticCache both started and decoded
-    later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
-    a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
-    (the figures: docs/form-torch-versions.md)."""
-    indexed = state.indexed
-    if state.tracing != "flat" or not indexed:
-        return None
-    if _regionalize_static_handed(args, kwargs):
-        why = "static"
-    elif _regionalize_kv_empty(args, kwargs):
-        why = "prompt"
-    else:
-        return None  # a token's call, most calls: the blocks go unread
-    served = all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
-    return why if served else None
-
-
 def _regionalize_first(owner):
     first = next(owner.parameters(), None)
     return None if first is None else (first.dtype, first.device)
@@ -410,11 +389,3 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
         else:
             state.why = why
             return None
-
-
-def _regionalize_why(error):
-    """`error` in a line. A backend's failure names the error it wraps, which its first line leaves out
-    ("backend='inductor' raised:")."""
-    inner = getattr(error, "inner_exception", None)
-    text = str(error).strip() if inner is None else f"{type(inner).__name__}: {str(inner).strip()}"
-    return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"

@@ -6,7 +6,9 @@ import sys
 import torch
 
 from .bypass import _regionalize_direct
+from .kv import _regionalize_kv_empty
 from .regions import _regionalize_block_compiled, _regionalize_block_frames
+from .static import _regionalize_static_handed
 from .threads import _regionalize_locked
 
 _regionalize_graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
@@ -73,3 +75,24 @@ def _regionalize_static(module, kwargs, model):
     if any(own.get(name, p.shape) != p.shape for m in others for name, p in m.named_parameters()):
         return {**kwargs, "dynamic": False}
     return kwargs
+
+
+def _regionalize_per_call(state, args, kwargs):
+    """Where torch reuses no region (an owner in pieces, without CUDA graphs), why this call is served per
+    block: "static" where it hands a `StaticCache`, "prompt" where it hands a `DynamicCache` that holds
+    nothing yet; else None. Only where the stand-in serves every block (one that it cannot, compiled on its
+    own, would compile a frame for each layer) and every layer. A StaticCache both started and decoded
+    later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
+    a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
+    (the figures: docs/form-torch-versions.md)."""
+    indexed = state.indexed
+    if state.tracing != "flat" or not indexed:
+        return None
+    if _regionalize_static_handed(args, kwargs):
+        why = "static"
+    elif _regionalize_kv_empty(args, kwargs):
+        why = "prompt"
+    else:
+        return None  # a token's call, most calls: the blocks go unread
+    served = all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
+    return why if served else None
