@@ -1,4 +1,4 @@
-# regionalize runtime 28: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 29: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
@@ -23,8 +23,10 @@ A graph break in the owner or a block (an error inside a nested region), or any 
 the owner whole, is raised while compiling, before the compiled frame has run anything. Blocks that
 cannot be regions (an argument Dynamo cannot pass into one) are traced inline instead, the owner's graph
 compiled in pieces. Where that fails too, the owner warns once and runs eagerly with each block compiled on
-its own (per-block regional compilation, which allows graph breaks): the original's result, never an
-error the original would not raise.
+its own (per-block regional compilation, which allows graph breaks), and a block whose own frame fails
+to compile before it runs anything runs eagerly: the original's result, never an error the original would
+not raise. Every frame the runtime compiles is made in the globals of the model code it calls, so that a
+model whose module is not importable by name compiles as `model.compile()` would (`frames.py`).
 
 A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
 values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every

@@ -3,6 +3,7 @@ attributes traced symbolically (RGZ004)."""
 
 import torch
 
+from .frames import _regionalize_in_globals, _regionalize_model_globals
 from .internals import _regionalize_config_patch
 from .threads import _regionalize_standing_in, _regionalize_tracing
 
@@ -35,8 +36,10 @@ def _regionalize_symbolic_ints(forward):
         with patch:
             return forward(*args, **kwargs)
 
-    # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object.
-    traced.__code__ = traced.__code__.replace(co_name=forward.__name__)
-    traced.__name__, traced.__doc__ = forward.__name__, forward.__doc__
+    # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object. In the
+    # globals of `forward`: a compile of the module starts its trace here (`frames.py`).
+    model_globals = _regionalize_model_globals(forward) or globals()
+    traced = _regionalize_in_globals(traced, model_globals, forward.__name__)
+    traced.__doc__ = forward.__doc__
     traced.__qualname__, traced._regionalize_forward = forward.__qualname__, forward  # its parameters
     return traced

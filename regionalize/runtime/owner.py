@@ -1,7 +1,6 @@
 """The owner of the blocks compiled whole, its blocks nested regions; per block where it cannot be."""
 
 import functools
-import sys
 import warnings
 import weakref
 
@@ -10,6 +9,12 @@ import torch
 from .around import _regionalize_handoff, _regionalize_opaque, _regionalize_outside, _regionalize_owned
 from .bypass import _regionalize_direct, _regionalize_guard_filter
 from .constants import _regionalize_constants
+from .frames import (
+    _regionalize_caller,
+    _regionalize_frame,
+    _regionalize_model_globals,
+    _regionalize_unimportable,
+)
 from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
     _regionalize_compiling,
@@ -49,7 +54,6 @@ from .threads import (
 )
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
-_regionalize_frame_names = set()  # every name an owner's frame took in this process
 _regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
@@ -136,26 +140,14 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     compiled in the process. And owners of one class at other widths (Swin's stages, a draft model and its
     target) would mark their widths dynamic, which torch 2.13 cannot stamp a region out at (a `KeyError`
     naming the width): they compile as functions of their own, each static at first as any new frame, and
-    owners alike (a model built again) share theirs. Their names are unique in the process: two classes
-    of one name (`Model` in two files) would share one code object's automatic dynamic shapes, the file
-    and line of every frame being this one's."""
+    owners alike (a model built again) share theirs, named uniquely in the process and made in the globals
+    of the owner's code (`frames.py`)."""
     cls = type(owner)
     shapes = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in owner.named_parameters())
     frames = _regionalize_frames.setdefault(cls, {})
     frame = frames.get(shapes)
-    if frame is None:
-
-        def frame(self, *args, **kwargs):
-            return self._call_impl(*args, **kwargs)
-
-        name, taken = f"{cls.__name__}_forward", 0
-        while name in _regionalize_frame_names:
-            taken += 1
-            name = f"{cls.__name__}_forward_{taken}"
-        _regionalize_frame_names.add(name)
-        frame.__code__ = frame.__code__.replace(co_name=name)
-        frame.__qualname__ = frame.__name__ = name
-        frames[shapes] = frame
+    if frame is None:  # in the globals of the owner's code (`frames.py`)
+        frame = frames[shapes] = _regionalize_frame(cls, "forward")
     state = owner.__dict__["_regionalize_owner"]
     if state.tracing == "flat":  # compiled in pieces: `_regionalize_pieces`
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
@@ -217,6 +209,8 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         or whole is None  # called before another thread's first call, which set the owner up, compiled it
     ):
         whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
+        if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
+            return owner._call_impl(*args, **kwargs)
     per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
     if per_call is not None:
         setattr(state, per_call, True)
@@ -249,15 +243,9 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             stacklevel=_regionalize_caller(),
         )
     if state.why is not None:
-        instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
-        warnings.warn(
-            f"regionalize: {type(owner).__name__} cannot be compiled whole ({state.why}); {instead} instead",
-            stacklevel=_regionalize_caller(),
-        )
-        if state.inner:  # an owner of owners: each stage compiled whole at its call
-            _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)
-            if "_regionalize_owner" not in owner.__dict__:  # no blocks of its own
-                return owner._call_impl(*args, **kwargs)
+        _regionalize_fell_back(owner, state)
+        if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
+            return owner._call_impl(*args, **kwargs)
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
         return out
@@ -314,6 +302,11 @@ def _regionalize_owner_setup(owner, whole, graphs):
             state.why = "this torch does not reuse a traced region (torch 2.12 and later do)"
             state.unreused = True  # this torch's form, not a fallback
         whole = _regionalize_owner_compiled(owner, state.kwargs)  # its parameters all there by now
+        if state.why is None and not state.alone:  # a block Dynamo could not inline (`frames.py`)
+            inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
+            state.why = _regionalize_unimportable(_regionalize_model_globals(type(owner).forward), inlined)
+            if state.why is not None:
+                _regionalize_fell_back(owner, state)
     if state.version != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
         renamed = _regionalize_shape(state.blocks) and state.version is not None
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
@@ -330,21 +323,21 @@ def _regionalize_owner_setup(owner, whole, graphs):
     return whole
 
 
+def _regionalize_fell_back(owner, state):
+    """Warn that `owner` cannot be compiled whole (`state.why`); an owner of owners gives its stages their
+    blocks back, each stage compiled whole at its call."""
+    instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
+    warnings.warn(
+        f"regionalize: {type(owner).__name__} cannot be compiled whole ({state.why}); {instead} instead",
+        stacklevel=_regionalize_caller(),
+    )
+    if state.inner:
+        _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)
+
+
 def _regionalize_first(owner):
     first = next(owner.parameters(), None)
     return None if first is None else (first.dtype, first.device)
-
-
-def _regionalize_caller():
-    """The `stacklevel` of a warning of the function that calls this one that names the line that called
-    the owner: the first frame of neither this runtime nor torch (whose module call, and the wrapper of an
-    owner opaque to a compile around it, sit between)."""
-    frame, level = sys._getframe(2), 2
-    while frame.f_back is not None and (
-        frame.f_globals is globals() or frame.f_globals.get("__name__", "").partition(".")[0] == "torch"
-    ):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _regionalize_run_whole(owner, state, whole, args, kwargs):

@@ -1,11 +1,14 @@
 """The fallback, and the form where torch reuses no traced region and the backend is not Inductor: each
 block compiled on its own."""
 
+import functools
 import sys
+import weakref
 
 import torch
 
 from .bypass import _regionalize_direct
+from .frames import _regionalize_frame, _RegionalizeOrEager
 from .kv import _regionalize_kv_empty
 from .regions import _regionalize_block_compiled, _regionalize_block_frames
 from .static import _regionalize_static_handed
@@ -35,10 +38,23 @@ def _regionalize_per_block_compile(owner, state):
             if type(block.__dict__.get("_regionalize_layer")) is int:  # its cache stood in for
                 _regionalize_block_compiled(block, _regionalize_static(block, kwargs, model))
             elif block._compiled_call_impl is None:
-                block.compile(**_regionalize_static(block, kwargs, model))
-                if state.direct:
-                    block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
+                _regionalize_block_compile(block, _regionalize_static(block, kwargs, model), state.direct)
         state.compiled = len(state.blocks)
+
+
+def _regionalize_block_compile(block, kwargs, direct):
+    """Compile `block` on its own, as `block.compile(**kwargs)` would, in a frame of its class in the globals
+    of its code (`frames.py`), which runs it eagerly where it cannot be compiled."""
+    cls = type(block)
+    frame = _regionalize_class_frames.get(cls)
+    if frame is None:
+        frame = _regionalize_class_frames[cls] = _regionalize_frame(cls, "call")
+    compiled = functools.partial(torch.compile(frame, **kwargs), block)
+    call = _RegionalizeOrEager(compiled, block._call_impl, frame.__code__, cls.__name__)
+    block._compiled_call_impl = _regionalize_direct(block, call, frame) if direct else call
+
+
+_regionalize_class_frames = weakref.WeakKeyDictionary()  # a block class -> its frame
 
 
 def _regionalize_model(module):
@@ -60,7 +76,7 @@ def _regionalize_model(module):
 def _regionalize_static(module, kwargs, model):
     """The compile options for `module`, a block compiled on its own, with `dynamic=False` when another
     module of its class in `model` holds a parameter of the same name at another shape (stages of
-    growing width). `block.compile()` compiles torch's `_call_impl`, one code object for every module, and
+    growing width). A block's frame is one code object for every block of its class, and
     those blocks share no graph, parameters being static: automatic dynamic shapes would only add a
     symbolic compile for each, which on Swin's stages kept Inductor's CPU code generation busy past 5
     minutes, against half a minute for a full compile. Compared by name, since the stages differ in what

@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from .frames import _regionalize_in_globals, _regionalize_model_globals, _RegionalizeOrEager
 from .internals import _regionalize_compiling, _regionalize_traced, _regionalize_tree_map_only
 from .kv import (
     _regionalize_encoder_decoder_kv,
@@ -142,7 +143,7 @@ def _regionalize_region(plain, name, position, copies):
     def whole(self, *args, **kwargs):
         return plain(self, *args, **kwargs)
 
-    whole.__code__ = whole.__code__.replace(co_name=label)
+    whole = _regionalize_in_globals(whole, _regionalize_model_globals(plain) or globals(), label)
 
     def stood_in(self, args, kwargs, regions, uncached, traced):
         """The call of a block that updates a cache, through `regions` (`keyed` or `writing` with its
@@ -233,8 +234,10 @@ def _regionalize_block_compiled(block, compile_kwargs):
     class, as the region would be. Compiled as it is (`block.compile()`), the block's frame breaks its
     graph around each cache update: two frames a block, each call's entry paid twice. A frame that cannot
     be compiled whole with the stand-in falls back to the block's own code compiled (`stood_in`)."""
-    *bodies, whole = type(block).forward._regionalize_bodies
+    forward = type(block).forward
+    *bodies, whole = forward._regionalize_bodies
     full = {**compile_kwargs, "fullgraph": True}
-    frame = torch.compile(whole, **compile_kwargs)
+    compiled = torch.compile(whole, **compile_kwargs)
+    frame = _RegionalizeOrEager(compiled, forward.__wrapped__, whole.__code__, type(block).__name__)
     frames = tuple(torch.compile(body, **full) for body in bodies), frame, frame
     _regionalize_block_frames[block] = frames

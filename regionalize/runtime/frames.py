@@ -1,0 +1,153 @@
+"""The frames the runtime compiles, with the globals of the model code they run.
+
+Dynamo reads a global of an inlined function through the frame it compiles where the two share their
+globals, and otherwise imports the function's module by its `__name__`. A model whose module cannot be
+imported by that name (loaded by `spec_from_file_location` or `SourceFileLoader` and not registered, run by
+`runpy.run_path`, built by `exec`) then fails to compile with a `ModuleNotFoundError`, where
+`model.compile()`, whose frame is the model's own `forward`, runs it. So every frame the runtime compiles
+takes the globals of the model code it calls: the owner's `forward`'s for the owner, the block's for a
+block. Its own body reads no global, only its arguments and closure."""
+
+import sys
+import types
+import warnings
+
+from .internals import _regionalize_compiling, _regionalize_why
+
+_regionalize_frame_names = set()  # every name a compiled frame took in this process
+# The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.
+_regionalize_runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
+
+
+def _regionalize_module_call(self, *args, **kwargs):
+    """The body of a module's compiled frame: its call, hooks and all, as `module.compile()` compiles."""
+    return self._call_impl(*args, **kwargs)
+
+
+def _regionalize_frame_name(base):
+    """A name for a compiled frame's code, unique in the process: Dynamo keys what it learns of a frame
+    (automatic dynamic shapes) by its code's name, file and line, which are this module's for every frame,
+    so two classes of one name (`Model` in two files) would share it."""
+    name, taken = base, 0
+    while name in _regionalize_frame_names:
+        taken += 1
+        name = f"{base}_{taken}"
+    _regionalize_frame_names.add(name)
+    return name
+
+
+def _regionalize_frame(cls, kind):
+    """A new frame to compile for modules of `cls` (`_regionalize_module_call`), named for the class and
+    `kind`, in the globals of the class's code."""
+    model_globals = _regionalize_model_globals(cls.forward) or globals()
+    return _regionalize_in_globals(
+        _regionalize_module_call, model_globals, _regionalize_frame_name(f"{cls.__name__}_{kind}")
+    )
+
+
+def _regionalize_model_globals(function):
+    """The globals of the model code `function` runs: through the runtime's wrappers of a class's `forward`
+    (`functools.wraps`, `_regionalize_forward`) to the user's function; None where none is found."""
+    seen = 0
+    while seen < 16:  # a wrapper chain, never a cycle
+        inner = getattr(function, "_regionalize_forward", None) or getattr(function, "__wrapped__", None)
+        if inner is None:
+            break
+        function, seen = inner, seen + 1
+    function = getattr(function, "__func__", function)
+    return function.__globals__ if isinstance(function, types.FunctionType) else None
+
+
+def _regionalize_in_globals(function, model_globals, name=None):
+    """`function` (whose body reads no global) as a function of `model_globals`, its code named `name`:
+    the frame Dynamo compiles then shares its globals with the model code it inlines."""
+    code = function.__code__ if name is None else function.__code__.replace(co_name=name)
+    made = types.FunctionType(
+        code, model_globals, name or function.__name__, function.__defaults__, function.__closure__
+    )
+    made.__qualname__ = name or function.__qualname__
+    made.__kwdefaults__ = function.__kwdefaults__
+    return made
+
+
+def _regionalize_importable(model_globals):
+    """Can Dynamo reach the module of `model_globals` by its `__name__`, as it does for a function it inlines
+    from a frame of other globals? A module registered under its name, or globals of no name (Dynamo then
+    keeps them itself). A name that `sys.modules` holds for other globals (an `exec` named `__main__`) is
+    not: Dynamo would read the registered module's values."""
+    name = model_globals.get("__name__")
+    if not isinstance(name, str) or name.startswith("namedtuple_"):
+        return True
+    module = sys.modules.get(name)
+    return module is not None and getattr(module, "__dict__", None) is model_globals
+
+
+def _regionalize_unimportable(owner_globals, classes):
+    """Why the owner's frame, of `owner_globals`, cannot inline the `forward` of each of `classes`: the first
+    class defined in globals other than the owner's whose module is not importable by name; else None."""
+    for cls in classes:
+        found = _regionalize_model_globals(cls.forward)
+        if found is not None and found is not owner_globals and not _regionalize_importable(found):
+            module = found.get("__name__", "?")
+            return f"{cls.__name__} is defined in module {module!r}, which is not importable by that name"
+    return None
+
+
+class _RegionalizeOrEager:
+    """A compiled frame of `code`, or `eager` from the call on where compiling it failed before it ran
+    anything (`_regionalize_failed_on_entry`): the original's result, never an error of the compile, with
+    one warning a class of module. An error raised once the frame ran (a graph break's later part failing
+    to compile, after the first ran) is raised: what ran cannot be run again."""
+
+    __slots__ = ("code", "compiled", "eager", "name")
+
+    def __init__(self, compiled, eager, code, name):
+        self.compiled, self.eager, self.code, self.name = compiled, eager, code, name
+
+    def __call__(self, *args, **kwargs):
+        compiled = self.compiled
+        if compiled is None:
+            return self.eager(*args, **kwargs)
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as error:
+            if not _regionalize_failed_on_entry(error, self.code):
+                raise
+            why = _regionalize_why(error)
+        self.compiled = None
+        if self.name not in _regionalize_warned:
+            _regionalize_warned.add(self.name)
+            warnings.warn(
+                f"regionalize: {self.name} cannot be compiled ({why}); it runs eagerly",
+                stacklevel=_regionalize_caller(),
+            )
+        return self.eager(*args, **kwargs)
+
+
+_regionalize_warned = set()  # the classes whose frames ran eagerly, warned once
+
+
+def _regionalize_failed_on_entry(error, code):
+    """Did compiling the frame of `code` raise `error` before the frame ran (Dynamo compiles at its entry)?
+    Not where the frame's compiled code ran and a later part of it failed (its code is in the traceback)."""
+    if not _regionalize_compiling(error):
+        return False
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == code.co_name:
+            return False
+        tb = tb.tb_next
+    return True
+
+
+def _regionalize_caller():
+    """The `stacklevel` of a warning of the function that calls this one that names the line that called
+    the model: the first frame of neither this runtime nor torch (whose module call sits between)."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None:
+        module = frame.f_globals.get("__name__", "")
+        ours = module == _regionalize_runtime or module.startswith(f"{_regionalize_runtime}.")
+        if not ours and module.partition(".")[0] != "torch":
+            break
+        frame, level = frame.f_back, level + 1
+    return level
