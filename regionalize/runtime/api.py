@@ -50,7 +50,7 @@ def compile_region(
     """Compile each of `blocks` as a nested region of `owner`, which is compiled whole at its first call:
     a block's class is traced once and its compiled code serves every block of the owner. In place:
     `state_dict` keys, `isinstance` and indexing stay as they are. A rewrite passes a container's blocks
-    in one call (`compile_region(*self.layers, owner=self)`); 0.2.0's rewrites passed one block a call.
+    in one call (`compile_region(*self.layers, owner=self)`), or one a call.
     A block that owns blocks of its own (a stage) gives them to `owner` instead of becoming a region:
     all the stages passed or none, given back where `owner` cannot be compiled whole (runtime/outer.py).
 

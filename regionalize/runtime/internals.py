@@ -6,6 +6,7 @@ import collections
 import contextlib
 import functools
 import importlib
+import importlib.util
 import inspect
 import threading
 import types
@@ -263,6 +264,11 @@ _regionalize_cpu_check_imports = (
 )
 
 
+def _regionalize_cpu_check_available():
+    """Does Inductor check the CPU's vector instruction sets by building programs? (No check is started.)"""
+    return importlib.util.find_spec("torch._inductor.cpu_vec_isa") is not None
+
+
 @functools.cache
 def _regionalize_cpu_check():
     """Probe: Inductor's check of the vector instruction sets this CPU runs (`valid_vec_isa_list`), made
@@ -278,7 +284,7 @@ def _regionalize_cpu_check():
     Until the check is done, Inductor's `pick_vec_isa` waits for it (`_regionalize_after_check`): the check
     is not safe beside a compile. It adds `-mavx512bf16` to an instruction set's flags while it tries them,
     and a kernel built meanwhile took that flag into its build and its cache key, so the first restart
-    built those kernels again (ConvNeXt restarted in 0.37x a full compile's time: form-hierarchical.md)."""
+    built those kernels again (the figures: docs/form-hierarchical.md, Inductor's CPU check)."""
     try:
         from torch._inductor import cpu_vec_isa
         from torch._inductor.cpu_vec_isa import valid_vec_isa_list

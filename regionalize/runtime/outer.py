@@ -1,7 +1,7 @@
 """An owner of owners: a module whose container holds stages, each stage the owner of its blocks (Swin's
 and ConvNeXt's stages), takes the stages' blocks and is compiled whole. A call is then one compiled frame
-where it was one a stage, and the code between the stages is compiled too (Swin, 2-core CPU: 1.32x a full
-compile's time a call with a frame a stage, 1.20x with one: docs/results/forward/call-profile.md).
+where there would be one a stage, and the code between the stages is compiled too: a call nearer a full
+compile's time (docs/results/forward/call-profile.md).
 
 It takes every stage offered or none: a stage it cannot take, or a failure to compile it whole, makes the
 stages owners of their blocks again (`_regionalize_refuse`), as they were before it took them. Blocks of
@@ -64,8 +64,8 @@ def _regionalize_holds_owners(module):
 def _regionalize_mostly_stages(owner, state):
     """Do the stages it took and its own blocks hold nearly all of `owner`'s parameters (Swin's and
     ConvNeXt's encoders: all of them)? Where it holds work of its own besides (a diffusers UNet block's
-    resnets, which a stage an owner leaves eager), compiling it whole compiles that too: on a small UNet
-    the rewrite's first call took 3x as long so, and a call no less (docs/form-hierarchical.md)."""
+    resnets, which a stage an owner leaves eager), compiling it whole compiles that too: a later first
+    call, and no faster a call (docs/form-hierarchical.md)."""
     held = [stage for stage, _ in state.inner] + state.blocks
     covered = {id(p) for module in held for p in module.parameters()}
     total = list(owner.parameters())

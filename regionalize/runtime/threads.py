@@ -28,11 +28,11 @@ _regionalize_call = _RegionalizeCall()
 
 
 class _RegionalizeFlag:
-    """One attribute of this thread's `_regionalize_call`, read and set as `flag[0]`, as the one-item
-    list each flag was (and tests set it as one). Read while Dynamo traces an owner or a compile around
-    it: Dynamo traces a plain object's `__getitem__` and an attribute of a `threading.local` on torch 2.11
-    to 2.15, but not item access on the `threading.local` itself (2.11 fails on `__getitem__`, 2.13 on
-    item assignment). Its guards then read the attribute in the calling thread."""
+    """One attribute of this thread's `_regionalize_call`, read and set as `flag[0]`. Read while Dynamo
+    traces an owner or a compile around it: Dynamo traces a plain object's `__getitem__` and an attribute
+    of a `threading.local` on torch 2.11 to 2.15, but not item access on the `threading.local` itself (2.11
+    fails on `__getitem__`, 2.13 on item assignment). Its guards then read the attribute in the calling
+    thread."""
 
     def __init__(self, name):
         self.name = name
