@@ -192,24 +192,6 @@ def test_no_two_modules_share_a_name() -> None:
     assert not [name for name, count in names.items() if count > 1]
 
 
-def test_no_two_runtime_parts_define_one_name() -> None:
-    """`--vendor` joins the runtime's parts into one module (codemod/runtime_copy.py), where a name two parts
-    define at their top would be the later part's in both: a thread's call state taken for a function."""
-    defined: dict[str, list[str]] = {}
-    for name, path in MODULES.items():
-        if _part(name) != "runtime" or name == "regionalize.runtime.api" or path.name == "__init__.py":
-            continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            targets = [node] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else []
-            if isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = [
-                    t for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
-                ]
-            for target in targets:
-                defined.setdefault(getattr(target, "name", None) or target.id, []).append(name)
-    assert not {name: parts for name, parts in defined.items() if len(parts) > 1}
-
-
 def test_only_the_runtimes_internals_module_names_torchs_private_names() -> None:
     """torch's private names (`torch._dynamo`, `torch.utils._pytree`, `torch._C._dynamo`, ...) are reached
     through `regionalize/runtime/internals.py` alone, so that a torch that moves one breaks one module.

@@ -1,0 +1,165 @@
+"""The ways the runtime works around torch, as data: each names what it does, the torch versions it covers,
+torch's issue (or where it was found, when none is filed), the probe that tells whether the running torch
+needs it, and when it can go. `docs/torch-workarounds.md` is rendered from this table, and
+tests/test_workarounds.py checks, on each CI torch, which are needed there: a torch that fixes one fails that
+test, which says the workaround can go. A probe of None marks one applied on every torch, whose check would
+cost a compile the runtime does not pay; the test probes those it can."""
+
+import dataclasses
+import inspect
+import sys
+import threading
+import types
+from collections.abc import Callable
+
+import torch
+
+from .internals import _regionalize_cpu_check_available, _regionalize_reuses
+
+
+@dataclasses.dataclass(frozen=True)
+class Workaround:
+    """One workaround (see the module's docstring)."""
+
+    name: str
+    does: str
+    covers: str  # the torch versions
+    issue: str  # torch's issue, or where it was found
+    probe: Callable[[], bool] | None
+    until: str  # when it can go
+
+    def needed(self) -> bool | None:
+        """Does the running torch need it? None where it has no probe (applied on every torch)."""
+        return None if self.probe is None else bool(self.probe())
+
+
+def _reuse_limit_low() -> bool:
+    """Does torch's nested region keep fewer variants a block class than a deep stack has layers?"""
+    if not _regionalize_reuses():
+        return False
+    default = inspect.signature(torch.compiler.nested_compile_region).parameters["max_reuse_entries"].default
+    return isinstance(default, int) and default < 1024
+
+
+def _module_reimported() -> bool:
+    """Does Dynamo fail on code it inlines from a module not registered under its name (the frame it
+    compiles having other globals)? Compiles one small function with the eager backend."""
+    module = types.ModuleType("regionalize_unregistered_probe")
+    exec("import torch\n\ndef inner(x):\n    return torch.sin(x)\n", vars(module))
+    assert module.__name__ not in sys.modules
+
+    def outer(x: torch.Tensor) -> torch.Tensor:
+        return module.inner(x) + 1
+
+    try:
+        torch.compile(outer, backend="eager", fullgraph=True)(torch.ones(2))
+    except Exception:
+        return True
+    return False
+
+
+def _compiling_seen_across_threads() -> bool:
+    """Does `torch.compiler.is_compiling()` answer True in a thread while another thread compiles?"""
+    started, release = threading.Event(), threading.Event()
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Callable[..., object]:
+        started.set()
+        release.wait(30)
+        return graph.forward
+
+    def add_one(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    compiling = threading.Thread(target=lambda: torch.compile(add_one, backend=backend)(torch.ones(1)))
+    compiling.start()
+    started.wait(30)
+    seen = torch.compiler.is_compiling()
+    release.set()
+    compiling.join()
+    return seen
+
+
+def _regions_not_reused() -> bool:
+    return not _regionalize_reuses()
+
+
+WORKAROUNDS = (
+    Workaround(
+        "module globals",
+        "Every frame the runtime compiles takes the globals of the model code it calls (`frames.py`): "
+        "Dynamo imports an inlined function's module by its name, which a model loaded by "
+        "`spec_from_file_location`, `runpy.run_path` or `exec` does not have.",
+        "2.11 to 2.15",
+        "pytorch/pytorch#181243",
+        _module_reimported,
+        "when every supported torch compiles code of an unregistered module inlined from other globals",
+    ),
+    Workaround(
+        "regions traced for every block",
+        "The owner is traced whole and its graph compiled in pieces, each distinct block once (`pieces.py`): "
+        "Dynamo traces a nested region again for every block.",
+        "2.11",
+        "reuse of traced regions (`max_reuse_entries`) came in torch 2.12",
+        _regions_not_reused,
+        "when torch 2.11 leaves the supported range",
+    ),
+    Workaround(
+        "reuse limit",
+        "Regions are made with `max_reuse_entries=1024` (`nested.py`): torch keeps 8 variants a block class, "
+        "and a deep stack whose blocks each read their own integer fails at its ninth layer.",
+        "2.12 to 2.15",
+        "not filed: found on a 32-layer Llama",
+        _reuse_limit_low,
+        "when torch's default keeps a variant for every layer of a deep stack",
+    ),
+    Workaround(
+        "compiling in another thread",
+        "`_regionalize_traced` asks Dynamo's tracing context of the thread too (`internals.py`): "
+        "`torch.compiler.is_compiling()` reads one flag of the process, set while any thread compiles.",
+        "2.13 to 2.15",
+        "not filed: found serving a model from several threads",
+        _compiling_seen_across_threads,
+        "when `is_compiling()` answers for the calling thread",
+    ),
+    Workaround(
+        "gradients of repeated regions",
+        "A call with autograd on compiles the blocks one by one (`owner.py`): Inductor's backward of a graph "
+        "holding repeated regions returned wrong gradients where a full compile's were exact.",
+        "2.13 (measured); applied on every torch",
+        "not filed: found by `regionalize verify`'s gradient check on Llama and ViT",
+        None,
+        "when verify's gradient check passes for the owner compiled whole on every supported torch",
+    ),
+    Workaround(
+        "regions reused across structures",
+        "Each region takes the classes of its block's modules as an argument (`nested.py`): Dynamo reused a "
+        "region traced for one block for another whose submodule is of another class.",
+        "2.13 (measured); applied on every torch",
+        "not filed: found by `regionalize verify` on ModernBERT",
+        None,
+        "when Dynamo's reuse check compares the classes of a region's modules",
+    ),
+    Workaround(
+        "nested regions never nested",
+        "A block that holds owners of blocks is never made a region (`outer.py`).",
+        "2.12 to 2.15",
+        "pytorch/pytorch#192905",
+        None,
+        "when nested regions inside regions reuse the right body",
+    ),
+    Workaround(
+        "Inductor's CPU check",
+        "Inductor's check of the CPU's instruction sets runs in a thread while Dynamo traces, and Inductor "
+        "waits for it before it builds a kernel (`internals.py`): the check adds `-mavx512bf16` to a set's "
+        "flags while it tries them, and a kernel built meanwhile took the flag into its cache key.",
+        "2.11 to 2.15",
+        "not filed: found restarting transformers' ConvNeXt",
+        _regionalize_cpu_check_available,
+        "when Inductor checks the CPU once, ahead of compiling, without changing shared flags",
+    ),
+)
+
+
+def needed() -> list[str]:
+    """The names of the workarounds the running torch needs, by probing it."""
+    return [w.name for w in WORKAROUNDS if w.needed()]
