@@ -220,4 +220,4 @@ def test_a_transformers_decoder_generates_the_originals_tokens() -> None:
         got = model.generate(ids, max_new_tokens=6, do_sample=False)
         want = twin.generate(ids, max_new_tokens=6, do_sample=False)
     assert got.tolist() == want.tolist()
-    assert state.why is None
+    assert state.plan.form.value != "per block"

@@ -9,6 +9,7 @@ once); the CUDA tests run where there is a GPU.
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import operator
 import pickle
@@ -24,6 +25,7 @@ import pytest
 import torch
 from torch_support import needs_reuse
 
+import regionalize
 from regionalize.bench.accounting import recording, served_forms
 from regionalize.codemod import transform_source
 from regionalize.runtime.nested import _regionalize_reuses
@@ -358,10 +360,12 @@ def test_blocks_that_cannot_be_regions_are_traced_inline_and_compiled_in_pieces(
     assert all(block._compiled_call_impl is None for block in model.blocks)  # one frame a call
 
 
-class BackendFailed(torch._dynamo.exc.TorchDynamoException):
-    """As torch's `BackendCompilerFailed`: raised after Dynamo's trace, the backend's error kept."""
+class BackendFailed(torch._dynamo.exc.BackendCompilerFailed):
+    """torch's `BackendCompilerFailed`, raised after Dynamo's trace, the backend's error kept."""
 
-    inner_exception = RuntimeError("a lowering failed")
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.inner_exception = RuntimeError("a lowering failed")
 
 
 @needs_reuse
@@ -383,11 +387,12 @@ def test_only_a_failed_trace_is_retried_in_pieces(failure: str) -> None:
     finally:
         runtime._regionalize_tracing[0] = False
     if failure == "trace":
-        assert state.tracing == "flat" and state.why is None and "in a region" in state.regions
+        assert state.plan.form.value == "whole, in pieces" and state.plan.fallback
+        assert "in a region" in state.plan.reason
         torch.testing.assert_close(out, twin(x))
     else:
-        assert out is None and state.tracing is True and state.regions is None
-        assert state.why == "BackendFailed: RuntimeError: a lowering failed"
+        assert out is None and state.plan.form.value == "per block" and state.plan.fallback
+        assert state.plan.reason == "BackendFailed: RuntimeError: a lowering failed"
 
 
 def test_without_nested_compile_regions_blocks_are_compiled_regionally(
@@ -523,7 +528,9 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
     with torch.no_grad():
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
     if _regionalize_reuses():
-        assert model.model.__dict__["_regionalize_owner"].why is None  # the no_grad call ran whole
+        assert (
+            model.model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+        )  # the no_grad call ran whole
 
 
 STAGES = """
@@ -689,7 +696,7 @@ def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
                 x = torch.randn(1, length, model.blocks[0].fc.in_features)
                 torch.testing.assert_close(model(x), twin(x))
     assert len(GRAPHS) == settled  # each new length served by a graph of symbolic length
-    assert not any(model.__dict__["_regionalize_owner"].why for model in (draft, target))
+    assert not any(model.__dict__["_regionalize_owner"].plan.fallback for model in (draft, target))
 
 
 @needs_reuse
@@ -709,7 +716,7 @@ def test_owners_of_two_classes_of_one_name_at_other_widths_keep_their_regions() 
             for rows in batches:
                 x = torch.randn(rows, width)
                 torch.testing.assert_close(model(x), twin(x))
-            assert model.__dict__["_regionalize_owner"].why is None
+            assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
 
 
 def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
@@ -821,7 +828,7 @@ def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() ->
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no fallback warning
             torch.testing.assert_close(model(x), twin(x))
-    assert model.__dict__["_regionalize_owner"].why is None
+    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
 
 
 ALIASING = """
@@ -867,7 +874,7 @@ def test_outputs_that_alias_are_copied_in_the_one_trace_of_the_region() -> None:
         warnings.simplefilter("error")
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
-    assert model.__dict__["_regionalize_owner"].why is None
+    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
     assert type(model.blocks[0])._regionalize_copies == [False]
     assert (account.regions_traced, account.regions_stamped) == (1, 3)
     (graph,) = GRAPHS
@@ -914,7 +921,7 @@ def test_outputs_that_share_memory_unseen_are_all_copied_on_the_owners_retry() -
         warnings.simplefilter("error")
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
-    assert model.__dict__["_regionalize_owner"].why is None
+    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
     assert type(model.blocks[0])._regionalize_copies == [True]
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
@@ -963,7 +970,7 @@ def test_copies_of_slices_are_right_under_inductor() -> None:
         "x, context = torch.randn(1, 5, 8), torch.randn(1, 3, 8)\n"
         "with torch.no_grad():\n"
         "    torch.testing.assert_close(model(x, context), twin(x, context))\n"
-        "assert model.__dict__['_regionalize_owner'].why is None\n"
+        "assert model.__dict__['_regionalize_owner'].plan.form.value != 'per block'\n"
         "assert type(model.blocks[0])._regionalize_copies == [False]\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -1042,7 +1049,7 @@ def test_region_arguments_pass_flat_where_they_can_and_as_given_otherwise(how: s
         warnings.simplefilter("error")
         patch.setattr(invoke_subgraph, "build_fingerprint_with_pytree", counted)
         torch.testing.assert_close(model(x, how), twin(x, how))
-    assert model.__dict__["_regionalize_owner"].why is None
+    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(regions) == len(model.blocks) and len({n.args[0].target for n in regions}) == 1
@@ -1101,7 +1108,7 @@ def test_outputs_holding_none_are_reused_regions_and_come_back_as_returned(how: 
         got, want = model(x), twin(x)
     torch.testing.assert_close(got, want)
     assert [type(o) for o in got[1]] == [type(o) for o in want[1]]
-    assert model.__dict__["_regionalize_owner"].why is None
+    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
     traced = len(model.blocks) if how == "dict" else 1
     assert (account.regions_traced, account.regions_stamped) == (traced, len(model.blocks) - traced)
 
@@ -1177,6 +1184,25 @@ def test_the_replacement_hook_leaves_other_compiles_alone_when_its_module_is_gon
     sliced = Sliced()
     x = torch.randn(2, 4)
     torch.testing.assert_close(torch.compile(sliced, fullgraph=True, backend="eager")(x), sliced(x))
+
+
+def test_the_replacement_hook_is_removed_once_no_owner_lives() -> None:
+    """The global hook that counts replaced submodules (Dynamo traces it wherever a forward builds a
+    `ModuleList`) is there while an owner of the package's runtime lives, once, and gone once none does."""
+    from regionalize.runtime import owner
+
+    def hooked() -> int:
+        hooks = torch.nn.modules.module._global_module_registration_hooks.values()
+        return sum(hook is owner._regionalize_registered for hook in hooks)
+
+    gc.collect()
+    alive = owner._regionalize_watching[0]  # owners other tests left alive
+    module = load(SOURCE)
+    models = [regionalize.compile_regions(module.Model()) for _ in range(2)]
+    assert owner._regionalize_watching[0] == alive + 2 and hooked() == 1
+    models.clear()
+    gc.collect()
+    assert owner._regionalize_watching[0] == alive and hooked() == (1 if alive else 0)
 
 
 @pytest.mark.parametrize("grad", [False, True])

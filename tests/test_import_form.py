@@ -38,7 +38,8 @@ with torch.no_grad():
     torch.testing.assert_close(model(x), twin(x))
 state = model.__dict__["_regionalize_owner"]
 loaded = sorted(m for m in ("libcst", "click") if sys.modules[m])
-print(json.dumps({{"why": state.why, "loaded": loaded}}))
+why = None if state.plan.form.value != "per block" else state.plan.reason
+print(json.dumps({{"why": why, "loaded": loaded}}))
 """
 
 

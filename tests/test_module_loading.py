@@ -199,7 +199,7 @@ def test_a_model_loaded_any_way_runs_compiled_and_computes_what_the_original_doe
         regionalize.compile_regions(model)
     assert _calls(model, twin) == []  # compiled whole with no fallback: nothing to warn of
     state = model.__dict__["_regionalize_owner"]
-    assert state.why is None or state.unreused, state.why
+    assert not state.plan.fallback, state.plan
 
 
 @pytest.mark.parametrize("route", ["rewrite", "compile_regions"])

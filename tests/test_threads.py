@@ -123,7 +123,7 @@ def test_threads_calling_one_model_at_once_get_what_calls_one_at_a_time_get() ->
     torch.testing.assert_close(together, alone)
     torch.testing.assert_close(together, expected)
     state = model.__dict__["_regionalize_owner"]
-    assert state.why is None or state.unreused  # no fallback: this torch's form
+    assert not state.plan.fallback  # no fallback: this torch's form
 
 
 @crashes_on_2_11

@@ -27,6 +27,7 @@ PROBES = (
     internals._regionalize_config_patch,
     internals._regionalize_counters,
     internals._regionalize_dynamo_errors,
+    internals._regionalize_backend_error,
     internals._regionalize_mark_dynamic_probe,
     internals._regionalize_static_attribute,
     internals._regionalize_hook_dicts,
@@ -178,6 +179,22 @@ def test_without_dynamos_error_types_a_compile_error_is_told_by_its_traceback(
     with pytest.raises(AssertionError) as inside:
         dynamo["trace"]()
     assert internals._regionalize_compiling(inside.value)
+
+
+def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wraps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Wrapped(Exception):
+        inner_exception = RuntimeError("a lowering failed")
+
+    failed = torch._dynamo.exc.BackendCompilerFailed.__new__(torch._dynamo.exc.BackendCompilerFailed)
+    assert internals._regionalize_backend_failed(failed)
+    assert not internals._regionalize_backend_failed(Wrapped())  # not torch's type
+    assert not internals._regionalize_backend_failed(torch._dynamo.exc.Unsupported("a graph break"))
+    internals._regionalize_backend_error.cache_clear()
+    monkeypatch.delattr(torch._dynamo.exc, "BackendCompilerFailed")
+    fallback(internals._regionalize_backend_error, None, "_regionalize_backend_failed")
+    assert internals._regionalize_backend_failed(Wrapped())
 
 
 def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -349,5 +366,5 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
             expected = expected + block.fc(expected).tanh()
         torch.testing.assert_close(model(x), expected)
     state = model.__dict__["_regionalize_owner"]
-    assert state.unreused and state.tracing is True
+    assert state.plan.form.value == "per block" and not state.plan.fallback
     assert all(block._compiled_call_impl is not None for block in model.blocks)

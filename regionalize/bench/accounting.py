@@ -139,44 +139,51 @@ def recording() -> Iterator[GraphAccount]:
 
 
 def served_forms(model: torch.nn.Module) -> dict[str, str]:
-    """Which form each owner of the hierarchical form runs in: compiled whole (with its blocks' caches
-    traced layer by layer, and why, where their stand-ins failed to trace; in pieces, in CUDA graphs
-    where torch reuses no traced region, and there per block where a call hands a StaticCache, `STATIC`,
-    or a prompt's DynamicCache, `PROMPT`; in pieces too where its blocks differ in float constants), its one
-    block compiled on its own (`ALONE`), per block as this torch's form or the backend's (`per block,
-    <why>`), or per block because it could not be compiled whole (`per-block: <why>`)."""
-    forms = {}
-    for module in model.modules():
-        state = _owner(module.__dict__.get("_regionalize_owner"))
-        if state is not None:
-            why, kv = state.why, state.kv
-            if why is not None:
-                served = f"per block, {why}" if state.unreused else f"per-block: {why}"
-            elif state.alone:
-                served = ALONE
-            elif state.pieces or state.static or state.prompt:
-                ways = [f"whole, in pieces ({state.pieces})"] if state.pieces else []
-                ways += [way for ok, way in ((state.static, STATIC), (state.prompt, PROMPT)) if ok]
-                # `regions` since runtime 28: a vendored copy of an older runtime lacks it.
-                regions = getattr(state, "regions", None)
-                failed = regions and f"its blocks cannot be nested regions ({regions})"
-                why = state.constants or failed or "this torch does not reuse a traced region"
-                served = f"{'; '.join(ways)}: {why}"
-            else:
-                served = "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
-            forms[type(module).__name__] = served
-    return forms
+    """Which form each owner of the hierarchical form runs in, named from its plan (`runtime/state.py`):
+    compiled whole (with its blocks' caches traced layer by layer, and why, where their stand-ins failed
+    to trace); in pieces, and there per block where a call hands a StaticCache, `STATIC`, or a prompt's
+    DynamicCache, `PROMPT`, with why it is in pieces; its one block compiled on its own (`ALONE`); per
+    block as this torch's form or the backend's (`per block, <why>`), or because it could not be compiled
+    whole (`per-block: <why>`)."""
+    return {
+        type(module).__name__: _served(state)
+        for module in model.modules()
+        if (state := module.__dict__.get("_regionalize_owner")) is not None
+    }
 
 
-def _owner(state: object) -> _RegionalizeOwner | None:
-    """An owner's `_RegionalizeOwner`; read from the dict a vendored copy of runtime 23 or older keeps."""
-    if not isinstance(state, dict):
-        return state  # type: ignore[return-value]
-    owner = _RegionalizeOwner([], {}, False)
-    for name, value in state.items():
-        if name in _RegionalizeOwner.__slots__:
-            setattr(owner, name, value)
-    return owner
+def _served(state: _RegionalizeOwner) -> str:
+    plan = getattr(state, "plan", None)
+    if plan is None:  # a vendored copy of runtime 28 or older, before owners had a plan
+        return _served_before_plans(state)
+    form, reason = plan.form.value, plan.reason  # by value: a vendored copy's forms are its own enum's
+    if form == "per block":
+        return f"per-block: {reason}" if plan.fallback else f"per block, {reason}"
+    if form == "alone":
+        return ALONE
+    return _whole(state.pieces, state.static, state.prompt, reason, state.kv)
+
+
+def _whole(pieces: str | None, static: bool, prompt: bool, reason: str | None, kv: str | None) -> str:
+    """An owner compiled whole: in pieces (how many, and why) and calls served per block, or not."""
+    if pieces or static or prompt:
+        ways = [f"whole, in pieces ({pieces})"] if pieces else []
+        ways += [way for ok, way in ((static, STATIC), (prompt, PROMPT)) if ok]
+        return f"{'; '.join(ways)}: {reason}"
+    return "whole" if kv is None else f"whole, caches traced layer by layer: {kv}"
+
+
+def _served_before_plans(state: object) -> str:
+    """The form of an owner of an older vendored copy, from the flags it kept (a dict up to runtime 23)."""
+    read = state.get if isinstance(state, dict) else lambda name: getattr(state, name, None)
+    why, regions = read("why"), read("regions")
+    if why is not None:
+        return f"per block, {why}" if read("unreused") else f"per-block: {why}"
+    if read("alone"):
+        return ALONE
+    failed = regions and f"its blocks cannot be nested regions ({regions})"
+    reason = read("constants") or failed or "this torch does not reuse a traced region"
+    return _whole(read("pieces"), read("static"), read("prompt"), reason, read("kv"))
 
 
 def _fill(account: GraphAccount, counters: dict, metrics: list) -> None:

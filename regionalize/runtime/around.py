@@ -6,6 +6,7 @@ import functools
 import torch
 
 from .per_block import _regionalize_graph_modes
+from .state import _RegionalizeForm
 from .static import _regionalize_on_graph_device, _regionalize_static_handed
 from .threads import _regionalize_handed, _regionalize_tracing
 
@@ -30,7 +31,7 @@ def _regionalize_handoff(owner, args, kwargs):
         return False
     if _regionalize_opaque(state):
         return True
-    if state.tracing != "flat" or not state.indexed:
+    if state.plan.form is not _RegionalizeForm.PIECES or not state.indexed:
         return False
     if not _regionalize_static_handed(args, kwargs):
         return False

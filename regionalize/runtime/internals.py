@@ -152,6 +152,33 @@ def _regionalize_compiling(error):
     return False
 
 
+@functools.cache
+def _regionalize_backend_error():
+    """Probe: the type Dynamo raises where the backend failed on a graph it traced (`BackendCompilerFailed`).
+    Fallback None: such an error is told by the error it wraps (`inner_exception`)."""
+    try:
+        return torch._dynamo.exc.BackendCompilerFailed
+    except AttributeError as error:
+        _regionalize_fallback("_regionalize_backend_failed", error, "told by the error it wraps")
+        return None
+
+
+def _regionalize_backend_failed(error):
+    """Did the backend fail on the graph Dynamo traced (not the trace itself)?"""
+    kind = _regionalize_backend_error()
+    return (
+        isinstance(error, kind) if kind is not None else getattr(error, "inner_exception", None) is not None
+    )
+
+
+def _regionalize_aliasing(error):
+    """Did Dynamo refuse a nested region whose outputs alias each other or its inputs? Its graph break's
+    type (`gb_type`, "Encountered aliasing during higher order op tracing"), or its text where it has none."""
+    if not isinstance(error, _regionalize_dynamo_errors()):
+        return False
+    return "aliasing" in (getattr(error, "gb_type", None) or str(error))
+
+
 def _regionalize_why(error):
     """`error` in a line. A backend's failure names the error it wraps, which its first line leaves out
     ("backend='inductor' raised:")."""

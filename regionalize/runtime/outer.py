@@ -7,12 +7,18 @@ It takes every stage offered or none: a stage it cannot take, or a failure to co
 stages owners of their blocks again (`_regionalize_refuse`), as they were before it took them. Blocks of
 its own stay its own."""
 
+from .state import _RegionalizeForm
+
 
 def _regionalize_takes(owner, inner, kwargs, direct):
     """May `owner`, set up with `kwargs` and `direct`, take the blocks of the stage whose state is `inner`?
     Not once the stage or the owner has run (their calls set them up), where the stage compiles its
     blocks one by one or with other options, nor where the owner has refused a stage."""
-    if owner.__dict__.get("_regionalize_refused") or inner.settled or inner.why is not None:
+    if (
+        owner.__dict__.get("_regionalize_refused")
+        or inner.settled
+        or inner.plan.form is not _RegionalizeForm.WHOLE
+    ):
         return False
     state = owner.__dict__.get("_regionalize_owner")
     if state is not None and (state.settled or state.kwargs != kwargs or state.direct != direct):

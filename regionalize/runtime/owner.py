@@ -1,6 +1,7 @@
 """The owner of the blocks compiled whole, its blocks nested regions; per block where it cannot be."""
 
 import functools
+import threading
 import warnings
 import weakref
 
@@ -17,6 +18,8 @@ from .frames import (
 )
 from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
+    _regionalize_aliasing,
+    _regionalize_backend_failed,
     _regionalize_compiling,
     _regionalize_counters,
     _regionalize_cpu_check,
@@ -42,7 +45,7 @@ from .per_block import _regionalize_graph_modes, _regionalize_per_block, _region
 from .pieces import _regionalize_pieces
 from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_reusing
 from .stack import _regionalize_fresh_stack
-from .state import _RegionalizeOwner
+from .state import _RegionalizeForm, _RegionalizeOwner, _RegionalizePlan
 from .static import _regionalize_static_checked, _regionalize_static_kv
 from .threads import (
     _regionalize_graphing,
@@ -54,7 +57,9 @@ from .threads import (
 )
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
-_regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
+_regionalize_version = [0]  # submodules replaced anywhere, counted while an owner lives
+_regionalize_watching = [0, None]  # the owners alive, and the handle of the hook that counts for them
+_regionalize_watch_lock = threading.RLock()  # an owner's finalizer may run in any thread, in any call
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -89,14 +94,17 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         if state is None:
             state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner([], compile_kwargs, direct)
         state.blocks.append(block)
-        if not _regionalize_version:
-            _regionalize_version.append(0)
-            torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
+        if len(state.blocks) == 1:  # a new owner: replaced submodules are counted while it lives
+            _regionalize_count_replaced(owner)
         if not hasattr(torch.compiler, "nested_compile_region"):
-            state.why = "this torch has no nested compile regions"
+            state.plan = _RegionalizePlan(
+                _RegionalizeForm.PER_BLOCK, "this torch has no nested compile regions"
+            )
         elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-            state.why = "the eager backend cannot differentiate nested regions"
-        if state.why is not None:
+            state.plan = _RegionalizePlan(
+                _RegionalizeForm.PER_BLOCK, "the eager backend cannot differentiate nested regions"
+            )
+        if state.plan.form is _RegionalizeForm.PER_BLOCK:
             _regionalize_per_block(owner)
             return
         handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
@@ -114,6 +122,25 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
             cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
             kv_param, copies = cls._regionalize_kv_param, cls._regionalize_copies
             cls.forward = _regionalize_region(cls.forward, *kv_param, copies)
+
+
+def _regionalize_count_replaced(owner):
+    """Count replaced submodules (`_regionalize_registered`) while `owner` lives: a global hook on every
+    submodule assignment in the process, added for the first owner and removed once no owner lives."""
+    with _regionalize_watch_lock:
+        if _regionalize_watching[1] is None:
+            hook = torch.nn.modules.module.register_module_module_registration_hook
+            _regionalize_watching[1] = hook(_regionalize_registered)
+        _regionalize_watching[0] += 1
+    weakref.finalize(owner, _regionalize_uncount_replaced)
+
+
+def _regionalize_uncount_replaced():
+    with _regionalize_watch_lock:
+        _regionalize_watching[0] -= 1
+        if not _regionalize_watching[0] and _regionalize_watching[1] is not None:
+            _regionalize_watching[1].remove()
+            _regionalize_watching[1] = None
 
 
 def _regionalize_registered(
@@ -149,7 +176,7 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     if frame is None:  # in the globals of the owner's code (`frames.py`)
         frame = frames[shapes] = _regionalize_frame(cls, "forward")
     state = owner.__dict__["_regionalize_owner"]
-    if state.tracing == "flat":  # compiled in pieces: `_regionalize_pieces`
+    if state.plan.form is _RegionalizeForm.PIECES:  # `_regionalize_pieces`
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
         dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
         classes = {type(block) for block in state.blocks}
@@ -205,7 +232,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     if (
         not state.settled
         or state.version != _regionalize_version[0]
-        or (state.tracing == "flat" and state.first != [_regionalize_first(owner)])
+        or (state.plan.form is _RegionalizeForm.PIECES and state.first != [_regionalize_first(owner)])
         or whole is None  # called before another thread's first call, which set the owner up, compiled it
     ):
         whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
@@ -221,8 +248,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (where a full compile's are exact). Under no_grad the owner runs whole.
     if (
-        state.why is not None
-        or state.alone
+        state.plan.form in (_RegionalizeForm.PER_BLOCK, _RegionalizeForm.ALONE)
         or per_call is not None
         or torch.is_grad_enabled()
         or (graphs and not _regionalize_graphable(owner, args, kwargs))
@@ -230,20 +256,16 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         return _regionalize_per_block(owner)(*args, **kwargs)
     skips = _regionalize_counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
-    _regionalize_tracing[0], _regionalize_graphing[0] = state.tracing, graphs
-    unnested = state.regions
+    planned = state.plan
+    _regionalize_tracing[0] = "flat" if planned.form is _RegionalizeForm.PIECES else True
+    _regionalize_graphing[0] = graphs
     try:
         out = _regionalize_run_whole(owner, state, whole, args, kwargs)
     finally:
         _regionalize_tracing[0] = _regionalize_graphing[0] = False
-    if state.regions is not unnested and state.why is None:
-        warnings.warn(
-            f"regionalize: {type(owner).__name__}'s blocks cannot be nested regions ({state.regions}); it is "
-            "compiled whole in pieces instead",
-            stacklevel=_regionalize_caller(),
-        )
-    if state.why is not None:
+    if state.plan is not planned:
         _regionalize_fell_back(owner, state)
+    if state.plan.form is _RegionalizeForm.PER_BLOCK:
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
             return owner._call_impl(*args, **kwargs)
         return _regionalize_per_block(owner)(*args, **kwargs)
@@ -256,7 +278,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
             "such calls run compiled without them",
             stacklevel=_regionalize_caller(),
         )
-    return out if state.tracing == "flat" else _regionalize_kept(out, args, kwargs)
+    return out if state.plan.form is _RegionalizeForm.PIECES else _regionalize_kept(out, args, kwargs)
 
 
 def _regionalize_owner_setup(owner, whole, graphs):
@@ -283,30 +305,10 @@ def _regionalize_owner_setup(owner, whole, graphs):
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         _regionalize_reusing[0] = _regionalize_reuses()
-        # Without what compiling in pieces needs of torch's compiler, blocks compiled as with another backend.
-        pieces = inductor and not _regionalize_reusing[0] and _regionalize_inductor_pieces() is not None
-        if pieces:
-            state.tracing = "flat"  # blocks traced as they are, the graph compiled in pieces
-        constants = None if indexed else _regionalize_constants(state.blocks)
-        if constants is not None and inductor and _regionalize_inductor_pieces() is not None:
-            pieces = True
-            state.tracing, state.constants = "flat", constants
-        if len(state.blocks) == 1 and not indexed and not graphs:
-            state.alone = True
-        elif constants is not None and not pieces:
-            state.why, state.unreused = constants, True  # a form, not a fallback: no warning
-        elif not (graphs or pieces or _regionalize_reusing[0]) and all(a for _, a in indexed):
-            # Only Inductor's graph is compiled in pieces: with another backend, the owner compiled whole
-            # would compile every block. Not where it holds blocks without regions for their cache
-            # (`nested=False`), compiled whole as a full compile would be on every torch.
-            state.why = "this torch does not reuse a traced region (torch 2.12 and later do)"
-            state.unreused = True  # this torch's form, not a fallback
+        state.plan = _regionalize_plan(owner, state, graphs, inductor)
         whole = _regionalize_owner_compiled(owner, state.kwargs)  # its parameters all there by now
-        if state.why is None and not state.alone:  # a block Dynamo could not inline (`frames.py`)
-            inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
-            state.why = _regionalize_unimportable(_regionalize_model_globals(type(owner).forward), inlined)
-            if state.why is not None:
-                _regionalize_fell_back(owner, state)
+        if state.plan.fallback:
+            _regionalize_fell_back(owner, state)
     if state.version != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
         renamed = _regionalize_shape(state.blocks) and state.version is not None
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
@@ -316,22 +318,54 @@ def _regionalize_owner_setup(owner, whole, graphs):
     # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
     # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
     # parameter's new dtype or device.
-    if state.tracing == "flat" and state.first != [first := _regionalize_first(owner)]:
+    if state.plan.form is _RegionalizeForm.PIECES and state.first != [first := _regionalize_first(owner)]:
         if state.first:  # known, and changed since
             whole = _regionalize_owner_compiled(owner, state.kwargs)
         state.first = [first]
     return whole
 
 
-def _regionalize_fell_back(owner, state):
-    """Warn that `owner` cannot be compiled whole (`state.why`); an owner of owners gives its stages their
-    blocks back, each stage compiled whole at its call."""
-    instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
-    warnings.warn(
-        f"regionalize: {type(owner).__name__} cannot be compiled whole ({state.why}); {instead} instead",
-        stacklevel=_regionalize_caller(),
+def _regionalize_plan(owner, state, graphs, inductor):
+    """The owner's plan at its first call, from its blocks and what this torch offers. One block alone
+    (unless it updates a cache or runs in CUDA graphs); blocks that differ in float constants in pieces
+    (`constants.py`), per block without Inductor's pieces; where torch reuses no traced region (2.11), in
+    pieces, or per block with another backend, as Inductor's graph alone is split (not where the owner
+    holds blocks without regions for their cache, `nested=False`, or runs in CUDA graphs: compiled whole
+    as a full compile would be). Else whole; per block, a fallback, where Dynamo could not inline a block
+    from the owner's frame (`frames.py`)."""
+    indexed = state.indexed
+    splits = inductor and _regionalize_inductor_pieces() is not None
+    constants = None if indexed else _regionalize_constants(state.blocks)
+    if len(state.blocks) == 1 and not indexed and not graphs:
+        return _RegionalizePlan(_RegionalizeForm.ALONE)
+    if constants is not None:
+        return _RegionalizePlan(_RegionalizeForm.PIECES if splits else _RegionalizeForm.PER_BLOCK, constants)
+    if not _regionalize_reusing[0] and splits:
+        return _RegionalizePlan(_RegionalizeForm.PIECES, "this torch does not reuse a traced region")
+    if not (_regionalize_reusing[0] or graphs) and all(attribute for _, attribute in indexed):
+        return _RegionalizePlan(
+            _RegionalizeForm.PER_BLOCK, "this torch does not reuse a traced region (torch 2.12 and later do)"
+        )
+    inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
+    why = _regionalize_unimportable(_regionalize_model_globals(type(owner).forward), inlined)
+    return (
+        _RegionalizePlan(_RegionalizeForm.WHOLE)
+        if why is None
+        else _RegionalizePlan(_RegionalizeForm.PER_BLOCK, why, fallback=True)
     )
-    if state.inner:
+
+
+def _regionalize_fell_back(owner, state):
+    """Warn that `owner` takes a fallback (`state.plan`): in pieces where its blocks cannot be regions,
+    else per block, where an owner of owners gives its stages their blocks back, each compiled whole."""
+    name, plan = type(owner).__name__, state.plan
+    if plan.form is _RegionalizeForm.PIECES:
+        message = f"{name}'s {plan.reason.removeprefix('its ')}; it is compiled whole in pieces instead"
+    else:
+        instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
+        message = f"{name} cannot be compiled whole ({plan.reason}); {instead} instead"
+    warnings.warn(f"regionalize: {message}", stacklevel=_regionalize_caller())
+    if state.inner and plan.form is _RegionalizeForm.PER_BLOCK:
         _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)
 
 
@@ -341,7 +375,7 @@ def _regionalize_first(owner):
 
 
 def _regionalize_run_whole(owner, state, whole, args, kwargs):
-    """The owner's compiled frame run, or None with `state.why` set when it cannot be compiled: a graph
+    """The owner's compiled frame run, or None with a per-block plan when it cannot be compiled: a graph
     break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
     run nothing yet). Three failures are retried first: regions whose outputs alias (each block then
     returns copies of its tensors); blocks of a class that updates a cache made regions (a cache stood in
@@ -359,8 +393,8 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
             if not _regionalize_compiling(error):
                 raise  # raised by the compiled code as it ran: the original raises it too
             why = _regionalize_why(error)
-            aliasing = "aliasing" in str(error)
-            backend = getattr(error, "inner_exception", None) is not None  # traced, failed in the backend
+            aliasing = _regionalize_aliasing(error)
+            backend = _regionalize_backend_failed(error)  # traced, failed in the backend
         uncopied = [type(b)._regionalize_copies for b in state.blocks if not type(b)._regionalize_copies[0]]
         regions = [b for b, _ in state.indexed if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
@@ -371,14 +405,18 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
             for block in regions:
                 block.__dict__["_regionalize_layer"] = False
         elif (
-            state.tracing is True
+            state.plan.form is _RegionalizeForm.WHOLE
             and not backend
             and state.kwargs.get("backend", "inductor") == "inductor"
             and _regionalize_inductor_pieces()
         ):
-            state.regions, state.tracing, state.first = why, "flat", [_regionalize_first(owner)]
+            reason = f"its blocks cannot be nested regions ({why})"
+            state.plan, state.first = (
+                _RegionalizePlan(_RegionalizeForm.PIECES, reason, fallback=True),
+                [_regionalize_first(owner)],
+            )
             _regionalize_tracing[0] = "flat"
             whole = _regionalize_owner_compiled(owner, state.kwargs)
         else:
-            state.why = why
+            state.plan = _RegionalizePlan(_RegionalizeForm.PER_BLOCK, why, fallback=True)
             return None

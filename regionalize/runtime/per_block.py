@@ -11,6 +11,7 @@ from .bypass import _regionalize_direct
 from .frames import _regionalize_frame, _RegionalizeOrEager
 from .kv import _regionalize_kv_empty
 from .regions import _regionalize_block_compiled, _regionalize_block_frames
+from .state import _RegionalizeForm
 from .static import _regionalize_static_handed
 from .threads import _regionalize_locked
 
@@ -102,7 +103,7 @@ def _regionalize_per_call(state, args, kwargs):
     a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
     (the figures: docs/form-torch-versions.md)."""
     indexed = state.indexed
-    if state.tracing != "flat" or not indexed:
+    if state.plan.form is not _RegionalizeForm.PIECES or not indexed:
         return None
     if _regionalize_static_handed(args, kwargs):
         why = "static"

@@ -1,18 +1,42 @@
-"""What the runtime keeps on an owner: its set-up and what its calls found."""
+"""What the runtime keeps on an owner: its plan (the form it takes, and why), its set-up, and what its calls
+found."""
+
+import enum
 
 import torch
 
 
-class _RegionalizeOwner:
-    """An owner's set-up and what its calls found, in its `__dict__` as `_regionalize_owner`: read by the
-    runtime's parts and by verify's accounting (`bench/accounting.py`), which names the forms from it. A
-    plain class with typed slots: a dataclass reads its module from `sys.modules`, where an executed copy
-    (`--vendor`'s inline form) may not be."""
+class _RegionalizeForm(enum.Enum):
+    """The forms an owner takes; each value is the name verify and the warnings give it."""
 
-    alone: bool  # one block, compiled on its own
+    WHOLE = "whole"  # compiled whole, each block a nested region of it
+    PIECES = "whole, in pieces"  # traced whole, blocks inline, its graph compiled a piece a distinct block
+    PER_BLOCK = "per block"  # each block compiled on its own, the owner run eagerly
+    ALONE = "alone"  # its one block compiled on its own: nothing to stamp out
+
+
+class _RegionalizePlan:
+    """The form an owner takes and why (None for the default, `WHOLE` where torch reuses regions). A fallback
+    is a form taken because the one planned failed, of which a warning tells; the others are this torch's or
+    these blocks' forms. Each step of the owner's retries is a new plan (`owner.py`)."""
+
+    __slots__ = ("fallback", "form", "reason")
+
+    def __init__(self, form, reason=None, fallback=False):
+        self.form, self.reason, self.fallback = form, reason, fallback
+
+    def __repr__(self):
+        return f"{self.form.value}{'' if self.reason is None else f': {self.reason}'}"
+
+
+class _RegionalizeOwner:
+    """An owner's plan, set-up and what its calls found, in its `__dict__` as `_regionalize_owner`: read by
+    the runtime's parts and by verify's accounting (`bench/accounting.py`), which names the forms from the
+    plan. A plain class with typed slots: a dataclass reads its module from `sys.modules`, where an executed
+    copy (`--vendor`'s inline form) may not be."""
+
     blocks: list[torch.nn.Module]  # its blocks, in the order they were set up
     compiled: int  # blocks compiled one by one so far
-    constants: str | None  # where its blocks differ in float constants, which
     direct: bool  # guard_bypass="depyf": its frame's calls dispatched without guards
     first: list  # [its first parameter's (dtype, device)] once known, which may be None
     growing: bool  # a call handed a cache that holds keys
@@ -21,23 +45,19 @@ class _RegionalizeOwner:
     kv: str | None  # why its blocks that update a cache are traced layer by layer in its frame
     kwargs: dict  # torch.compile's
     pieces: str | None  # in pieces: the pieces a call, and compiled in all
-    regions: str | None  # why it is in pieces where this torch reuses regions: its blocks failed as regions
+    plan: _RegionalizePlan  # the form it takes, and why
     prompt: bool  # calls served per block: a prompt's
     settled: bool  # set up by its first call
     skipped: bool  # CUDA graphs skipped, warned once
     static: bool  # calls served per block: a StaticCache's
-    tracing: bool | str  # "flat" where its graph is compiled in pieces (`_regionalize_pieces`)
-    unreused: bool  # `why` is this torch's form (or its blocks' constants), not a fallback
     version: int | None  # `_regionalize_version` when it was last compiled
-    why: str | None  # why its blocks are compiled one by one; None while it runs whole
 
     __slots__ = tuple(__annotations__)
 
     def __init__(self, blocks, kwargs, direct):
         self.blocks, self.kwargs, self.direct = blocks, kwargs, direct
         self.indexed, self.first, self.inner = [], [], []
-        self.tracing = True
-        self.why = self.constants = self.kv = self.pieces = self.regions = self.version = None
-        self.alone = self.unreused = self.static = self.prompt = False
-        self.settled = self.growing = self.skipped = False
+        self.plan = _RegionalizePlan(_RegionalizeForm.WHOLE)
+        self.kv = self.pieces = self.version = None
+        self.static = self.prompt = self.settled = self.growing = self.skipped = False
         self.compiled = 0
