@@ -303,7 +303,7 @@ def check_install_and_run(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     status, out, err = invoke("fixtures/")
     assert status == 1, err
-    assert " RGZ001 " in out and "sites rewritten" in err
+    assert " RGZ001 " in out and "sites to rewrite" in err
     assert len(out.splitlines()) <= 2000  # diffs of the sites, no runtime copies
 
 
