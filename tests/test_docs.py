@@ -296,6 +296,58 @@ def test_link_check_can_fail(tmp_path: Path) -> None:
     assert anchors(page) == {"title"}
 
 
+# -- the CLI and the pages agree ------------------------------------------------------------------------
+
+
+def command_flags() -> dict[str, set[str]]:
+    """Each command's flags, `rewrite` being what `regionalize PATH...` runs."""
+    found = {}
+    for name, command in main.commands.items():
+        found[name] = {"-h", "--help"}
+        for param in command.params:
+            found[name] |= set(getattr(param, "opts", [])) | set(getattr(param, "secondary_opts", []))
+    found["rewrite"].add("--version")
+    return found
+
+
+def regionalize_commands(text: str) -> list[str]:
+    """The `regionalize ...` commands a page shows: in inline code, and on the lines of its code blocks."""
+    shown = re.findall(r"`(regionalize [^`\n]*)`", FENCE.sub("", text))
+    for block in FENCE.finditer(text):
+        shown += [line[2:] if line.startswith("$ ") else line for line in block[2].splitlines()]
+    return [line.split(" #")[0] for line in shown if line.startswith("regionalize ")]
+
+
+def unknown_flags(text: str) -> list[str]:
+    flags = command_flags()
+    unknown = []
+    for line in regionalize_commands(text):
+        words = line.split()
+        command = words[1] if words[1] in flags and words[1] != "rewrite" else "rewrite"
+        unknown += [
+            f"{line}: {flag}"
+            for flag in re.findall(r"(?<![\w\[])--[a-z][\w-]*", line)
+            if flag not in flags[command]
+        ]
+    return unknown
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_flag_a_page_gives_a_command_exists(path: Path) -> None:
+    assert not unknown_flags(path.read_text(encoding="utf-8"))
+
+
+def test_the_flag_check_can_fail() -> None:
+    page = (
+        "Run `regionalize mypkg/ --containers X` or\n```text\nregionalize verify m.py --quick --cold\n```\n"
+    )
+    assert unknown_flags(page) == [
+        "regionalize mypkg/ --containers X: --containers",
+        "regionalize verify m.py --quick --cold: --cold",
+    ]
+    assert len(regionalize_commands((ROOT / "README.md").read_text(encoding="utf-8"))) >= 5
+
+
 # -- the README's commands ------------------------------------------------------------------------------
 # Convention (docs/design.md): a ```sh block holds commands that a test below runs or checks; a ```console
 # block holds `$ command` lines, each run by a test and followed by what it prints (tests/docs_examples.py);
