@@ -5,6 +5,7 @@ for review with `git diff`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -76,3 +77,17 @@ def test_commands_run_this_checkout(tmp_path: Path) -> None:
     """`regionalize` in a page's command is this checkout's, whatever else is installed."""
     printed = docs_examples.run("regionalize --version", tmp_path)
     assert printed[0].startswith(f"regionalize {__version__} (runtime ")
+
+
+def test_the_json_report_has_the_keys_the_page_shows(tmp_path: Path) -> None:
+    """The page shows the JSON report's shape as a ```text block (its values left out): its keys, in order,
+    are the report's."""
+    text = PAGE.read_text(encoding="utf-8")
+    shape = next(b[2] for b in docs_examples.FENCE.finditer(text) if b[2].startswith('{"version"'))
+    shown = re.findall(r'"(\w+)"', shape)
+    docs_examples.write_files(text, tmp_path)
+    report = json.loads("\n".join(docs_examples.run("regionalize mypkg/ --format json", tmp_path)))
+    file = next(f for f in report["files"] if f["sites"])
+    inside = [k for key in file for k in ([key, *file["sites"][0]] if key == "sites" else [key])]
+    assert shown == [*report][:2] + inside + ["summary", *report["summary"]]
+    assert [*report] == ["version", "files", "summary"]
