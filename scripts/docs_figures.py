@@ -298,3 +298,37 @@ def what_to_expect() -> str:
         "Qwen2 generate, 32 layers, CPU; the default rewrite against a full compile):"
     )
     return f"{headline()} {summary()}\n\n{HEADER}\n{rows}\n\n{versions}\n\n{by_torch()}\n"
+
+
+def _range(values: list[float], decimals: int = 2) -> str:
+    return f"{min(values):.{decimals}f}x to {max(values):.{decimals}f}x"
+
+
+def decode_section() -> str:
+    """form-caches.md's account of the generation benchmark, from decode.json: the latest run's figures."""
+    meta, items = DECODE.data()["meta"], [r for r in runs(DECODE) if r["depth"] == 32]
+    families = (
+        ", ".join(r["family"].capitalize() for r in items[:-1]) + f" and {items[-1]['family'].capitalize()}"
+    )
+    eager = [r["decode_ms_per_token"]["eager"] for r in items]
+    ratio = {k: _ratios(items, pair(k, "regional"), sooner=True) for k in ("ttft_s", "compile_hot_s")}
+    generate_hot = _ratios(items, pair("first_generate_hot_s", "regional"), sooner=True)
+    late = [r["ttft_s"]["regional"] / r["ttft_s"]["per_block"] for r in items]
+    decode = _ratios(items, pair("decode_ms_per_token", "regional"), sooner=False)
+    per_block = _ratios(items, pair("decode_ms_per_token", "per_block"), sooner=False)
+    slower = sum(r["decode_ms_per_token"]["per_block"] > r["decode_ms_per_token"]["eager"] for r in items)
+    same = all(r["tokens_identical"] and not r["fell_back_to_eager"] for r in items)
+    first, hot = _range(ratio["ttft_s"]), _range(ratio["compile_hot_s"])
+    return (
+        f"Measured in [decode.md](results/decode.md) (CPU, {families} at 32 layers, greedy generation, "
+        f"runtime {meta['runtime']}, {meta['date']}; eager decoded at {min(eager):.1f} to "
+        f"{max(eager):.1f} ms a token in that sitting, so read the ratios, not the seconds; written from "
+        "decode.json by `python scripts/render_docs.py`):\n"
+        + ("- Every family generated the original's tokens, with no fallback.\n" if same else "")
+        + f"- The first token came {first} sooner than with a full compile, and {_range(late, 1)} as late as "
+        "with the per-block form. Restarted, with the compile caches an earlier process left on disk, it "
+        f"came {hot} sooner than a full compile's restart, and the first generate {_range(generate_hot)} "
+        "sooner.\n"
+        f"- Decoding took {_range(decode)} a full compile's time per token, where the per-block form took "
+        f"{_range(per_block, 1)} and was slower than eager on {slower} of the {len(items)}.\n"
+    )

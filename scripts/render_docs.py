@@ -1,6 +1,7 @@
 """Write the parts of the documentation that are generated, so that they cannot drift from their source.
 
-- README.md's "What to expect": from the results files in docs/results (scripts/docs_figures.py);
+- README.md's "What to expect", and form-caches.md's account of the generation benchmark: from the results
+  files in docs/results (scripts/docs_figures.py);
 - docs/configuration.md's reference: from the options' definitions (scripts/docs_configuration.py);
 - each page's first use of a glossary term, linked (scripts/docs_glossary.py).
 
@@ -28,6 +29,7 @@ import docs_glossary
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
+CACHES = ROOT / "docs" / "form-caches.md"
 
 
 def block(text: str, name: str) -> re.Match[str]:
@@ -50,6 +52,7 @@ Renderer = Callable[[str], str]
 def renderers() -> dict[Path, list[Renderer]]:
     pages: dict[Path, list[Renderer]] = {page: [] for page in docs_glossary.PAGES}
     pages[README].insert(0, lambda text: with_block(text, "figures", docs_figures.what_to_expect()))
+    pages[CACHES].insert(0, lambda text: with_block(text, "decode-figures", docs_figures.decode_section()))
     pages[CONFIGURATION].insert(
         0, lambda text: with_block(text, "configuration", docs_configuration.reference())
     )

@@ -97,6 +97,13 @@ def test_readme_what_to_expect_is_rendered_from_the_results() -> None:
     assert readme_block(text) == docs_figures.what_to_expect(), "README: run python scripts/render_docs.py"
 
 
+def test_form_caches_generation_figures_are_rendered_from_decode_json() -> None:
+    """The guide's account of the generation benchmark is decode.json's latest run, rendered."""
+    text = (ROOT / "docs" / "form-caches.md").read_text(encoding="utf-8")
+    shown = render_docs.block(text, "decode-figures")[1]
+    assert shown == docs_figures.decode_section(), "form-caches.md: run python scripts/render_docs.py"
+
+
 def test_a_drifted_figure_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: the README with its first figure changed, or a results file changed
     under it, no longer matches."""
