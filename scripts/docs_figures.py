@@ -332,3 +332,23 @@ def decode_section() -> str:
         f"- Decoding took {_range(decode)} a full compile's time per token, where the per-block form took "
         f"{_range(per_block, 1)} and was slower than eager on {slower} of the {len(items)}.\n"
     )
+
+
+def serving_section() -> str:
+    """form-cuda-graphs.md's figures of the CUDA-graph rewrite served on the H200, from serving.json."""
+    rows, checks = SERVING.data()["results"], SERVING.data()["token_check"]
+    full, ours, theirs = rows["full"], rows["rewrite_static_cuda_graphs"], rows["transformers_static"]
+    first, full_first, their_first = (r["first_generate_s"] for r in (ours, full, theirs))
+    tokens = (
+        "eager's tokens" if checks["rewrite_static_cuda_graphs"]["verdict"] == "identical" else "other tokens"
+    )
+    return (
+        "On the H200 ([serving.md](results/serving/serving.md), its latest run of each variant; written "
+        "from serving.json by `python scripts/render_docs.py`) the `--mode reduce-overhead` rewrite served "
+        f'through `generate(cache_implementation="static")` reached its first generate in {first:.1f} s, '
+        f"{full_first / first:.2f}x sooner than a full compile ({full_first:.1f} s, measured {full['date']}) "
+        f"and {their_first / first:.2f}x sooner than transformers' own compile of the original "
+        f"({their_first:.1f} s, measured {theirs['date']}; the rewrite {ours['date']}), with {tokens} in "
+        f"fp32; it decoded at {ours['decode_ms_per_token']:.2f} ms a token against transformers' "
+        f"{theirs['decode_ms_per_token']:.2f} ms.\n"
+    )

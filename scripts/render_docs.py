@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 CACHES = ROOT / "docs" / "form-caches.md"
+CUDA_GRAPHS = ROOT / "docs" / "form-cuda-graphs.md"
 
 
 def block(text: str, name: str) -> re.Match[str]:
@@ -53,6 +54,9 @@ def renderers() -> dict[Path, list[Renderer]]:
     pages: dict[Path, list[Renderer]] = {page: [] for page in docs_glossary.PAGES}
     pages[README].insert(0, lambda text: with_block(text, "figures", docs_figures.what_to_expect()))
     pages[CACHES].insert(0, lambda text: with_block(text, "decode-figures", docs_figures.decode_section()))
+    pages[CUDA_GRAPHS].insert(
+        0, lambda text: with_block(text, "serving-figures", docs_figures.serving_section())
+    )
     pages[CONFIGURATION].insert(
         0, lambda text: with_block(text, "configuration", docs_configuration.reference())
     )

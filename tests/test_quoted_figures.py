@@ -104,6 +104,12 @@ def test_form_caches_generation_figures_are_rendered_from_decode_json() -> None:
     assert shown == docs_figures.decode_section(), "form-caches.md: run python scripts/render_docs.py"
 
 
+def test_form_cuda_graphs_serving_figures_are_rendered_from_serving_json() -> None:
+    text = (ROOT / "docs" / "form-cuda-graphs.md").read_text(encoding="utf-8")
+    shown = render_docs.block(text, "serving-figures")[1]
+    assert shown == docs_figures.serving_section(), "form-cuda-graphs.md: run python scripts/render_docs.py"
+
+
 def test_a_drifted_figure_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: the README with its first figure changed, or a results file changed
     under it, no longer matches."""
