@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import regionalize
 from regionalize.cli import main
 from regionalize.shared import source_files
 
@@ -52,7 +53,7 @@ def test_default_shows_diff_and_changes_nothing(model: Path) -> None:
     assert f"--- a/{model}" in out and f"+++ b/{model}" in out
     assert "+        for block in self.layers:" in out
     assert f"{model}:7:23: RGZ001 compile comprehension of Layer regionally" in out
-    assert "1 sites rewritten" in err
+    assert "1 file scanned, 1 would change, 1 site to rewrite" in err and "nothing written: --apply" in err
     assert model.read_text(encoding="utf-8") == MODEL
 
 
@@ -259,7 +260,7 @@ def test_a_symlink_is_written_through_beside_its_target(
 def test_a_file_named_twice_is_taken_once(model: Path) -> None:
     code, out, err = invoke("--check", str(model), str(model.parent / "." / model.name), str(model.parent))
     assert code == 1
-    assert out.count("RGZ001") == 1 and "1 files scanned" in err
+    assert out.count("RGZ001") == 1 and "1 file scanned" in err
 
 
 def test_directories_skip_hidden_venv_cache_and_gitignored(tmp_path: Path) -> None:
@@ -367,6 +368,54 @@ def test_help_explains() -> None:
     assert code == 0
     assert "Exit status: 0 nothing left to rewrite, 1 rewrites pending" in out
     assert "--guard-bypass" in out and "regionalize verify" in out
+
+
+def test_help_and_usage_errors_name_the_command_as_typed() -> None:
+    """`regionalize PATH...` runs the rewrite: its usage says so, not the subcommand's name."""
+    code, out, _ = invoke("--help")
+    assert out.startswith("Usage: regionalize [OPTIONS] PATH...\n") and "regionalize rewrite" not in out
+    assert all(f"\n  {name} " in out for name in ("verify", "tune", "rule"))  # the Commands section
+    code, _, err = invoke("--no-such-flag", "x.py")
+    assert code == 2 and "Try 'regionalize --help' for help." in err and "rewrite" not in err
+
+
+def test_version_names_the_package_and_the_runtime() -> None:
+    """The runtime's version is read from the header of its module, never copied."""
+    header = (
+        (Path(__file__).parents[1] / "regionalize" / "runtime" / "__init__.py").read_text().split("\n")[0]
+    )
+    runtime = header.split(":")[0].removeprefix("# regionalize runtime ")
+    code, out, _ = invoke("--version")
+    assert code == 0 and runtime.isdigit()
+    assert out == f"regionalize {regionalize.__version__} (runtime {runtime})\n"
+
+
+def test_summary_counts_in_words_and_names_the_next_step(model: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.py"
+    other.write_text(MODEL, encoding="utf-8")
+    _, _, err = invoke("--check", str(model))
+    assert err.startswith(
+        "1 file scanned, 1 would change, 1 site to rewrite, 0 skipped, 0 warnings, 0 errors"
+    )
+    assert err.rstrip().endswith(
+        "nothing written: --apply writes the rewrites, then regionalize verify checks a model"
+    )
+    _, _, err = invoke(str(model), str(other), "--no-diff")
+    assert err.startswith("2 files scanned, 2 would change, 2 sites to rewrite")
+    _, _, err = invoke("--apply", str(model), str(other))
+    assert err == "2 files scanned, 2 changed, 2 sites rewritten, 0 skipped, 0 warnings, 0 errors\n"
+    _, _, err = invoke("--check", str(model))  # nothing left: nothing to name
+    assert "nothing written" not in err and "0 would change" in err
+
+
+def test_a_site_compiled_per_block_says_why(tmp_path: Path) -> None:
+    lone = tmp_path / "lone.py"
+    lone.write_text("import torch.nn as nn\n\nlayers = nn.ModuleList([Block(8) for _ in range(4)])\n")
+    assert "regionally: per block: no owner known (" in invoke("--check", str(lone))[1]
+    assert (
+        "regionally: per block, as --form per-block asks"
+        in invoke("--check", "--form", "per-block", str(lone))[1]
+    )
 
 
 def test_python_dash_m(model: Path) -> None:

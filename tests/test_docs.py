@@ -14,6 +14,7 @@ import re
 import shlex
 from pathlib import Path
 
+import docs_examples
 import pytest
 import tomllib
 from click.testing import CliRunner
@@ -187,6 +188,24 @@ def test_codes_index_lists_every_page() -> None:
     assert text[start:end] == index_table(), "docs/codes.md (REGIONALIZE_UPDATE_FIXTURES=1 rewrites it)"
 
 
+def test_codes_page_says_what_each_family_of_codes_does() -> None:
+    """The families docs/codes.md names (RGZ0nn rewrites, RGZ1nn skips, RGZ2nn warnings) are what the
+    fixtures' site lines show, the exceptions it names included."""
+    text = INDEX.read_text(encoding="utf-8")
+    families = dict(re.findall(r"^- `RGZ(\d)nn`: (.+)$", text, re.MULTILINE))
+    seen = set()
+    for sites in (ROOT / "fixtures").rglob("*.sites"):
+        seen |= set(
+            re.findall(r": (RGZ\d{3}) (skip|warning|compile|move|make)\b", sites.read_text(encoding="utf-8"))
+        )
+    expected = {"0": "rewrite", "1": "skip", "2": "warn"}
+    for code, verb in seen:
+        action = {"skip": "skip", "warning": "warn"}.get(verb, "rewrite")
+        if action != expected[code[3]]:
+            assert code in families[code[3]], f"docs/codes.md: {code} is a {action}, not named as one"
+    assert "RGZ002" in families["0"] and ("RGZ002", "skip") in seen
+
+
 REPORT = [
     FileReport("m.py", [Site(3, 10, "RGZ108", "comprehension", "Stage", "skip", "holds blocks")]),
     FileReport("bad.py", error="cannot parse"),
@@ -265,8 +284,9 @@ def test_no_page_is_over_400_lines() -> None:
 
 
 def test_the_readme_is_a_landing_page() -> None:
-    """What it does, the two commands, before and after, what to expect, how to check: the rest is linked."""
-    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 120
+    """What it does, the two commands, before and after, what to expect, how to check: the rest is linked.
+    (140 lines: the rewrite is shown as the tool prints it, and the expected gain as a rendered table.)"""
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 140
 
 
 def test_link_check_can_fail(tmp_path: Path) -> None:
@@ -276,38 +296,111 @@ def test_link_check_can_fail(tmp_path: Path) -> None:
     assert anchors(page) == {"title"}
 
 
-# -- the README's quick start -------------------------------------------------------------------------
-# Convention (docs/design.md): in the README's Quick start, a ```sh block holds commands that a test below
-# runs; a command that is only shown, not run, goes in a ```text block.
+# -- the CLI and the pages agree ------------------------------------------------------------------------
 
 
-def quick_start() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("\n## Quick start\n")
+def command_flags() -> dict[str, set[str]]:
+    """Each command's flags, `rewrite` being what `regionalize PATH...` runs."""
+    found = {}
+    for name, command in main.commands.items():
+        found[name] = {"-h", "--help"}
+        for param in command.params:
+            found[name] |= set(getattr(param, "opts", [])) | set(getattr(param, "secondary_opts", []))
+    found["rewrite"].add("--version")
+    return found
+
+
+def regionalize_commands(text: str) -> list[str]:
+    """The `regionalize ...` commands a page shows: in inline code, and on the lines of its code blocks."""
+    shown = re.findall(r"`(regionalize [^`\n]*)`", FENCE.sub("", text))
+    for block in FENCE.finditer(text):
+        shown += [line[2:] if line.startswith("$ ") else line for line in block[2].splitlines()]
+    return [line.split(" #")[0] for line in shown if line.startswith("regionalize ")]
+
+
+def unknown_flags(text: str) -> list[str]:
+    flags = command_flags()
+    unknown = []
+    for line in regionalize_commands(text):
+        words = line.split()
+        command = words[1] if words[1] in flags and words[1] != "rewrite" else "rewrite"
+        unknown += [
+            f"{line}: {flag}"
+            for flag in re.findall(r"(?<![\w\[])--[a-z][\w-]*", line)
+            if flag not in flags[command]
+        ]
+    return unknown
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_flag_a_page_gives_a_command_exists(path: Path) -> None:
+    assert not unknown_flags(path.read_text(encoding="utf-8"))
+
+
+def test_the_flag_check_can_fail() -> None:
+    page = (
+        "Run `regionalize mypkg/ --containers X` or\n```text\nregionalize verify m.py --quick --cold\n```\n"
+    )
+    assert unknown_flags(page) == [
+        "regionalize mypkg/ --containers X: --containers",
+        "regionalize verify m.py --quick --cold: --cold",
+    ]
+    assert len(regionalize_commands((ROOT / "README.md").read_text(encoding="utf-8"))) >= 5
+
+
+# -- the README's commands ------------------------------------------------------------------------------
+# Convention (docs/design.md): a ```sh block holds commands that a test below runs or checks; a ```console
+# block holds `$ command` lines, each run by a test and followed by what it prints (tests/docs_examples.py);
+# a command that is only shown, not run, goes in a ```text block.
+
+README = ROOT / "README.md"
+
+
+def section(title: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
     return text[start : text.index("\n## ", start + 1)]
 
 
-def test_readme_before_and_after_is_rgz001s_checked_example() -> None:
-    """The README's rewrite is the RGZ001 page's example, which the tests run: one fact, checked."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("\n## Before and after\n")
-    shown = [m[2] for m in FENCE.finditer(readme[start : readme.index("\n## ", start + 1)])]
-    example = [m[2] for m in example_blocks(rules.page("RGZ001")) if m[1].startswith("python")]
-    assert shown == example
+def rgz001_example(folder: Path) -> None:
+    """RGZ001's page's example files, which its own test runs, written under `folder`."""
+    (folder / "mypkg").mkdir()
+    (folder / "mypkg" / "__init__.py").write_text("")
+    for block in example_blocks(rules.page("RGZ001")):
+        if block[1].startswith("python") and block[2].startswith("# mypkg/"):
+            (folder / file_of(block[2])).write_text(block[2], encoding="utf-8")
+            break
 
 
-def check_install_and_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`pip install .` gives the `regionalize` command, which on the fixtures reports pending rewrites."""
+@pytest.mark.parametrize(("title", "where"), [("Quick start", "root"), ("Before and after", "rgz001")])
+def test_readme_console_prints_what_it_shows(title: str, where: str, tmp_path: Path) -> None:
+    """The README's ```console commands, run: the fixtures in the repository, the rewrite on RGZ001's
+    example. REGIONALIZE_UPDATE_FIXTURES=1 writes what they print (where the block elides nothing)."""
+    folder = ROOT if where == "root" else tmp_path
+    if where == "rgz001":
+        rgz001_example(tmp_path)
+    commands = docs_examples.commands(section(title))
+    assert commands, f"README's {title} runs a command"
+    outputs = [(command, docs_examples.run(command.line, folder)) for command in commands]
+    if UPDATE and not any("..." in command.shown for command, _ in outputs):
+        text = README.read_text(encoding="utf-8")
+        start = text.index(f"\n## {title}\n")
+        README.write_text(text[:start] + docs_examples.updated(text[start:], outputs), encoding="utf-8")
+        return
+    for command, printed in outputs:
+        assert docs_examples.matches(command.shown, printed), (
+            f"README: `{command.line}` printed\n" + "\n".join(printed)
+        )
+
+
+def check_install_and_run() -> None:
+    """`pip install .` gives the `regionalize` command (what it prints on the fixtures: the test above)."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["scripts"]["regionalize"] == "regionalize.cli:main"
-    monkeypatch.chdir(ROOT)
-    status, out, err = invoke("fixtures/")
-    assert status == 1, err
-    assert " RGZ001 " in out and "sites rewritten" in err
-    assert len(out.splitlines()) <= 2000  # diffs of the sites, no runtime copies
+    assert next(c.line for c in docs_examples.commands(section("Quick start"))) == "regionalize fixtures/"
 
 
-def check_ci_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def check_ci_runs_it() -> None:
     """This suite is the test command: CI (.ci/run) installs the same requirements and runs it."""
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r'pip install (--quiet )?"torch==2\.13\.0" -e "\.\[verify,test\]"', ci)
@@ -321,13 +414,7 @@ CHECKED = {
 
 
 def test_quick_start_commands_are_checked() -> None:
-    commands = [
-        line.strip()
-        for m in FENCE.finditer(quick_start())
-        if m[1].strip() == "sh"
-        for line in m[2].splitlines()
-        if line.strip()
-    ]
+    commands = docs_examples.shell_commands(section("Quick start"))
     assert sorted(commands) == sorted(CHECKED), (
         "each ```sh command of the README's Quick start is run by a test in tests/test_docs.py; "
         "show one that is not run in a ```text block"
@@ -335,5 +422,12 @@ def test_quick_start_commands_are_checked() -> None:
 
 
 @pytest.mark.parametrize("command", sorted(CHECKED))
-def test_quick_start_command(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    CHECKED[command](monkeypatch)
+def test_quick_start_command(command: str) -> None:
+    CHECKED[command]()
+
+
+def test_readme_names_a_quick_subset_that_exists() -> None:
+    """The quick test command the README names runs files that exist."""
+    quick = re.search(r"`python -m pytest ((?:tests/\S+\.py ?)+)`", section("Quick start"))
+    assert quick, "README names a quick subset of the tests"
+    assert all((ROOT / name).is_file() for name in quick[1].split())

@@ -209,7 +209,7 @@ def test_only_errors_raised_while_compiling_are_fallen_back_from() -> None:
 def test_per_block_form_compiles_each_block_on_its_own() -> None:
     rewritten = transform_source(SOURCE, Options(vendor=True, form="per-block"))
     assert "block.compile()" in rewritten.code and "_regionalize" not in rewritten.code
-    assert rewritten.sites[0].reason == "per block"
+    assert rewritten.sites[0].reason == "per block, as --form per-block asks"
 
 
 @pytest.fixture

@@ -1,14 +1,17 @@
 """The figures that the README and `--form`'s help quote are the benchmark tables' own.
 
-The tables are written by the scripts that measure them (docs/results/forward/forward.json,
-docs/results/decode.json, docs/results/encoder-decoders/decode.json); the README and the help quote their
-ranges by hand. A table measured again with other figures fails here until the quotes follow it.
+The tables are written by the scripts that measure them (docs/results/**/*.json). The README's "What to
+expect" is rendered from those files (scripts/docs_figures.py, written by scripts/render_docs.py) and
+must be what they render now; the help quotes its ranges by hand and must hold the files' figures. A
+table measured again fails here until the quotes follow it; and each quoted file must be the latest run
+of the page the README links, so that a figure never comes from another run than its page shows.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,12 @@ import pytest
 
 from regionalize.cli import main
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import docs_figures
+import render_docs
+
 ROOT = Path(__file__).resolve().parent.parent
+
 DOCS = ROOT / "docs" / "results"
 
 Ratio = Callable[[dict[str, Any]], float]
@@ -65,13 +73,6 @@ def flat(text: str) -> str:
 
 
 @pytest.mark.parametrize(("what", "runs", "ratio", "decimals"), FIGURES, ids=[f[0] for f in FIGURES])
-def test_readme_quotes_the_table(what: str, runs: list[dict[str, Any]], ratio: Ratio, decimals: int) -> None:
-    low, high = span(runs, ratio, decimals)
-    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert f"{low}x to {high}x" in readme, f"README: {what} is {low}x to {high}x in the table"
-
-
-@pytest.mark.parametrize(("what", "runs", "ratio", "decimals"), FIGURES, ids=[f[0] for f in FIGURES])
 def test_form_help_quotes_the_table(
     what: str, runs: list[dict[str, Any]], ratio: Ratio, decimals: int
 ) -> None:
@@ -82,46 +83,99 @@ def test_form_help_quotes_the_table(
         assert f"{low}-{high}x" in flat(form.help or ""), f"--form help: {what} is {low}-{high}x in the table"
 
 
-@pytest.mark.parametrize("family", sorted(ENCODER_DECODERS))
-def test_readme_quotes_the_encoder_decoders(family: str) -> None:
-    run = ENCODER_DECODERS[family]
-    readme = flat((ROOT / "README.md").read_text(encoding="utf-8"))
-    first = _sooner("ttft_s", "regional")(run)
-    decode = _slower("decode_ms_per_token", "regional")(run)
-    assert f"{first:.2f}x" in readme and f"{decode:.2f}x" in readme, (
-        f"README: {family}'s first token {first:.2f}x as soon, decode {decode:.2f}x in the table"
+# -- the README's "What to expect" ----------------------------------------------------------------------
+
+
+def readme_block(text: str) -> str:
+    return render_docs.block(text, "figures")[1]
+
+
+def test_readme_what_to_expect_is_rendered_from_the_results() -> None:
+    """Every figure of the section, as the results files give it now (`python scripts/render_docs.py`
+    writes it again)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_block(text) == docs_figures.what_to_expect(), "README: run python scripts/render_docs.py"
+
+
+def test_form_caches_generation_figures_are_rendered_from_decode_json() -> None:
+    """The guide's account of the generation benchmark is decode.json's latest run, rendered."""
+    text = (ROOT / "docs" / "form-caches.md").read_text(encoding="utf-8")
+    shown = render_docs.block(text, "decode-figures")[1]
+    assert shown == docs_figures.decode_section(), "form-caches.md: run python scripts/render_docs.py"
+
+
+def test_form_cuda_graphs_serving_figures_are_rendered_from_serving_json() -> None:
+    text = (ROOT / "docs" / "form-cuda-graphs.md").read_text(encoding="utf-8")
+    shown = render_docs.block(text, "serving-figures")[1]
+    assert shown == docs_figures.serving_section(), "form-cuda-graphs.md: run python scripts/render_docs.py"
+
+
+def test_a_drifted_figure_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: the README with its first figure changed, or a results file changed
+    under it, no longer matches."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rendered = docs_figures.what_to_expect()
+    first = re.search(r"\d+\.\d+x", rendered.split("|---|", 1)[1])
+    assert first is not None
+    drifted = rendered.replace(first[0], "9.99x", 1)
+    assert readme_block(render_docs.with_block(text, "figures", drifted)) != docs_figures.what_to_expect()
+    gpt = json.loads((DOCS / "forward" / "forward.json").read_text(encoding="utf-8"))
+    gpt["models"][0]["result"]["compile_s"]["regional"] *= 2
+    monkeypatch.setattr(
+        docs_figures.Source,
+        "data",
+        lambda self: (
+            gpt
+            if self is docs_figures.FORWARD
+            else json.loads((DOCS / self.json).read_text(encoding="utf-8"))
+        ),
     )
+    assert docs_figures.what_to_expect() != readme_block(text)
 
 
-TORCH_VERSIONS = json.loads((DOCS / "torch-versions" / "versions.json").read_text(encoding="utf-8"))
-
-
-@pytest.mark.parametrize("run", TORCH_VERSIONS, ids=[r["versions"]["torch"] for r in TORCH_VERSIONS])
-def test_readme_quotes_the_table_of_each_torch(run: dict[str, Any]) -> None:
-    results = list(run["models"].values())
-    first = span(results, lambda r: r["full"]["first_s"] / r["regional"]["first_s"], 1)
-    per = span(results, lambda r: r["regional"]["ms"] / r["full"]["ms"], 2)
-    version = run["versions"]["torch"].split("+")[0]
-    quote = f"{version}: first {first[0]}x to {first[1]}x sooner, per call {per[0]}x to {per[1]}x"
-    assert quote in flat((ROOT / "README.md").read_text(encoding="utf-8")), f"README: {quote}"
-
-
-def test_readme_quotes_the_stochastic_depth_table() -> None:
-    """The README's row for blocks that differ in a float constant: each kind of start, and per call."""
-    results = _results(DOCS / "forward" / "stochastic-depth.json")
-    warm, cold, hot, per_call = (
-        span(results, ratio, 2)
-        for ratio in (
-            _sooner("compile_s", "regional"),
-            _sooner("compile_cold_s", "regional"),
-            _sooner("compile_hot_s", "regional"),
-            _slower("steady_us", "regional"),
+@pytest.mark.parametrize("source", docs_figures.SOURCES, ids=[s.label for s in docs_figures.SOURCES])
+def test_each_quoted_run_is_the_one_its_page_shows(source: docs_figures.Source) -> None:
+    """The page the README links names the same run as the file quoted: its date (each date where a
+    page joins sittings) and runtime."""
+    page = (DOCS / source.page).read_text(encoding="utf-8")
+    data = source.data()
+    dates = {r["date"] for r in data} if isinstance(data, list) else {source.stamp()[0]}
+    for date in dates - {""}:
+        if not date.startswith("torch "):  # cuda.json records no date
+            assert date in page, f"{source.page} shows no run of {date} ({source.json})"
+    runtime = source.stamp()[1]
+    if runtime and not isinstance(data, list):
+        assert re.search(rf"runtime {runtime}\b", page), (
+            f"{source.page} was not measured with runtime {runtime}"
         )
-    )
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if "stochastic" in line)
-    quote = (
-        f"{warm[0]}x to {warm[1]}x sooner; cold {cold[0]}x to {cold[1]}x; restarted {hot[0]}x to {hot[1]}x"
-    )
-    assert quote in row
-    assert f"| {per_call[0]}x to {per_call[1]}x |" in row
+
+
+@pytest.mark.parametrize(
+    ("source", "render"),
+    [
+        (docs_figures.DECODE, lambda data: bench_decode().markdown(data["meta"], data["results"])),
+        (docs_figures.STATIC, lambda data: bench_decode().markdown(data["meta"], data["results"])),
+        (
+            docs_figures.SERVING,
+            lambda data: serving_report().markdown(data["meta"], data["results"], data["token_check"]),
+        ),
+    ],
+    ids=["decode", "static", "serving"],
+)
+def test_the_page_is_its_file_rendered(source: docs_figures.Source, render: Any) -> None:
+    """Where the script that measured a page renders it again from its file, the page is exactly that:
+    the README and the page quote one run (serving.md's rows are each variant's latest run, which
+    serving.json keeps; serving-run9.json is an earlier run's file, quoted by neither)."""
+    assert render(source.data()) == (DOCS / source.page).read_text(encoding="utf-8")
+
+
+def bench_decode() -> Any:
+    import bench_decode
+
+    return bench_decode
+
+
+def serving_report() -> Any:
+    from serving import report
+
+    return report

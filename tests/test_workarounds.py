@@ -1,17 +1,21 @@
 """Which of the runtime's workarounds of torch (`regionalize/runtime/workarounds.py`) the running torch needs,
 probed on each CI torch (.ci/torch): a torch that fixes one fails here, which says the workaround can go, and
-a torch that needs one more fails too. docs/torch-workarounds.md is the table rendered
-(`REGIONALIZE_UPDATE_FIXTURES=1` rewrites it)."""
+a torch that needs one more fails too. docs/torch-workarounds.md holds the table rendered
+(`python scripts/render_docs.py` writes it)."""
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from regionalize.runtime import workarounds
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import docs_workarounds
+import render_docs
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "torch-workarounds.md"
 ALWAYS = {"module globals", "Inductor's CPU check"}
@@ -39,37 +43,6 @@ def test_every_workaround_says_what_it_covers_and_when_it_can_go() -> None:
         assert w.covers and w.issue and w.until.startswith("when")
 
 
-def page() -> str:
-    rows = [
-        f"| {w.name} | {w.does} | {w.covers} | {_issue(w.issue)} | "
-        f"{'applied on every torch' if w.probe is None else f'`{w.probe.__name__}`'} | {w.until} |"
-        for w in workarounds.WORKAROUNDS
-    ]
-    return "\n".join(
-        [
-            "# What the runtime works around in torch",
-            "",
-            "Rendered from `regionalize/runtime/workarounds.py`. `tests/test_workarounds.py` probes, on each "
-            "torch CI tests (2.11, 2.13, 2.14 and 2.15), which of these that torch needs; a torch that fixes "
-            "one fails that test, and the workaround can go. Private torch names are reached through "
-            "`regionalize/runtime/internals.py` alone.",
-            "",
-            "| workaround | what the runtime does | torch | issue | probe | it can go |",
-            "|---|---|---|---|---|---|",
-            *rows,
-            "",
-        ]
-    )
-
-
-def _issue(issue: str) -> str:
-    if issue.startswith("pytorch/pytorch#"):
-        number = issue.rpartition("#")[2]
-        return f"[{issue}](https://github.com/pytorch/pytorch/issues/{number})"
-    return issue
-
-
 def test_the_page_is_the_table_rendered() -> None:
-    if os.environ.get("REGIONALIZE_UPDATE_FIXTURES"):
-        PAGE.write_text(page(), encoding="utf-8")
-    assert PAGE.read_text(encoding="utf-8") == page(), "REGIONALIZE_UPDATE_FIXTURES=1 rewrites it"
+    shown = render_docs.block(PAGE.read_text(encoding="utf-8"), "workarounds")[1]
+    assert shown == docs_workarounds.table(), "docs/torch-workarounds.md: run python scripts/render_docs.py"

@@ -10,9 +10,10 @@ import click
 
 from regionalize import __version__
 from regionalize.cli import flags
-from regionalize.cli.report import site_line, summarize, summary_line, to_json, to_sarif
+from regionalize.cli.report import NEXT_STEP, site_line, summarize, summary_line, to_json, to_sarif
 from regionalize.cli.tune_command import tune
 from regionalize.cli.verify_command import verify
+from regionalize.codemod import runtime_copy
 from regionalize.runner.discovery import Selection, discover
 from regionalize.runner.run import Job, process_stdin, run, runtime_reports
 from regionalize.shared import rules
@@ -39,6 +40,39 @@ tune --help (measure which blocks share a graph, and write the settings), and re
 """
 
 
+def runtime_version() -> int | None:
+    """The runtime's version, from the header of regionalize/runtime/__init__.py: the number rewritten
+    files and vendored copies name ("runtime 28"), which changes with the runtime, not with a release."""
+    return runtime_copy.version_of((runtime_copy.RUNTIME / "__init__.py").read_text(encoding="utf-8"))
+
+
+class _RewriteContext(click.Context):
+    @property
+    def command_path(self) -> str:
+        return "regionalize"  # usage errors say "Try 'regionalize --help'", the form a user typed
+
+
+class _RewriteCommand(click.Command):
+    """`rewrite` is what `regionalize PATH...` runs: its help and usage errors name that form, which the
+    pages use, not the subcommand's own name, and list the other commands."""
+
+    context_class = _RewriteContext
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("regionalize", "[OPTIONS] PATH...")
+        formatter.write_usage("regionalize", "verify|tune|rule ...", prefix="   or: ")
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        root = ctx.find_root().command
+        assert isinstance(root, click.Group)
+        rows = [
+            (name, cmd.get_short_help_str(120)) for name, cmd in root.commands.items() if name != "rewrite"
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+        super().format_epilog(ctx, formatter)
+
+
 class _DefaultCommandGroup(click.Group):
     """`regionalize PATH...` runs the rewrite; a first argument naming a subcommand (`verify`, `rule`, ...)
     runs that instead, so a path with such a name needs a `./` before it."""
@@ -50,12 +84,17 @@ class _DefaultCommandGroup(click.Group):
 
 
 @click.group(cls=_DefaultCommandGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="regionalize")
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="regionalize",
+    message=f"%(prog)s %(version)s (runtime {runtime_version()})",
+)
 def main() -> None:
     pass
 
 
-@main.command("rewrite", help=HELP)
+@main.command("rewrite", cls=_RewriteCommand, help=HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str), required=True)
 @click.option("--apply", is_flag=True, help="Write the rewritten files.")
 @click.option(
@@ -158,7 +197,7 @@ def rewrite(
     report = to_sarif(reports) if fmt == "sarif" else to_json(reports)
     unwritten = write_output(report_file, report, "report") if report_file else None
     # With - --apply, standard output carries the code, so the diffs and site lines go to stderr.
-    _emit(reports, fmt, quiet, err=stdin and apply)
+    _emit(reports, fmt, quiet, err=stdin and apply, written=apply)
     if unwritten:
         click.echo(unwritten, err=True)
         sys.exit(EXIT_ERROR)
@@ -194,7 +233,7 @@ def _rewrite_stdin(name: str | None, job: Job, left_out: bool) -> list[FileRepor
     return [report, *runtimes]
 
 
-def _emit(reports: list[FileReport], fmt: str, quiet: bool, err: bool = False) -> None:
+def _emit(reports: list[FileReport], fmt: str, quiet: bool, err: bool = False, written: bool = True) -> None:
     if fmt == "json":
         click.echo(to_json(reports))
         return
@@ -210,12 +249,14 @@ def _emit(reports: list[FileReport], fmt: str, quiet: bool, err: bool = False) -
             click.echo(f"error: {shown(report.path)}: {report.error}", err=True)
     if not quiet:
         summary = summarize(reports)
-        line = summary_line(summary)
+        line = summary_line(summary, written)
         # The site lines name codes; the summary says once where a code's page is.
         skipped, warnings = summary["skipped"], summary["warnings"]
         assert isinstance(skipped, dict) and isinstance(warnings, dict)
         if codes := [*skipped, *warnings]:
             line += f"; regionalize rule {codes[0]} explains a code"
+        if not written and summary["files_changed"]:
+            line += f"; {NEXT_STEP}"
         click.echo(line, err=True)
 
 

@@ -33,11 +33,12 @@ _CODEMOD_OPTIONS = [
         help="hierarchical (default where the blocks' owner is known): the owner compiled whole, each block "
         "a nested region traced once; one compiled frame per call. per-block: each block compiled on its "
         "own, a Dynamo frame per block call. Measured on a 2-core CPU against a full torch.compile "
-        "(docs/results/README.md): hierarchical starts 2.0-4.7x sooner and runs a forward in 0.97-1.15x its "
-        "time; generating with a KV cache at 32 layers it reaches the first token 3.1-3.5x sooner and "
-        "decodes in 0.98-1.20x its time. per-block starts 4.2-8.3x sooner (the first token 4.4-6.3x) but "
-        "runs a forward in 1.07-1.52x its time and decodes in 2.3-2.4x, often slower than eager. On a GPU "
-        "serve with --mode reduce-overhead: without CUDA graphs a small batch is bound by work per call. "
+        "(docs/results/forward/forward.md, docs/results/decode.md): hierarchical starts 2.0-4.7x sooner "
+        "and runs a forward in 0.97-1.15x its time; generating with a KV cache at 32 layers it reaches the "
+        "first token 3.1-3.5x sooner and decodes in 0.98-1.20x its time. per-block starts 4.2-8.3x sooner "
+        "(the first token 4.4-6.3x) but runs a forward in 1.07-1.52x its time and decodes in 2.3-2.4x, "
+        "often slower than eager. On a GPU serve with --mode reduce-overhead: without CUDA graphs a small "
+        "batch is bound by work per call. "
         "An owner that cannot be compiled whole falls back to per-block at run time, with one warning.",
     ),
     click.option(

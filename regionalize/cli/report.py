@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict
+from typing import cast
 
 from regionalize import __version__
 from regionalize.shared import rules
@@ -42,19 +43,35 @@ def summarize(reports: list[FileReport]) -> dict[str, object]:
     }
 
 
-def summary_line(summary: dict[str, object]) -> str:
-    skipped = summary["skipped"]
-    warnings = summary["warnings"]
-    assert isinstance(skipped, dict) and isinstance(warnings, dict)
+def summary_line(summary: dict[str, object], written: bool = True) -> str:
+    """The run in one line: files, sites, skips and warnings by code, errors. A dry run (`written` false)
+    says what would change, in Black's words, since nothing was written."""
+    skipped, warnings = cast(dict[str, int], summary["skipped"]), cast(dict[str, int], summary["warnings"])
+    files, changed, sites, errors = (
+        cast(int, summary[key]) for key in ("files_scanned", "files_changed", "sites_rewritten", "errors")
+    )
     parts = [
-        f"{summary['files_scanned']} files scanned",
-        f"{summary['files_changed']} changed",
-        f"{summary['sites_rewritten']} sites rewritten",
+        f"{_count(files, 'file')} scanned",
+        f"{changed} changed" if written else f"{changed} would change",
+        f"{_count(sites, 'site')} " + ("rewritten" if written else "to rewrite"),
         f"{sum(skipped.values())} skipped" + (f" ({_counts(skipped)})" if skipped else ""),
-        f"{sum(warnings.values())} warnings" + (f" ({_counts(warnings)})" if warnings else ""),
-        f"{summary['errors']} errors",
+        _count(sum(warnings.values()), "warning") + (f" ({_counts(warnings)})" if warnings else ""),
+        _count(errors, "error"),
     ]
     return ", ".join(parts)
+
+
+# A dry run that found rewrites wrote nothing: the summary names what comes next, so that a first run
+# does not leave the reader guessing whether the files changed.
+NEXT_STEP = "nothing written: --apply writes the rewrites, then regionalize verify checks a model"
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else f"{word}s"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {_plural(n, word)}"
 
 
 def _counts(counter: dict[str, int]) -> str:

@@ -40,8 +40,10 @@ the model from it, e.g. `def make(m): return m.LlamaForCausalLM(config), (ids,)`
 
 Without --rewritten the codemod's output for these options is verified, in memory. Timings are for
 inference (eval mode, no autograd); each compile time is the first call (a workload's whole run; with
---workload generate, the first token) in a fresh process with an empty inductor cache, both cold and
-after one unrelated warm-up compile.
+--workload generate, the first token) in a fresh process, started four ways by default (--starts): warm
+(after one unrelated warm-up compile), cold (nothing compiled before), hot (the compile caches a cold
+process left on disk, as a restarted service finds them) and artifact (torch's portable cache artifacts
+loaded); --quick times the warm start only.
 
 MODEL may also be a module's dotted name (transformers.models.bert.modeling_bert).
 

@@ -24,6 +24,12 @@ OWNED = "nested regions of their owner, compiled whole"
 UNREUSED = {True: " (in pieces on torch 2.11)", False: " (per block on torch 2.11)"}
 OWNED_WITHOUT_REGIONS = "their owner compiled whole, without regions (a cache not stood in for)"
 STAGES = "the stages' blocks nested regions of this owner, compiled whole"
+# An RGZ001 site compiled block by block says why: the form asked for, or no owner to compile whole.
+PER_BLOCK_ASKED = {
+    "per-block": "per block, as --form per-block asks",
+    "wrap": "per block, as --style wrap asks",
+}
+PER_BLOCK_UNOWNED = "per block: no owner known (not built in a method of a module with a forward of its own)"
 SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 
 SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
@@ -154,12 +160,20 @@ class Context(FastDispatch, cst.CSTVisitor):
         def add(code: str, action: str, hint: str = "") -> None:
             reason = "" if action == "rewrite" else CODES[code] + (f"; {hint}" if hint else "")
             if code == "RGZ001":
-                reason = OWNED + UNREUSED[self.options.backend == "inductor"] if self.owned() else "per block"
+                reason = (
+                    OWNED + UNREUSED[self.options.backend == "inductor"] if self.owned() else self.per_block()
+                )
             elif code == "RGZ006":
                 reason = STAGES + UNREUSED[self.options.backend == "inductor"]
             self.sites.append(Site(*self.where(position), code, pattern, block, action, reason))
 
         return add
+
+    def per_block(self) -> str:
+        """Why an RGZ001 site is compiled block by block: the form asked for, or no owner known."""
+        if self.options.hierarchical:
+            return PER_BLOCK_UNOWNED
+        return PER_BLOCK_ASKED["per-block" if self.options.form == "per-block" else "wrap"]
 
     def owned(self) -> bool:
         """Hierarchical: the blocks are built in a method of a class with a forward of its own, which calls
