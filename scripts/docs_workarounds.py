@@ -4,6 +4,8 @@ tests/test_workarounds.py."""
 
 from __future__ import annotations
 
+import re
+
 from regionalize.runtime import workarounds
 
 
@@ -18,6 +20,7 @@ def table() -> str:
 
 
 def _issue(issue: str) -> str:
-    if issue.startswith("pytorch/pytorch#"):
-        return f"[{issue}](https://github.com/pytorch/pytorch/issues/{issue.rpartition('#')[2]})"
-    return issue
+    """`issue` with each `pytorch/pytorch#N` it names linked."""
+    return re.sub(
+        r"pytorch/pytorch#(\d+)", r"[pytorch/pytorch#\1](https://github.com/pytorch/pytorch/issues/\1)", issue
+    )

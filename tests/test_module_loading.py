@@ -27,6 +27,7 @@ import torch
 
 import regionalize
 from regionalize.codemod import transform_source
+from regionalize.runtime import internals
 from regionalize.shared.options import Options
 
 # Globals read in both forwards (a module, a constant, a function): what Dynamo must find by the module.
@@ -250,18 +251,43 @@ def _split(tmp_path: Path, blocks: str, owner: str, loader: Callable[[Path, str]
 def test_blocks_of_a_module_dynamo_cannot_import_are_compiled_one_by_one(
     tmp_path: Path, loader: str, route: str
 ) -> None:
+    """Where Dynamo imports an inlined function's module by name (torch 2.11 to 2.13), an owner whose blocks
+    are defined in such a module takes the per-block form, each block's frame in its own globals; a torch
+    that reads such globals itself compiles the owner whole."""
     owner = _rewritten(OWNER) if route == "rewrite" else OWNER
     namespace = _split(tmp_path, BLOCKS, owner, LOADERS[loader])
     model, twin = _pair(namespace, _split(tmp_path, BLOCKS, OWNER, _spec))
     if route == "compile_regions":
         regionalize.compile_regions(model)
     warned = _calls(model, twin)
+    if not internals._regionalize_imports_inlined_modules():
+        assert warned == [] and not model.__dict__["_regionalize_owner"].plan.fallback
+        return
     assert len(warned) == 1, warned
     assert "Model cannot be compiled whole (Block is defined in module" in warned[0]
     assert "which is not importable by that name); its blocks are compiled one by one instead" in warned[0]
     assert all(block._compiled_call_impl is not None for block in model.layers)
 
 
+def _failing(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+    raise RuntimeError("this backend compiles nothing")
+
+
+def test_a_compile_that_fails_for_the_owner_and_its_blocks_runs_the_original_eagerly(tmp_path: Path) -> None:
+    """A compile error at the first call (here the backend's, on every graph): the owner falls back to its
+    blocks one by one, whose frames fail before running anything too, so each runs eagerly, with a
+    warning, never the compile's error."""
+    model, twin = _pair(_spec(*_write(tmp_path, SOURCE)), _spec(*_write(tmp_path, SOURCE)))
+    regionalize.compile_regions(model, backend=_failing)
+    warned = _calls(model, twin)
+    assert warned[-1].startswith("regionalize: Block cannot be compiled (BackendCompilerFailed"), warned
+    assert warned[-1].endswith("it runs eagerly") and len(warned) <= 2, warned
+    assert all(block._compiled_call_impl.compiled is None for block in model.layers)  # eager from now on
+
+
+@pytest.mark.skipif(
+    not internals._regionalize_imports_inlined_modules(), reason="this torch reads such globals itself"
+)
 def test_a_dynamo_error_in_the_owner_and_its_blocks_runs_the_original_eagerly(tmp_path: Path) -> None:
     """Code the blocks call from a third module Dynamo cannot import: the owner fails to compile at its
     first call, and so does each block's frame; the model runs eagerly, warning of each, never raising."""

@@ -28,6 +28,7 @@ PROBES = (
     internals._regionalize_counters,
     internals._regionalize_dynamo_errors,
     internals._regionalize_backend_error,
+    internals._regionalize_imports_inlined_modules,
     internals._regionalize_mark_dynamic_probe,
     internals._regionalize_static_attribute,
     internals._regionalize_hook_dicts,

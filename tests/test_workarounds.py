@@ -18,13 +18,12 @@ import docs_workarounds
 import render_docs
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "torch-workarounds.md"
-ALWAYS = {"module globals", "Inductor's CPU check"}
 # The workarounds with a probe that each CI torch needs, by its minor version.
 NEEDED = {
-    (2, 11): ALWAYS | {"regions traced for every block"},
-    (2, 13): ALWAYS | {"reuse limit", "compiling in another thread"},
-    (2, 14): ALWAYS | {"reuse limit", "compiling in another thread"},
-    (2, 15): ALWAYS | {"reuse limit", "compiling in another thread"},
+    (2, 11): {"Inductor's CPU check", "module globals", "regions traced for every block"},
+    (2, 13): {"Inductor's CPU check", "module globals", "reuse limit", "compiling in another thread"},
+    (2, 14): {"Inductor's CPU check", "reuse limit", "compiling in another thread"},
+    (2, 15): {"Inductor's CPU check", "reuse limit", "compiling in another thread"},
 }
 
 

@@ -11,6 +11,7 @@ block. Its own body reads no global, only its arguments and closure."""
 import sys
 import types
 import warnings
+import weakref
 
 from .internals import _regionalize_compiling, _regionalize_why
 
@@ -99,10 +100,10 @@ class _RegionalizeOrEager:
     one warning a class of module. An error raised once the frame ran (a graph break's later part failing
     to compile, after the first ran) is raised: what ran cannot be run again."""
 
-    __slots__ = ("code", "compiled", "eager", "name")
+    __slots__ = ("cls", "code", "compiled", "eager")
 
-    def __init__(self, compiled, eager, code, name):
-        self.compiled, self.eager, self.code, self.name = compiled, eager, code, name
+    def __init__(self, compiled, eager, code, cls):
+        self.compiled, self.eager, self.code, self.cls = compiled, eager, code, cls
 
     def __call__(self, *args, **kwargs):
         compiled = self.compiled
@@ -115,16 +116,16 @@ class _RegionalizeOrEager:
                 raise
             why = _regionalize_why(error)
         self.compiled = None
-        if self.name not in _regionalize_warned:
-            _regionalize_warned.add(self.name)
+        if self.cls not in _regionalize_warned:
+            _regionalize_warned.add(self.cls)
             warnings.warn(
-                f"regionalize: {self.name} cannot be compiled ({why}); it runs eagerly",
+                f"regionalize: {self.cls.__name__} cannot be compiled ({why}); it runs eagerly",
                 stacklevel=_regionalize_caller(),
             )
         return self.eager(*args, **kwargs)
 
 
-_regionalize_warned = set()  # the classes whose frames ran eagerly, warned once
+_regionalize_warned = weakref.WeakSet()  # the block classes whose frames ran eagerly, warned once
 
 
 def _regionalize_failed_on_entry(error, code):

@@ -291,6 +291,28 @@ _regionalize_cpu_check_imports = (
 )
 
 
+@functools.cache
+def _regionalize_imports_inlined_modules():
+    """Probe: does Dynamo import the module of a function it inlines by its `__name__` where the frame it
+    compiles has other globals (torch 2.11 to 2.13; pytorch/pytorch#181243), and so fail on a module not
+    registered under its name? Compiles a small function with the eager backend; asked only of a model
+    that has such a module. Fallback True (taken while another compile traces, which this cannot start
+    inside): the blocks are compiled one by one, which compiles on any torch."""
+    if _regionalize_traced():
+        return True
+    module = types.ModuleType("regionalize_unregistered_probe")
+    exec("import torch\n\ndef inner(x):\n    return torch.sin(x)\n", vars(module))
+
+    def outer(x):
+        return module.inner(x) + 1
+
+    try:
+        torch.compile(outer, backend="eager", fullgraph=True)(torch.ones(2))
+    except Exception:
+        return True
+    return False
+
+
 def _regionalize_cpu_check_available():
     """Does Inductor check the CPU's vector instruction sets by building programs? (No check is started.)"""
     return importlib.util.find_spec("torch._inductor.cpu_vec_isa") is not None

@@ -23,6 +23,7 @@ from .internals import (
     _regionalize_compiling,
     _regionalize_counters,
     _regionalize_cpu_check,
+    _regionalize_imports_inlined_modules,
     _regionalize_inductor_pieces,
     _regionalize_traced,
     _regionalize_why,
@@ -348,6 +349,7 @@ def _regionalize_plan(owner, state, graphs, inductor):
         )
     inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
     why = _regionalize_unimportable(_regionalize_model_globals(type(owner).forward), inlined)
+    why = why if why is not None and _regionalize_imports_inlined_modules() else None
     return (
         _RegionalizePlan(_RegionalizeForm.WHOLE)
         if why is None

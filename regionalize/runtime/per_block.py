@@ -51,7 +51,7 @@ def _regionalize_block_compile(block, kwargs, direct):
     if frame is None:
         frame = _regionalize_class_frames[cls] = _regionalize_frame(cls, "call")
     compiled = functools.partial(torch.compile(frame, **kwargs), block)
-    call = _RegionalizeOrEager(compiled, block._call_impl, frame.__code__, cls.__name__)
+    call = _RegionalizeOrEager(compiled, block._call_impl, frame.__code__, cls)
     block._compiled_call_impl = _regionalize_direct(block, call, frame) if direct else call
 
 

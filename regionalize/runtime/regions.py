@@ -238,6 +238,6 @@ def _regionalize_block_compiled(block, compile_kwargs):
     *bodies, whole = forward._regionalize_bodies
     full = {**compile_kwargs, "fullgraph": True}
     compiled = torch.compile(whole, **compile_kwargs)
-    frame = _RegionalizeOrEager(compiled, forward.__wrapped__, whole.__code__, type(block).__name__)
+    frame = _RegionalizeOrEager(compiled, forward.__wrapped__, whole.__code__, type(block))
     frames = tuple(torch.compile(body, **full) for body in bodies), frame, frame
     _regionalize_block_frames[block] = frames

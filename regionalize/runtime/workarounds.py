@@ -7,14 +7,16 @@ cost a compile the runtime does not pay; the test probes those it can."""
 
 import dataclasses
 import inspect
-import sys
 import threading
-import types
 from collections.abc import Callable
 
 import torch
 
-from .internals import _regionalize_cpu_check_available, _regionalize_reuses
+from .internals import (
+    _regionalize_cpu_check_available,
+    _regionalize_imports_inlined_modules,
+    _regionalize_reuses,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,23 +41,6 @@ def _reuse_limit_low() -> bool:
         return False
     default = inspect.signature(torch.compiler.nested_compile_region).parameters["max_reuse_entries"].default
     return isinstance(default, int) and default < 1024
-
-
-def _module_reimported() -> bool:
-    """Does Dynamo fail on code it inlines from a module not registered under its name (the frame it
-    compiles having other globals)? Compiles one small function with the eager backend."""
-    module = types.ModuleType("regionalize_unregistered_probe")
-    exec("import torch\n\ndef inner(x):\n    return torch.sin(x)\n", vars(module))
-    assert module.__name__ not in sys.modules
-
-    def outer(x: torch.Tensor) -> torch.Tensor:
-        return module.inner(x) + 1
-
-    try:
-        torch.compile(outer, backend="eager", fullgraph=True)(torch.ones(2))
-    except Exception:
-        return True
-    return False
 
 
 def _compiling_seen_across_threads() -> bool:
@@ -89,10 +74,10 @@ WORKAROUNDS = (
         "Every frame the runtime compiles takes the globals of the model code it calls (`frames.py`): "
         "Dynamo imports an inlined function's module by its name, which a model loaded by "
         "`spec_from_file_location`, `runpy.run_path` or `exec` does not have.",
-        "2.11 to 2.15",
-        "pytorch/pytorch#181243",
-        _module_reimported,
-        "when every supported torch compiles code of an unregistered module inlined from other globals",
+        "2.11 to 2.13",
+        "pytorch/pytorch#181243 (fixed in 2.14 by pytorch/pytorch#184653)",
+        _regionalize_imports_inlined_modules,
+        "when torch 2.13 leaves the supported range",
     ),
     Workaround(
         "regions traced for every block",
