@@ -9,7 +9,6 @@ once); the CUDA tests run where there is a GPU.
 from __future__ import annotations
 
 import copy
-import gc
 import itertools
 import operator
 import pickle
@@ -25,7 +24,6 @@ import pytest
 import torch
 from torch_support import needs_reuse
 
-import regionalize
 from regionalize.bench.accounting import recording, served_forms
 from regionalize.codemod import transform_source
 from regionalize.runtime.nested import _regionalize_reuses
@@ -1184,25 +1182,6 @@ def test_the_replacement_hook_leaves_other_compiles_alone_when_its_module_is_gon
     sliced = Sliced()
     x = torch.randn(2, 4)
     torch.testing.assert_close(torch.compile(sliced, fullgraph=True, backend="eager")(x), sliced(x))
-
-
-def test_the_replacement_hook_is_removed_once_no_owner_lives() -> None:
-    """The global hook that counts replaced submodules (Dynamo traces it wherever a forward builds a
-    `ModuleList`) is there while an owner of the package's runtime lives, once, and gone once none does."""
-    from regionalize.runtime import owner
-
-    def hooked() -> int:
-        hooks = torch.nn.modules.module._global_module_registration_hooks.values()
-        return sum(hook is owner._regionalize_registered for hook in hooks)
-
-    gc.collect()
-    alive = owner._regionalize_watching[0]  # owners other tests left alive
-    module = load(SOURCE)
-    models = [regionalize.compile_regions(module.Model()) for _ in range(2)]
-    assert owner._regionalize_watching[0] == alive + 2 and hooked() == 1
-    models.clear()
-    gc.collect()
-    assert owner._regionalize_watching[0] == alive and hooked() == (1 if alive else 0)
 
 
 @pytest.mark.parametrize("grad", [False, True])

@@ -1,7 +1,6 @@
 """The owner of the blocks compiled whole, its blocks nested regions; per block where it cannot be."""
 
 import functools
-import threading
 import warnings
 import weakref
 
@@ -58,9 +57,7 @@ from .threads import (
 )
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
-_regionalize_version = [0]  # submodules replaced anywhere, counted while an owner lives
-_regionalize_watching = [0, None]  # the owners alive, and the handle of the hook that counts for them
-_regionalize_watch_lock = threading.RLock()  # an owner's finalizer may run in any thread, in any call
+_regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -95,15 +92,14 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         if state is None:
             state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner([], compile_kwargs, direct)
         state.blocks.append(block)
-        if len(state.blocks) == 1:  # a new owner: replaced submodules are counted while it lives
-            _regionalize_count_replaced(owner)
+        if not _regionalize_version:  # never removed: compiled frames that traced it guard on it
+            _regionalize_version.append(0)
+            torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
         if not hasattr(torch.compiler, "nested_compile_region"):
-            state.plan = _RegionalizePlan(
-                _RegionalizeForm.PER_BLOCK, "this torch has no nested compile regions"
-            )
+            state.plan = _regionalize_per_block_plan("this torch has no nested compile regions", True)
         elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-            state.plan = _RegionalizePlan(
-                _RegionalizeForm.PER_BLOCK, "the eager backend cannot differentiate nested regions"
+            state.plan = _regionalize_per_block_plan(
+                "the eager backend cannot differentiate nested regions", True
             )
         if state.plan.form is _RegionalizeForm.PER_BLOCK:
             _regionalize_per_block(owner)
@@ -123,25 +119,6 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
             cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
             kv_param, copies = cls._regionalize_kv_param, cls._regionalize_copies
             cls.forward = _regionalize_region(cls.forward, *kv_param, copies)
-
-
-def _regionalize_count_replaced(owner):
-    """Count replaced submodules (`_regionalize_registered`) while `owner` lives: a global hook on every
-    submodule assignment in the process, added for the first owner and removed once no owner lives."""
-    with _regionalize_watch_lock:
-        if _regionalize_watching[1] is None:
-            hook = torch.nn.modules.module.register_module_module_registration_hook
-            _regionalize_watching[1] = hook(_regionalize_registered)
-        _regionalize_watching[0] += 1
-    weakref.finalize(owner, _regionalize_uncount_replaced)
-
-
-def _regionalize_uncount_replaced():
-    with _regionalize_watch_lock:
-        _regionalize_watching[0] -= 1
-        if not _regionalize_watching[0] and _regionalize_watching[1] is not None:
-            _regionalize_watching[1].remove()
-            _regionalize_watching[1] = None
 
 
 def _regionalize_registered(
@@ -306,7 +283,8 @@ def _regionalize_owner_setup(owner, whole, graphs):
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
         _regionalize_reusing[0] = _regionalize_reuses()
-        state.plan = _regionalize_plan(owner, state, graphs, inductor)
+        if state.plan.form is not _RegionalizeForm.PER_BLOCK:  # not one its registration took
+            state.plan = _regionalize_plan(owner, state, graphs, inductor)
         whole = _regionalize_owner_compiled(owner, state.kwargs)  # its parameters all there by now
         if state.plan.fallback:
             _regionalize_fell_back(owner, state)
@@ -350,11 +328,11 @@ def _regionalize_plan(owner, state, graphs, inductor):
     inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
     why = _regionalize_unimportable(_regionalize_model_globals(type(owner).forward), inlined)
     why = why if why is not None and _regionalize_imports_inlined_modules() else None
-    return (
-        _RegionalizePlan(_RegionalizeForm.WHOLE)
-        if why is None
-        else _RegionalizePlan(_RegionalizeForm.PER_BLOCK, why, fallback=True)
-    )
+    return _RegionalizePlan(_RegionalizeForm.WHOLE) if why is None else _regionalize_per_block_plan(why, True)
+
+
+def _regionalize_per_block_plan(reason, fallback=False):
+    return _RegionalizePlan(_RegionalizeForm.PER_BLOCK, reason, fallback)
 
 
 def _regionalize_fell_back(owner, state):
@@ -420,5 +398,5 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
             _regionalize_tracing[0] = "flat"
             whole = _regionalize_owner_compiled(owner, state.kwargs)
         else:
-            state.plan = _RegionalizePlan(_RegionalizeForm.PER_BLOCK, why, fallback=True)
+            state.plan = _regionalize_per_block_plan(why, True)
             return None
