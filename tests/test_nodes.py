@@ -6,9 +6,10 @@ import importlib
 import pkgutil
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 import regionalize.codemod
-from regionalize.codemod.nodes import FastDispatch, split_lines
+from regionalize.codemod.nodes import FastDispatch, Positioned, split_lines
 
 SOURCE = """
 class Net(nn.Module):
@@ -67,6 +68,32 @@ def test_a_transformer_writes_what_libcst_writes() -> None:
     module = cst.parse_module(SOURCE)
     assert module.visit(_FastRenamer()).code == module.visit(_Renamer()).code
     assert "X = layer(X" in module.visit(_FastRenamer()).code
+
+
+class _Positions(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int, int, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        span = self.get_metadata(PositionProvider, node)
+        self.seen.append(
+            (type(node).__name__, span.start.line, span.start.column, span.end.line, span.end.column)
+        )
+        return True
+
+
+def test_a_positioned_tree_has_libcst_positions() -> None:
+    """`Positioned` resolves the positions on their own, and any other provider as LibCST does."""
+    plain, fast = _Positions(), _Positions()
+    MetadataWrapper(cst.parse_module(SOURCE)).visit(plain)
+    positioned = Positioned(cst.parse_module(SOURCE))
+    positioned.visit(fast)
+    positioned.visit(again := _Positions())  # resolved once, served again
+    assert fast.seen == plain.seen == again.seen and len(plain.seen) > 50
+    parents = positioned.resolve(ParentNodeProvider)
+    assert parents[positioned.module.body[0]] is positioned.module
 
 
 def _subclasses(cls: type) -> list[type]:

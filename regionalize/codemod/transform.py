@@ -21,7 +21,6 @@ from functools import partial
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from regionalize.codemod import (
     collisions,
@@ -33,7 +32,7 @@ from regionalize.codemod import (
     prescan,
 )
 from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.nodes import Walked, split_lines
+from regionalize.codemod.nodes import Positioned, Walked, split_lines
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.containers import ContainerSites
 from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, SKIP_COMMENT, Context
@@ -198,7 +197,7 @@ class _Pass:
     replaced: list[tuple[parse_spans.Span, str]] = field(default_factory=list)  # each with its new text
     # The pieces and their LibCST trees, for a pass again with the blocks that update caches known.
     pieces: list[parse_spans.Span] = field(default_factory=list)
-    parsed: dict[parse_spans.Span, MetadataWrapper] = field(default_factory=dict)
+    parsed: dict[parse_spans.Span, Positioned] = field(default_factory=dict)
 
 
 def _undeclared(own: list[Declaration]) -> list[Declaration]:
@@ -224,7 +223,7 @@ def _compile_containers(
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
     names = facts.container_names() | facts.imported_clone_helpers
     pieces = parse_spans.pieces(tree, lines, names, walked)
-    parsed: dict[parse_spans.Span, MetadataWrapper] = {}
+    parsed: dict[parse_spans.Span, Positioned] = {}
     for _ in range(_MAX_LEVELS):
         found = _container_pass(pieces, parsed, lines, options, facts)
         if isinstance(found, TransformResult):
@@ -276,7 +275,7 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ006", "RGZ108")
 
 def _container_pass(
     pieces: list[parse_spans.Span],
-    parsed: dict[parse_spans.Span, MetadataWrapper],
+    parsed: dict[parse_spans.Span, Positioned],
     lines: list[str],
     options: Options,
     facts: prescan.FileFacts,
@@ -288,7 +287,7 @@ def _container_pass(
         if span not in parsed:
             try:
                 # Wrapped once: the positions it resolves serve every pass.
-                parsed[span] = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
+                parsed[span] = Positioned(cst.parse_module(text))
             except cst.ParserSyntaxError as exc:
                 line = exc.raw_line + span.start - 1
                 return TransformResult(
