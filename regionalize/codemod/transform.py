@@ -14,7 +14,6 @@ import ast
 import dataclasses
 import re
 import tokenize
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,6 +29,7 @@ from regionalize.codemod import (
     parse_spans,
     placement,
     prescan,
+    rewrite_check,
 )
 from regionalize.codemod.declarations import Declaration
 from regionalize.codemod.nodes import Positioned, Walked, split_lines
@@ -140,27 +140,10 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         return TransformResult("skip", source, sites, reason=taken.hint, runtime=taken.blocked)
     if code == source:
         return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
-    if (error := _syntax_error(code)) is not None:  # a bug of ours: refuse to hand out code that fails
+    # A bug of ours: refuse to hand out code that fails.
+    if (error := rewrite_check.syntax_error(code, source, original)) is not None:
         return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {error}")
     return TransformResult("success", code, sites, runtime=runtime)
-
-
-def _syntax_error(code: str) -> str | None:
-    """Why `code` does not parse, or None. Compiled to bytecode first, which takes half the time of
-    building an `ast` tree (a sixth of a bulk run went to parsing); what only the compiler refuses (a
-    `return` outside a function, left as the user wrote it) is then asked of the parser."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the user's invalid escapes are not ours to report
-            compile(code, "<rewrite>", "exec", dont_inherit=True)
-        return None
-    except (SyntaxError, ValueError):
-        pass
-    try:
-        ast.parse(code)
-    except SyntaxError as exc:
-        return exc.msg
-    return None
 
 
 _TAKEN = "RGZ113"
