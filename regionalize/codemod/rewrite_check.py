@@ -20,17 +20,28 @@ _INSERTED = frozenset({"import regionalize", "import torch"})
 def syntax_error(code: str, source: str, tree: ast.Module) -> str | None:
     """Why `code`, a rewrite of `source` (parsed as `tree`), does not parse, or None."""
     before, after = split_lines(source), split_lines(code)
-    spans = [(_first_line(statement), statement.end_lineno or statement.lineno) for statement in tree.body]
-    head, end, first = _head(before, after, spans)
-    same = 0  # lines at the end as they were, below the head
-    while same < min(len(before) - end, len(after) - first) and before[-1 - same] == after[-1 - same]:
-        same += 1
-    last = len(after)
-    below = next((start for start, _ in spans[head:] if start > len(before) - same), None)
-    if below is not None:  # the statements from there on are the original's
-        last = below - 1 + len(after) - len(before)
+    spans = spans_of(tree)
+    _, end, first = _head(before, after, spans)
+    kept = kept_tail(before, after, spans, end, first)
+    last = spans[-kept][0] - 1 + len(after) - len(before) if kept else len(after)
     # Blank lines keep the line numbers a message may cite ("... on line 12").
     return _error("\n" * first + "".join(after[first:last]))
+
+
+def kept_tail(
+    before: list[str], after: list[str], spans: list[tuple[int, int]], above: int, below: int
+) -> int:
+    """How many of the last top-level statements of `before` (their lines: `spans`) `after` ends with as
+    they were, none of them within the first `above` lines of `before` nor the first `below` of `after`."""
+    same = 0  # lines at the end as they were
+    while same < min(len(before) - above, len(after) - below) and before[-1 - same] == after[-1 - same]:
+        same += 1
+    return sum(1 for start, _ in spans if start > len(before) - same)
+
+
+def spans_of(tree: ast.Module) -> list[tuple[int, int]]:
+    """The first (a decorator's) and last line of each top-level statement."""
+    return [(_first_line(statement), statement.end_lineno or statement.lineno) for statement in tree.body]
 
 
 def _head(before: list[str], after: list[str], spans: list[tuple[int, int]]) -> tuple[int, int, int]:

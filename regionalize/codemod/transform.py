@@ -129,7 +129,9 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
     torch_line = found.needs_torch and not found.facts.torch_bound
     code = "".join(found.lines)
-    code, placed, moved = placement.add_helpers(code, tree, found.first_changed, torch_line, path, options)
+    code, placed, moved = placement.add_helpers(
+        code, tree, lines, found.first_changed, torch_line, path, options
+    )
     runtime = placed.module if placed else None
     if moved is not None:
         sites = sorted([*sites, moved], key=lambda s: (s.line, s.col, s.code))
