@@ -281,7 +281,7 @@ def _container_pass(
         wrapper = parsed[span]
         module = wrapper.module
         finder = _Finder(module, options, facts, span, text)
-        wrapper.visit(finder)
+        wrapper.read(finder)
         result.sites += finder.sites
         result.int_args += finder.int_args
         if finder.edits:
