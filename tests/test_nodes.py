@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 import regionalize.codemod
-from regionalize.codemod.nodes import FastDispatch, split_lines
+from regionalize.codemod.nodes import FastDispatch, Positioned, read, split_lines
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = """
 class Net(nn.Module):
     def __init__(self, n):
@@ -67,6 +71,57 @@ def test_a_transformer_writes_what_libcst_writes() -> None:
     module = cst.parse_module(SOURCE)
     assert module.visit(_FastRenamer()).code == module.visit(_Renamer()).code
     assert "X = layer(X" in module.visit(_FastRenamer()).code
+
+
+class _Positions(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int, int, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        span = self.get_metadata(PositionProvider, node)
+        self.seen.append(
+            (type(node).__name__, span.start.line, span.start.column, span.end.line, span.end.column)
+        )
+        return True
+
+
+def test_a_positioned_tree_has_libcst_positions() -> None:
+    """`Positioned` resolves the positions on their own, and any other provider as LibCST does."""
+    plain, fast = _Positions(), _Positions()
+    MetadataWrapper(cst.parse_module(SOURCE)).visit(plain)
+    positioned = Positioned(cst.parse_module(SOURCE))
+    positioned.visit(fast)
+    positioned.visit(again := _Positions())  # resolved once, served again
+    assert fast.seen == plain.seen == again.seen and len(plain.seen) > 50
+    parents = positioned.resolve(ParentNodeProvider)
+    assert parents[positioned.module.body[0]] is positioned.module
+
+
+class _Everything(cst.CSTVisitor):
+    """Every call a walk makes, by node; the visits of `Subscript` say to skip its children."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.seen.append(("visit", id(node)))
+        return not isinstance(node, cst.Subscript)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.seen.append(("leave", id(original_node)))
+
+
+@pytest.mark.parametrize("case", [*sorted(FIXTURES.glob("*.in.py"))[:40], None], ids=str)
+def test_a_read_walk_makes_libcst_walks_calls(case: Path | None) -> None:
+    """`read` visits as LibCST does, without the copies: every node, in the same order, with the visits
+    that skip their children honoured."""
+    module = cst.parse_module(case.read_text() if case else SOURCE)
+    plain, fast = _Everything(), _Everything()
+    module.visit(plain)
+    read(module, fast)
+    assert fast.seen == plain.seen and len(plain.seen) > 100
 
 
 def _subclasses(cls: type) -> list[type]:

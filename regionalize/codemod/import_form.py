@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Iterator
 
-from regionalize.codemod import parse_spans
+from regionalize.codemod import parse_spans, rewrite_check
 from regionalize.codemod.nodes import any_within, split_lines
 from regionalize.shared import helpers
 
@@ -217,20 +217,30 @@ def _text(lines: list[str], node: ast.AST) -> str | None:
     ]
 
 
-def tree_from(code: str, before: ast.Module, first: int) -> ast.Module | None:
-    """`code`'s tree, where `before` is the tree of a text whose lines above line `first` `code` holds as
-    they were: those statements taken from it, and only the text from the statement holding line `first`
-    parsed, below blank lines that keep its line numbers. Parsing whole files was a sixth of a bulk run.
-    None where `code` does not parse."""
+def tree_from(code: str, before: ast.Module, first: int, lines: list[str]) -> ast.Module | None:
+    """`code`'s tree, where `before` is the tree of `lines`, a text whose lines above line `first` `code`
+    holds as they were: those statements taken from it, and only the text from the statement holding line
+    `first` parsed, below blank lines that keep its line numbers, down to the statements `code` ends with
+    as `lines` does, which are taken from `before` too, at their lines there (none names a helper, so
+    `to_public` reads none of them). Parsing whole files was a sixth of a bulk run. None where `code`
+    does not parse."""
     body = before.body
     kept = next((i for i, statement in enumerate(body) if (statement.end_lineno or 0) >= first), len(body))
     if kept == len(body):
         return _parse(code)
-    statement = body[kept]
-    start = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
-    lines = split_lines(code)
-    tail = _parse("\n" * (start - 1) + "".join(lines[start - 1 :]))
-    return None if tail is None else ast.Module(body=body[:kept] + tail.body, type_ignores=[])
+    spans = rewrite_check.spans_of(before)
+    start = spans[kept][0]
+    after = split_lines(code)
+    named = code.rfind(helpers.PREFIX)  # the tail taken holds no helper's name
+    below = max(start - 1, code.count("\n", 0, named) + 1 if named >= 0 else 0)
+    tail = rewrite_check.kept_tail(lines, after, spans, start - 1, below)
+    stop = spans[-tail][0] - 1 + len(after) - len(lines) if tail else len(after)
+    parsed = _parse("\n" * (start - 1) + "".join(after[start - 1 : stop]))
+    return (
+        None
+        if parsed is None
+        else ast.Module(body=body[:kept] + parsed.body + body[len(body) - tail :], type_ignores=[])
+    )
 
 
 def _parse(code: str) -> ast.Module | None:

@@ -17,18 +17,24 @@ Added = tuple[str, runtime_copy.Placed | None, Site | None]
 
 
 def add_helpers(
-    code: str, tree: ast.Module, first_changed: int, torch_line: bool, path: str | None, options: Options
+    code: str,
+    tree: ast.Module,
+    lines: list[str],
+    first_changed: int,
+    torch_line: bool,
+    path: str | None,
+    options: Options,
 ) -> Added:
     """`code` (the containers compiled) with the lines it needs, `import torch` with `torch_line`. `tree`
-    is the text's before the containers' pass, whose positions still hold above line `first_changed` (0:
-    none changed); module-level sites (one piece from line 1) parse the text again."""
+    is the tree of `lines`, the text before the containers' pass, whose positions still hold above line
+    `first_changed` (0: none changed); module-level sites (one piece from line 1) parse the text again."""
     torch_at, helper_at = parse_spans.insert_lines(tree)
     changed_above = bool(first_changed and first_changed <= helper_at)
     if changed_above:
         torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
     plain = not (options.vendor or changed_above) and helpers.PREFIX in code
     if plain and runtime_copy.remove(code, path)[1] is None:
-        public = _public(code, tree, first_changed, torch_at if torch_line else None)
+        public = _public(code, tree, lines, first_changed, torch_at if torch_line else None)
         if public is not None:
             return public
     if torch_line:
@@ -56,13 +62,15 @@ def add_helpers(
     return code, placed, Site(removed.line, 1, _MOVED, "the vendored runtime", "", "rewrite", reason)
 
 
-def _public(code: str, tree: ast.Module, first_changed: int, torch_at: int | None) -> Added | None:
+def _public(
+    code: str, tree: ast.Module, lines: list[str], first_changed: int, torch_at: int | None
+) -> Added | None:
     """The import form of a file that holds no vendored copy, `import torch` (at `torch_at`) inserted
-    last: the text above its first changed line is `tree`'s, and only the rest is parsed
-    (`import_form.tree_from`). None where that text does not parse, for the general path."""
+    last: the text above its first changed line and below its last is `tree`'s, and only the rest is
+    parsed (`import_form.tree_from`). None where that text does not parse, for the general path."""
     named = code.find(helpers.PREFIX)
     first = min(line for line in (first_changed, code.count("\n", 0, named) + 1) if line)
-    before = import_form.tree_from(code, tree, first)
+    before = import_form.tree_from(code, tree, first, lines)
     if before is None:
         return None
     called = {name for name in import_form.PUBLIC if name in code}

@@ -14,14 +14,12 @@ import ast
 import dataclasses
 import re
 import tokenize
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
 from regionalize.codemod import (
     collisions,
@@ -31,9 +29,10 @@ from regionalize.codemod import (
     parse_spans,
     placement,
     prescan,
+    rewrite_check,
 )
 from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.nodes import Walked, split_lines
+from regionalize.codemod.nodes import Positioned, Walked, split_lines
 from regionalize.codemod.patterns import emit
 from regionalize.codemod.patterns.containers import ContainerSites
 from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, SKIP_COMMENT, Context
@@ -130,7 +129,9 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
     torch_line = found.needs_torch and not found.facts.torch_bound
     code = "".join(found.lines)
-    code, placed, moved = placement.add_helpers(code, tree, found.first_changed, torch_line, path, options)
+    code, placed, moved = placement.add_helpers(
+        code, tree, lines, found.first_changed, torch_line, path, options
+    )
     runtime = placed.module if placed else None
     if moved is not None:
         sites = sorted([*sites, moved], key=lambda s: (s.line, s.col, s.code))
@@ -141,27 +142,10 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
         return TransformResult("skip", source, sites, reason=taken.hint, runtime=taken.blocked)
     if code == source:
         return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
-    if (error := _syntax_error(code)) is not None:  # a bug of ours: refuse to hand out code that fails
+    # A bug of ours: refuse to hand out code that fails.
+    if (error := rewrite_check.syntax_error(code, source, original)) is not None:
         return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {error}")
     return TransformResult("success", code, sites, runtime=runtime)
-
-
-def _syntax_error(code: str) -> str | None:
-    """Why `code` does not parse, or None. Compiled to bytecode first, which takes half the time of
-    building an `ast` tree (a sixth of a bulk run went to parsing); what only the compiler refuses (a
-    `return` outside a function, left as the user wrote it) is then asked of the parser."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the user's invalid escapes are not ours to report
-            compile(code, "<rewrite>", "exec", dont_inherit=True)
-        return None
-    except (SyntaxError, ValueError):
-        pass
-    try:
-        ast.parse(code)
-    except SyntaxError as exc:
-        return exc.msg
-    return None
 
 
 _TAKEN = "RGZ113"
@@ -198,7 +182,7 @@ class _Pass:
     replaced: list[tuple[parse_spans.Span, str]] = field(default_factory=list)  # each with its new text
     # The pieces and their LibCST trees, for a pass again with the blocks that update caches known.
     pieces: list[parse_spans.Span] = field(default_factory=list)
-    parsed: dict[parse_spans.Span, MetadataWrapper] = field(default_factory=dict)
+    parsed: dict[parse_spans.Span, Positioned] = field(default_factory=dict)
 
 
 def _undeclared(own: list[Declaration]) -> list[Declaration]:
@@ -224,7 +208,7 @@ def _compile_containers(
     # The pieces and their LibCST trees are the same on every pass: only the judgement changes.
     names = facts.container_names() | facts.imported_clone_helpers
     pieces = parse_spans.pieces(tree, lines, names, walked)
-    parsed: dict[parse_spans.Span, MetadataWrapper] = {}
+    parsed: dict[parse_spans.Span, Positioned] = {}
     for _ in range(_MAX_LEVELS):
         found = _container_pass(pieces, parsed, lines, options, facts)
         if isinstance(found, TransformResult):
@@ -276,7 +260,7 @@ _HOLDING = ("RGZ001", "RGZ002", "RGZ006", "RGZ108")
 
 def _container_pass(
     pieces: list[parse_spans.Span],
-    parsed: dict[parse_spans.Span, MetadataWrapper],
+    parsed: dict[parse_spans.Span, Positioned],
     lines: list[str],
     options: Options,
     facts: prescan.FileFacts,
@@ -288,7 +272,7 @@ def _container_pass(
         if span not in parsed:
             try:
                 # Wrapped once: the positions it resolves serve every pass.
-                parsed[span] = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
+                parsed[span] = Positioned(cst.parse_module(text))
             except cst.ParserSyntaxError as exc:
                 line = exc.raw_line + span.start - 1
                 return TransformResult(
@@ -297,7 +281,7 @@ def _container_pass(
         wrapper = parsed[span]
         module = wrapper.module
         finder = _Finder(module, options, facts, span, text)
-        wrapper.visit(finder)
+        wrapper.read(finder)
         result.sites += finder.sites
         result.int_args += finder.int_args
         if finder.edits:
