@@ -1,10 +1,10 @@
 """Where a rewritten file gets the runtime helpers it calls (`runtime/`, read as text: no torch here).
 
-The runtime is written in parts, one job each (`runtime/stack.py`, `frames.py`, `state.py`, `owner.py`,
-`outer.py`, `graphs.py`, `per_block.py`, `pieces.py`, `regions.py`, `nested.py`, `kv.py`, `static.py`,
-`fixes.py`, `bypass.py`), and a rewrite gets them joined into one module (`runtime_text`): the header and
-docstring of `runtime/__init__.py`, the parts' imports once, then each part's code, its imports of the other
-parts left out since they are one module then.
+The runtime is written in parts, one job each (`runtime/stack.py`, `frames.py`, `state.py`, `plan.py`,
+`owner.py`, `outer.py`, `graphs.py`, `per_block.py`, `pieces.py`, `regions.py`, `nested.py`, `kv.py`,
+`static.py`, `fixes.py`, `bypass.py`), and a rewrite gets them joined into one module (`runtime_text`):
+the header and docstring of `runtime/__init__.py`, the parts' imports once, then each part's code, its
+imports of the other parts left out since they are one module then.
 
 A file inside a package imports them, in one line, from `_regionalize.py`, a copy of the runtime that the
 runner keeps once per package, at its top folder: over a whole zoo, the helpers are written once and
@@ -38,6 +38,7 @@ PARTS = (
     "threads",
     "frames",
     "state",
+    "plan",
     "owner",
     "outer",
     "constants",

@@ -8,13 +8,7 @@ import torch
 
 from .around import _regionalize_handoff, _regionalize_opaque, _regionalize_outside, _regionalize_owned
 from .bypass import _regionalize_direct, _regionalize_guard_filter
-from .constants import _regionalize_constants
-from .frames import (
-    _regionalize_caller,
-    _regionalize_frame,
-    _regionalize_model_globals,
-    _regionalize_unimportable,
-)
+from .frames import _regionalize_caller, _regionalize_frame
 from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
     _regionalize_aliasing,
@@ -22,7 +16,6 @@ from .internals import (
     _regionalize_compiling,
     _regionalize_counters,
     _regionalize_cpu_check,
-    _regionalize_imports_inlined_modules,
     _regionalize_inductor_pieces,
     _regionalize_traced,
     _regionalize_why,
@@ -43,6 +36,7 @@ from .outer import (
 )
 from .per_block import _regionalize_graph_modes, _regionalize_per_block, _regionalize_per_call
 from .pieces import _regionalize_pieces
+from .plan import _regionalize_per_block_plan, _regionalize_plan
 from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_reusing
 from .stack import _regionalize_fresh_stack
 from .state import _RegionalizeForm, _RegionalizeOwner, _RegionalizePlan
@@ -302,37 +296,6 @@ def _regionalize_owner_setup(owner, whole, graphs):
             whole = _regionalize_owner_compiled(owner, state.kwargs)
         state.first = [first]
     return whole
-
-
-def _regionalize_plan(owner, state, graphs, inductor):
-    """The owner's plan at its first call, from its blocks and what this torch offers. One block alone
-    (unless it updates a cache or runs in CUDA graphs); blocks that differ in float constants in pieces
-    (`constants.py`), per block without Inductor's pieces; where torch reuses no traced region (2.11), in
-    pieces, or per block with another backend, as Inductor's graph alone is split (not where the owner
-    holds blocks without regions for their cache, `nested=False`, or runs in CUDA graphs: compiled whole
-    as a full compile would be). Else whole; per block, a fallback, where Dynamo could not inline a block
-    from the owner's frame (`frames.py`)."""
-    indexed = state.indexed
-    splits = inductor and _regionalize_inductor_pieces() is not None
-    constants = None if indexed else _regionalize_constants(state.blocks)
-    if len(state.blocks) == 1 and not indexed and not graphs:
-        return _RegionalizePlan(_RegionalizeForm.ALONE)
-    if constants is not None:
-        return _RegionalizePlan(_RegionalizeForm.PIECES if splits else _RegionalizeForm.PER_BLOCK, constants)
-    if not _regionalize_reusing[0] and splits:
-        return _RegionalizePlan(_RegionalizeForm.PIECES, "this torch does not reuse a traced region")
-    if not (_regionalize_reusing[0] or graphs) and all(attribute for _, attribute in indexed):
-        return _RegionalizePlan(
-            _RegionalizeForm.PER_BLOCK, "this torch does not reuse a traced region (torch 2.12 and later do)"
-        )
-    inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
-    why = _regionalize_unimportable(_regionalize_model_globals(type(owner).forward), inlined)
-    why = why if why is not None and _regionalize_imports_inlined_modules() else None
-    return _RegionalizePlan(_RegionalizeForm.WHOLE) if why is None else _regionalize_per_block_plan(why, True)
-
-
-def _regionalize_per_block_plan(reason, fallback=False):
-    return _RegionalizePlan(_RegionalizeForm.PER_BLOCK, reason, fallback)
 
 
 def _regionalize_fell_back(owner, state):

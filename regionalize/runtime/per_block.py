@@ -8,7 +8,12 @@ import weakref
 import torch
 
 from .bypass import _regionalize_direct
-from .frames import _regionalize_frame, _RegionalizeOrEager
+from .frames import (
+    _regionalize_frame,
+    _regionalize_importable,
+    _regionalize_model_globals,
+    _RegionalizeOrEager,
+)
 from .kv import _regionalize_kv_empty
 from .regions import _regionalize_block_compiled, _regionalize_block_frames
 from .state import _RegionalizeForm
@@ -44,9 +49,18 @@ def _regionalize_per_block_compile(owner, state):
 
 
 def _regionalize_block_compile(block, kwargs, direct):
-    """Compile `block` on its own, as `block.compile(**kwargs)` would, in a frame of its class in the globals
-    of its code (`frames.py`), which runs it eagerly where it cannot be compiled."""
+    """Compile `block` on its own: `block.compile(**kwargs)`, whose frame is the class's `forward` (a region
+    of the runtime's). Where Dynamo cannot import the module of the block's code by name, in a frame of
+    its class in the globals of that code (`frames.py`), which runs it eagerly where it cannot be compiled.
+    Not for every block: torch 2.11 compiles a function of no source file (a copy of the runtime executed
+    from text) through a wrapper of its own, which would share one recompile limit among all blocks."""
     cls = type(block)
+    model_globals = _regionalize_model_globals(cls.forward)
+    if model_globals is None or _regionalize_importable(model_globals):
+        block.compile(**kwargs)
+        if direct:
+            block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
+        return
     frame = _regionalize_class_frames.get(cls)
     if frame is None:
         frame = _regionalize_class_frames[cls] = _regionalize_frame(cls, "call")
@@ -77,7 +91,7 @@ def _regionalize_model(module):
 def _regionalize_static(module, kwargs, model):
     """The compile options for `module`, a block compiled on its own, with `dynamic=False` when another
     module of its class in `model` holds a parameter of the same name at another shape (stages of
-    growing width). A block's frame is one code object for every block of its class, and
+    growing width). `block.compile()` compiles torch's `_call_impl`, one code object for every module, and
     those blocks share no graph, parameters being static: automatic dynamic shapes would only add a
     symbolic compile for each, which on Swin's stages kept Inductor's CPU code generation busy past 5
     minutes, against half a minute for a full compile. Compared by name, since the stages differ in what
