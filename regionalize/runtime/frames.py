@@ -1,12 +1,13 @@
 """The frames the runtime compiles, with the globals of the model code they run.
 
 Dynamo reads a global of an inlined function through the frame it compiles where the two share their
-globals, and otherwise imports the function's module by its `__name__`. A model whose module cannot be
-imported by that name (loaded by `spec_from_file_location` or `SourceFileLoader` and not registered, run by
-`runpy.run_path`, built by `exec`) then fails to compile with a `ModuleNotFoundError`, where
-`model.compile()`, whose frame is the model's own `forward`, runs it. So every frame the runtime compiles
-takes the globals of the model code it calls: the owner's `forward`'s for the owner, the block's for a
-block. Its own body reads no global, only its arguments and closure."""
+globals; otherwise torch 2.11 to 2.13 import the function's module by its `__name__` (2.14 reads the globals
+themselves). A model whose module cannot be imported by that name (loaded by `spec_from_file_location` or
+`SourceFileLoader` and not registered, run by `runpy.run_path`, built by `exec`) then failed to compile
+with a `ModuleNotFoundError`, where `model.compile()`, whose frame is the model's own `forward`, runs it. So
+the frames the runtime compiles take the globals of the model code they call: the owner's `forward`'s for
+the owner, the block's for a block compiled on its own where its module cannot be imported. Their bodies
+read no global, only their arguments and closure."""
 
 import sys
 import types
