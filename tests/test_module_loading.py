@@ -98,10 +98,13 @@ _names = itertools.count()
 Namespace = dict[str, Any]
 
 
-def _spec(path: Path, name: str) -> Namespace:
+def _spec(path: Path, name: str, given: Namespace | None = None) -> Namespace:
+    """The module at `path`, loaded unregistered, with the names `given` (as a plugin system hands one
+    module's classes to another) in its globals before it runs."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    vars(module).update(given or {})
     spec.loader.exec_module(module)  # not put in sys.modules, as plugin loaders leave it
     return vars(module)
 
@@ -214,36 +217,15 @@ def test_classes_defined_inside_a_function_of_an_unregistered_module(tmp_path: P
 
 
 BLOCKS = SOURCE.split("class Model")[0]
-OWNER = """
-import torch.nn.functional as F
-from torch import nn
-
-SCALE = 0.5
-
-
-class Model(nn.Module):
-    def __init__(self, d=8, n=3):
-        super().__init__()
-        self.layers = nn.ModuleList([Block(d) for _ in range(n)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return F.normalize(x, dim=-1) * SCALE
-"""
+HEAD = "import torch.nn.functional as F\nfrom torch import nn\n\nSCALE = 0.5\n\n\n"
+OWNER = HEAD + "class Model" + SOURCE.split("class Model")[1]  # Block not defined: handed in
 
 
 def _split(tmp_path: Path, blocks: str, owner: str, loader: Callable[[Path, str], Namespace]) -> Namespace:
     """The owner's module, loaded unregistered, its `Block` from another module loaded by `loader` (as a
     plugin system hands one module's classes to another)."""
     blocks_ns = loader(*_write(tmp_path, blocks))
-    path, name = _write(tmp_path, owner)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    module.Block = blocks_ns["Block"]  # type: ignore[attr-defined]
-    spec.loader.exec_module(module)
-    return vars(module)
+    return _spec(*_write(tmp_path, owner), {"Block": blocks_ns["Block"]})
 
 
 @pytest.mark.parametrize("loader", ["spec", "exec-as-main"])
@@ -296,16 +278,10 @@ def test_a_dynamo_error_in_the_owner_and_its_blocks_runs_the_original_eagerly(tm
     blocks = BLOCKS.replace("def mix(x):\n    return F.gelu(x) * SCALE\n", "")
     source = blocks + OWNER.split("SCALE = 0.5")[1]
 
-    def load(text: str) -> Namespace:
-        path, name = _write(tmp_path, text)
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        module.mix = mix  # type: ignore[attr-defined]
-        spec.loader.exec_module(module)
-        return vars(module)
-
-    model, twin = _pair(load(_rewritten(source)), load(source))
+    model, twin = _pair(
+        _spec(*_write(tmp_path, _rewritten(source)), {"mix": mix}),
+        _spec(*_write(tmp_path, source), {"mix": mix}),
+    )
     warned = _calls(model, twin)
     assert len(warned) == 2, warned
     assert "Model cannot be compiled whole (InternalTorchDynamoError: ModuleNotFoundError" in warned[0]
