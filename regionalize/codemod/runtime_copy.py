@@ -91,7 +91,8 @@ def runtime_text() -> str:
         bodies.append("".join(lines[_start(code[0], lines) - 1 :]).strip("\n") + "\n")
     standard = sorted(line for line in imports if line.split()[1] in sys.stdlib_module_names)
     others = sorted(line for line in imports if line not in standard)
-    head = (RUNTIME / "__init__.py").read_text(encoding="utf-8")
+    init = (RUNTIME / "__init__.py").read_text(encoding="utf-8")
+    head = "".join(split_lines(init)[: ast.parse(init).body[0].end_lineno])  # the header and docstring
     return f"{head}\n{''.join(standard)}\n{''.join(others)}\n" + "\n\n".join(bodies)
 
 

@@ -42,3 +42,7 @@ A rewritten model calls it through the public API (`api.py`, `import regionalize
 alone. With `--vendor` the codemod joins the other parts into one text and copies it into the package it
 rewrites (`_regionalize.py`, this docstring its head), or in part into a lone file.
 """
+
+from .api import compile_direct, compile_region, compile_regions, eager, guard_filter, symbolic_ints
+
+__all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]

@@ -16,11 +16,11 @@ from typing import Any
 
 from torch import nn
 
-from regionalize.runtime.bypass import _regionalize_dispatch, _regionalize_guard_filter
-from regionalize.runtime.fixes import _regionalize_eager, _regionalize_symbolic_ints
-from regionalize.runtime.kv import _regionalize_layer_idx
-from regionalize.runtime.owner import _regionalize_blocks
-from regionalize.runtime.regions import _regionalize_kv_name
+from .bypass import _regionalize_dispatch, _regionalize_guard_filter
+from .fixes import _regionalize_eager, _regionalize_symbolic_ints
+from .kv import _regionalize_layer_idx
+from .owner import _regionalize_blocks
+from .regions import _regionalize_kv_name
 
 __all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]
 
