@@ -873,7 +873,7 @@ def test_outputs_that_alias_are_copied_in_the_one_trace_of_the_region() -> None:
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
     assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
-    assert type(model.blocks[0])._regionalize_copies == [False]
+    assert type(model.blocks[0])._regionalize_region.copies is False
     assert (account.regions_traced, account.regions_stamped) == (1, 3)
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
@@ -920,7 +920,7 @@ def test_outputs_that_share_memory_unseen_are_all_copied_on_the_owners_retry() -
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
     assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
-    assert type(model.blocks[0])._regionalize_copies == [True]
+    assert type(model.blocks[0])._regionalize_region.copies is True
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(regions) == 4 and clones(graph, regions[0]) == 2
@@ -969,7 +969,7 @@ def test_copies_of_slices_are_right_under_inductor() -> None:
         "with torch.no_grad():\n"
         "    torch.testing.assert_close(model(x, context), twin(x, context))\n"
         "assert model.__dict__['_regionalize_owner'].plan.form.value != 'per block'\n"
-        "assert type(model.blocks[0])._regionalize_copies == [False]\n"
+        "assert type(model.blocks[0])._regionalize_region.copies is False\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,5 +1,5 @@
-"""What the runtime keeps on an owner: its plan (the form it takes, and why), its set-up, and what its calls
-found."""
+"""What the runtime keeps: on an owner, its plan (the form it takes, and why), its set-up and what its calls
+found; for the process, what its probes found once."""
 
 import enum
 
@@ -61,3 +61,31 @@ class _RegionalizeOwner:
         self.kv = self.pieces = self.version = None
         self.static = self.prompt = self.settled = self.growing = self.skipped = False
         self.compiled = 0
+
+
+class _RegionalizeProcess:
+    """What holds for the whole process, found once by the first owner's set-up (under the set-up lock,
+    eagerly) and read by every owner and region after, while Dynamo traces them too: one record rather
+    than a flag a module."""
+
+    # Does torch reuse a traced region for another block (`_regionalize_reuses`)?
+    reusing: bool
+    # Do transformers' cache layers update as the cache-updating regions assume? False if not, else how a
+    # layer is set up on its first update; None until checked (`_regionalize_kv_holds`).
+    kv: object
+    # The class of the stand-ins for an `EncoderDecoderCache`, made eagerly as `kv` is checked (Dynamo makes
+    # no class while it traces); None where transformers' cache is not as they assume.
+    encoder_decoder: type | None
+    # A StaticCache's stand-ins: (the cache's class, its layer classes by name), False where they do not
+    # leave it as transformers' own update does, None until checked (`_regionalize_static_checked`).
+    static: object
+    # Submodules replaced anywhere, counted once a block is set up (`_regionalize_registered`); None before.
+    replaced: int | None
+
+    __slots__ = tuple(__annotations__)
+
+    def __init__(self):
+        self.reusing, self.kv, self.encoder_decoder, self.static, self.replaced = True, None, None, None, None
+
+
+_regionalize_process = _RegionalizeProcess()
