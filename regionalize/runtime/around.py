@@ -1,10 +1,9 @@
 """A compile around the model (transformers' `generate` compiles the forward itself where the cache is
 static): the owner calls that it serves itself, in CUDA graphs, rather than be traced through."""
 
-import functools
-
 import torch
 
+from .frames import _regionalize_installed
 from .per_block import _regionalize_graph_modes
 from .state import _RegionalizeForm
 from .static import _regionalize_on_graph_device, _regionalize_static_handed
@@ -50,14 +49,15 @@ def _regionalize_owned(forward):
     docs/form-torch-versions.md). A compile around it with `fullgraph=True` raises at its graph
     break, as at any."""
 
-    @functools.wraps(forward)
-    def owned(self, *args, **kwargs):
-        if _regionalize_handoff(self, args, kwargs):
-            return _regionalize_outside(self, args, kwargs)
-        return forward(self, *args, **kwargs)
-
+    owned = _regionalize_installed(_regionalize_owned_forward, forward, __forward=forward)
     owned._regionalize_owned = True
     return owned
+
+
+def _regionalize_owned_forward(self, *args, __forward=None, **kwargs):
+    if _regionalize_handoff(self, args, kwargs):
+        return _regionalize_outside(self, args, kwargs)
+    return __forward(self, *args, **kwargs)
 
 
 @torch.compiler.disable

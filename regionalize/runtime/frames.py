@@ -9,21 +9,17 @@ the frames the runtime compiles take the globals of the model code they call: th
 the owner, the block's for a block compiled on its own where its module cannot be imported. Their bodies
 read no global, only their arguments and closure."""
 
+import functools
 import sys
 import types
 import warnings
 import weakref
 
-from .internals import _regionalize_compiling, _regionalize_why
+from .internals import _regionalize_compiling, _regionalize_module_frame, _regionalize_why
 
 _regionalize_frame_names = set()  # every name a compiled frame took in this process
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.
 _regionalize_runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
-
-
-def _regionalize_module_call(self, *args, **kwargs):
-    """The body of a module's compiled frame: its call, hooks and all, as `module.compile()` compiles."""
-    return self._call_impl(*args, **kwargs)
 
 
 def _regionalize_frame_name(base):
@@ -39,11 +35,11 @@ def _regionalize_frame_name(base):
 
 
 def _regionalize_frame(cls, kind):
-    """A new frame to compile for modules of `cls` (`_regionalize_module_call`), named for the class and
+    """A new frame to compile for modules of `cls` (`_regionalize_module_frame`), named for the class and
     `kind`, in the globals of the class's code."""
     model_globals = _regionalize_model_globals(cls.forward) or globals()
     return _regionalize_in_globals(
-        _regionalize_module_call, model_globals, _regionalize_frame_name(f"{cls.__name__}_{kind}")
+        _regionalize_module_frame, model_globals, _regionalize_frame_name(f"{cls.__name__}_{kind}")
     )
 
 
@@ -70,6 +66,14 @@ def _regionalize_in_globals(function, model_globals, name=None):
     made.__qualname__ = name or function.__qualname__
     made.__kwdefaults__ = function.__kwdefaults__
     return made
+
+
+def _regionalize_installed(template, wrapped, **defaults):
+    """`template` standing in for `wrapped` on a user class: a copy whose keyword-only defaults carry what it
+    calls, not a closure, named and documented as `wrapped`, which its `__wrapped__` leads back to."""
+    made = types.FunctionType(template.__code__, template.__globals__, wrapped.__name__)
+    made.__kwdefaults__ = defaults
+    return functools.update_wrapper(made, wrapped)
 
 
 def _regionalize_importable(model_globals):

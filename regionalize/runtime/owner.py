@@ -13,10 +13,14 @@ from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
     _regionalize_aliasing,
     _regionalize_backend_failed,
+    _regionalize_compiled_call,
     _regionalize_compiling,
     _regionalize_counters,
     _regionalize_cpu_check,
     _regionalize_inductor_pieces,
+    _regionalize_module_call,
+    _regionalize_set_compiled_call,
+    _regionalize_submodules,
     _regionalize_traced,
     _regionalize_why,
 )
@@ -99,8 +103,9 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
         if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
             type(owner).forward = _regionalize_owned(type(owner).forward)
-        if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
-            owner._compiled_call_impl = _regionalize_entry(owner, None)
+        # Compiled by its first call, once it holds all its parameters.
+        if _regionalize_compiled_call(owner) is None:
+            _regionalize_set_compiled_call(owner, _regionalize_entry(owner, None))
         cls = type(block)
         if cache_index or not nested:  # traced in the owner's frame until its first call says how
             block.__dict__["_regionalize_layer"] = None
@@ -112,7 +117,12 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
 
 
 def _regionalize_registered(
-    module, name, submodule, process=_regionalize_process, compiling=torch.compiler.is_compiling
+    module,
+    name,
+    submodule,
+    process=_regionalize_process,
+    modules=_regionalize_submodules,
+    compiling=torch.compiler.is_compiling,
 ):
     """A global hook on every submodule assignment, counting those that replace one: a block's structure
     may have changed (an adapter put on some layers after the first call), which its owner's compiled
@@ -120,7 +130,7 @@ def _regionalize_registered(
     block only. New names are not counted: transformers slices its layers into a new `ModuleList` on
     every call (`self.layers[: self.config.num_hidden_layers]`), and Dynamo traces this hook there, in
     any model. So it reads no globals, which Dynamo would look up in a module that may be gone."""
-    if not compiling() and module._modules.get(name, submodule) is not submodule:
+    if not compiling() and modules(module).get(name, submodule) is not submodule:
         process.replaced += 1
 
 
@@ -156,7 +166,7 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     if state.direct:
         whole = _regionalize_direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
-    owner._compiled_call_impl = _regionalize_entry(owner, whole)
+    _regionalize_set_compiled_call(owner, _regionalize_entry(owner, whole))
     return whole
 
 
@@ -194,7 +204,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)  # a form: no warning
         state = owner.__dict__.get("_regionalize_owner")
         if state is None:  # no blocks of its own: each stage compiled whole at its call
-            return owner._call_impl(*args, **kwargs)
+            return _regionalize_module_call(owner)(*args, **kwargs)
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
     graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
     if (
@@ -205,7 +215,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     ):
         whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return owner._call_impl(*args, **kwargs)
+            return _regionalize_module_call(owner)(*args, **kwargs)
     per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
     if per_call is not None:
         setattr(state, per_call, True)
@@ -235,7 +245,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         _regionalize_fell_back(owner, state)
     if state.plan.form is _RegionalizeForm.PER_BLOCK:
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return owner._call_impl(*args, **kwargs)
+            return _regionalize_module_call(owner)(*args, **kwargs)
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
         return out
@@ -254,7 +264,7 @@ def _regionalize_owner_setup(owner, whole, graphs):
     since; return the compiled frame its calls run. Under the set-up lock: a thread whose first call waited
     on another's takes the frame that one compiled, not the None its call was made with."""
     state = owner.__dict__["_regionalize_owner"]
-    entry = owner._compiled_call_impl
+    entry = _regionalize_compiled_call(owner)
     if not _regionalize_traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
         whole = entry.args[1]
     if not state.settled:  # by the first call, every module of the model is built and set up

@@ -103,7 +103,7 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
                 pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
         # A plain attribute where the piece was (the split graph's code calls `self.<target>(...)`): a
         # module's call costs more than many a piece's work.
-        del split._modules[target]
+        delattr(split, target)
         split.__dict__[target] = compiled
 
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]

@@ -2,12 +2,16 @@
 (`_RegionalizeRegion`), and blocks of such a class compiled one by one with their cache stood in for."""
 
 import inspect
-import types
 import weakref
 
 import torch
 
-from .frames import _regionalize_in_globals, _regionalize_model_globals, _RegionalizeOrEager
+from .frames import (
+    _regionalize_in_globals,
+    _regionalize_installed,
+    _regionalize_model_globals,
+    _RegionalizeOrEager,
+)
 from .internals import _regionalize_compiling, _regionalize_traced, _regionalize_tree_map_only
 from .kv import (
     _regionalize_encoder_decoder_kv,
@@ -57,12 +61,17 @@ def _regionalize_expect(holds, what):
         raise RuntimeError(f"regionalize: a block {what}")
 
 
-def _regionalize_renamed(method, name):
-    """`method`, a function of this module's, with code of its own named `name`: Dynamo keeps compiled
-    code, and its recompile limit, per code object, so each block class compiles its own frames."""
-    function = method.__func__
-    code = function.__code__.replace(co_name=name)
-    return types.MethodType(types.FunctionType(code, function.__globals__, name), method.__self__)
+def _regionalize_body(block, *args, __body=None, **kwargs):
+    """A region's body as a frame of its own (`_RegionalizeRegion.bodies`)."""
+    return __body(block, *args, **kwargs)
+
+
+def _regionalize_renamed(body, name):
+    """`body`, a bound method, as a function with code of its own named `name`: Dynamo keeps compiled code,
+    and its recompile limit, per code object, so each block class compiles its own frames."""
+    function = _regionalize_in_globals(_regionalize_body, globals(), name)
+    function.__kwdefaults__ = {"__body": body}
+    return function
 
 
 def _regionalize_region_forward(self, *args, __region=None, **kwargs):
@@ -87,7 +96,7 @@ class _RegionalizeRegion:
     its tensors: the owner's retry where outputs alias in a way `_regionalize_unaliased` does not see."""
 
     def __init__(self, plain):
-        self.plain, self.copies = plain, False
+        self.plain, self.copies, self.made = plain, False, None
         self.name, self.position = _regionalize_kv_name(plain)
         self.label = label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
         self.region = _regionalize_nested(plain, label)
@@ -98,13 +107,7 @@ class _RegionalizeRegion:
             _regionalize_nested(self.static_setup, f"{label}_static_setup", extras=3),
             _regionalize_nested(self.static, f"{label}_static"),
         )
-        forward = _regionalize_in_globals(_regionalize_region_forward, globals(), plain.__name__)
-        forward.__kwdefaults__ = {"__region": self}
-        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-            setattr(forward, attribute, getattr(plain, attribute, None))
-        forward.__dict__.update(plain.__dict__)
-        forward.__wrapped__ = plain
-        self.forward = forward
+        self.forward = _regionalize_installed(_regionalize_region_forward, plain, __region=self)
 
     def call(self, block, args, kwargs):
         """A call of a block an owner set up."""
@@ -271,15 +274,16 @@ class _RegionalizeRegion:
 
     def bodies(self):
         """The regions' bodies, each with code of its own, and the block's frame compiled on its own in the
-        globals of its code: what `_regionalize_block_compiled` compiles for a block of this class."""
-        label = self.label
-        names = ("keyed", "writing", "static_setup", "static")
-        bodies = tuple(_regionalize_renamed(getattr(self, n), f"{label}_{n}") for n in names)
-        whole = _regionalize_in_globals(
-            _regionalize_whole, _regionalize_model_globals(self.plain) or globals(), label
-        )
-        whole.__kwdefaults__ = {"__plain": self.plain}
-        return bodies, whole
+        globals of its code: what `_regionalize_block_compiled` compiles for a block of this class, made
+        once, so that the blocks of the class share their frames."""
+        if self.made is None:
+            names = ("keyed", "writing", "static_setup", "static")
+            bodies = tuple(_regionalize_renamed(getattr(self, n), f"{self.label}_{n}") for n in names)
+            model_globals = _regionalize_model_globals(self.plain) or globals()
+            whole = _regionalize_in_globals(_regionalize_whole, model_globals, self.label)
+            whole.__kwdefaults__ = {"__plain": self.plain}
+            self.made = bodies, whole
+        return self.made
 
 
 def _regionalize_region_of(cls):
