@@ -265,6 +265,16 @@ def _regionalize_set_compiled_call(module, call):
     module._compiled_call_impl = call
 
 
+def _regionalize_base(tensor):
+    """The tensor whose memory `tensor` views (`_base`), else `tensor`: Dynamo knows it as it traces."""
+    return tensor if tensor._base is None else tensor._base
+
+
+def _regionalize_writes(tensor):
+    """How many times `tensor`'s memory was written in place (its version counter)."""
+    return tensor._version
+
+
 def _regionalize_module_frame(self, *args, **kwargs):
     """The body of a module's compiled frame: its call, hooks and all, as `module.compile()` compiles. It
     reads no global: its copies take the globals of the model's code (`frames.py`)."""

@@ -15,6 +15,7 @@ from .internals import (
     _regionalize_sym_expr,
     _regionalize_sym_hint,
     _regionalize_tree_leaves,
+    _regionalize_writes,
 )
 from .per_block import _regionalize_graph_modes
 from .static import _regionalize_on_graph_device
@@ -112,6 +113,13 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
         for target, args in recorded:
             compile_piece(target, args)
         return set(), False, len(traced)
+    return (*_regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece), len(traced))
+
+
+def _regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece):
+    """Run `split` on fake copies of `example_inputs`, compiling each piece with `compile_piece` as it is
+    reached; return the positions of the inputs that the graph writes to, and whether it holds an op that
+    a CUDA graph cannot replay."""
     ungraphable = []
 
     class Ungraphable(tools.dispatch_mode):
@@ -139,10 +147,12 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
     with fake:
         real = [isinstance(x, torch.Tensor) and not isinstance(x, tools.fake_tensor) for x in example_inputs]
         inputs = [fake.from_tensor(x) if r else x for x, r in zip(example_inputs, real, strict=True)]
-        versions = [x._version if isinstance(x, torch.Tensor) else None for x in inputs]
+        versions = [_regionalize_writes(x) if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
-    mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and x._version != versions[i]}
-    return mutated, bool(ungraphable), len(traced)
+    mutated = {
+        i for i, x in enumerate(inputs) if versions[i] is not None and _regionalize_writes(x) != versions[i]
+    }
+    return mutated, bool(ungraphable)
 
 
 def _regionalize_recorded(split):
