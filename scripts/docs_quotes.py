@@ -1,0 +1,283 @@
+"""Figures the guides quote inside their prose, each computed from the results file that holds it.
+
+A guide's sentence that gives a measured figure (a ratio, seconds, milliseconds, a share) either sits in
+a block that scripts/render_docs.py writes, or is one of the quotes below: the words as the page says
+them, with the figures formatted from docs/results. tests/test_guide_quotes.py fails when a page no
+longer says a quote (the file was measured again, or the page was edited), and when a page's prose holds
+a figure that is neither rendered nor quoted (`unchecked`): a figure typed by hand has no source, so it
+belongs in a results file, or the sentence says what it means without it and links where it was
+measured. `python scripts/render_docs.py --check` reports the same.
+
+Where a script writes its page only as markdown (the profiles), the quote reads the table that script
+wrote (`table`), which is that page's latest run by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RESULTS = DOCS / "results"
+
+
+@dataclass(frozen=True)
+class Quote:
+    page: str  # relative to docs/
+    name: str  # what the figures are
+    text: str  # the words the page says, figures formatted from `source`
+    source: str  # relative to docs/results
+
+
+def results(name: str) -> Any:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def table(page: str) -> dict[str, dict[str, str]]:
+    """The first markdown table of a results page a script wrote: {first cell: {column: cell}}."""
+    lines = (RESULTS / page).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    head = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(head, cells, strict=True))
+    return rows
+
+
+def header(page: str) -> tuple[str, str]:
+    """The date and runtime a results page's header (written by its script) names; '' where none."""
+    head = (RESULTS / page).read_text(encoding="utf-8").split("\n|", 1)[0]
+    date, runtime = re.search(r"\d{4}-\d\d-\d\d", head), re.search(r"runtime (\d+)", head)
+    return (date[0] if date else ""), (runtime[1] if runtime else "")
+
+
+def manifest(name: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A verify manifest's run, and its results by model name."""
+    data = results(name)
+    return data, {m["name"]: m["result"] for m in data["models"]}
+
+
+def x(value: float, decimals: int = 2) -> str:
+    return f"{value:.{decimals}f}x"
+
+
+def sooner(result: dict[str, Any], key: str, form: str = "regional") -> float:
+    """How many times sooner `form` started than the full compile (a verify result's seconds)."""
+    return result[key]["full"] / result[key][form]
+
+
+def per_call(result: dict[str, Any], form: str = "regional") -> float:
+    """`form`'s time a call over the full compile's (a verify result's steady state)."""
+    return result["steady_us"][form] / result["steady_us"]["full"]
+
+
+# -- what counts as a figure, and where a page's prose is ----------------------------------------------
+
+UNITS = r"x|%|s|ms|µs|us|ns|min|minutes?|seconds?|hours?|KB|KiB|MB|MiB|GB|GiB|bytes"
+FIGURE = re.compile(rf"(?<![\w.])\d+(?:,\d{{3}})*(?:\.\d+)?(?:\s?(?:{UNITS})(?![\w])|x(?=\d))")
+
+# Not prose: fenced code, rendered blocks and other HTML comments. Links are read as their words.
+_BLOCKS = re.compile(
+    r"^```.*?^```[ \t]*$|<!-- (?P<name>[\w-]+): begin.*?<!-- (?P=name): end -->|<!--.*?-->",
+    re.MULTILINE | re.DOTALL,
+)
+_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
+_CODE = re.compile(r"`[^`]*`")
+QUOTED = "\u27e8quoted\u27e9"
+
+
+def prose(text: str) -> str:
+    """A page's prose on one line: code blocks and rendered blocks left out, links read as their words."""
+    text = _BLOCKS.sub("\n\n", text)
+    return re.sub(r"\s+", " ", _LINK.sub(r"\1", text))
+
+
+def unchecked(text: str, quotes: list[str]) -> list[str]:
+    """The figures of a page's prose that are neither rendered nor in one of its quotes (inline code,
+    such as a progress line's format, is not prose)."""
+    body = prose(text)
+    for quote in quotes:
+        body = body.replace(quote, QUOTED)
+    body = _CODE.sub(" ", body)
+    return [f"...{body[max(0, m.start() - 50) : m.end() + 10]}..." for m in FIGURE.finditer(body)]
+
+
+# -- the quotes, page by page ---------------------------------------------------------------------------
+
+
+def _cuda_gpt() -> dict[str, dict[str, Any]]:
+    rows = results("cuda.json")["results"]
+    return {r["variant"]: r for r in rows if r["model"] == "gpt" and r["batch"] == 1}
+
+
+def _library(model: str) -> dict[str, Any]:
+    return next(r for r in results("libraries.json")["results"] if r["model"] == model)
+
+
+def cuda_quotes() -> list[Quote]:
+    rows = _cuda_gpt()
+    ours, full = rows["hierarchical_cuda_graphs"], rows["full_reduce_overhead"]
+    ms, full_ms = ours["ms_per_call"]["median"], full["ms_per_call"]["median"]
+    first, full_first = ours["first_call_s"], full["first_call_s"]
+    per_call = f"{ms:.2f} ms per call against {full_ms:.2f} ms"
+    return [
+        Quote("cuda-graphs.md", "per call", f"{per_call} ({ms / full_ms:.2f}x)", "cuda.json"),
+        Quote(
+            "cuda-graphs.md",
+            "first call",
+            f"{first:.1f} s against {full_first:.1f} s, {full_first / first:.1f}x sooner",
+            "cuda.json",
+        ),
+        Quote("form-cuda-graphs.md", "per call", per_call, "cuda.json"),
+        Quote(
+            "compile-forms.md",
+            "per call",
+            f"{ms / full_ms:.2f}x full `reduce-overhead` per call",
+            "cuda.json",
+        ),
+    ]
+
+
+def library_quotes() -> list[Quote]:
+    unet, swin = _library("unet"), _library("swin")
+    regions = unet["full"]["first_s"] / unet["compile_regions"]["first_s"]
+    first = swin["full"]["first_s"] / swin["regionalize"]["first_s"]
+    per_call = swin["regionalize"]["per_call_ms"] / swin["full"]["per_call_ms"]
+    return [
+        Quote("api.md", "UNet", f"with the declaration read, {regions:.1f}x sooner", "libraries.json"),
+        Quote(
+            "patterns.md",
+            "Swin",
+            f"starts {first:.2f}x sooner than a full compile and takes {per_call:.2f}x its time per call",
+            "libraries.json",
+        ),
+    ]
+
+
+def hierarchical_quotes() -> list[Quote]:
+    page, stochastic = "form-hierarchical.md", "forward/stochastic-depth.json"
+    run, by_model = manifest(stochastic)
+    beit, swin, convnext = by_model["beit-24"], by_model["swin"], by_model["convnext"]
+
+    def starts(r: dict[str, Any]) -> str:
+        return ", ".join(x(sooner(r, key)) for key in ("compile_s", "compile_cold_s", "compile_hot_s"))
+
+    calls = table("forward/call-profile.md")
+    call = {form: calls[form]["against full"] for form in calls}
+    call_date, call_runtime = header("forward/call-profile.md")
+    restarts = table("forward/restart-profile.md")
+    cold = {form: restarts[form]["cold"] for form in restarts}
+    hot = {form: restarts[form]["hot (median)"] for form in restarts}
+    against = {form: restarts[form]["hot against full"] for form in restarts}
+    unet = _library("unet")
+    ours, helper, measured = unet["regionalize"], unet["helper"], unet["measured"]
+    return [
+        Quote(
+            page,
+            "BEiT with stochastic depth",
+            f"runtime {run['runtime']}, {run['date']}: first call {x(sooner(beit, 'compile_s'))} sooner than "
+            f"a full compile after a warm-up, {x(sooner(beit, 'compile_cold_s'))} cold, "
+            f"{x(sooner(beit, 'compile_hot_s'))} on a hot restart, per call {x(per_call(beit))} its time; the "
+            f"per-block form starts {x(sooner(beit, 'compile_s', 'per_block'), 1)} sooner but takes "
+            f"{x(per_call(beit, 'per_block'))} a full compile's time per call.",
+            stochastic,
+        ),
+        Quote(
+            page,
+            "Swin and ConvNeXt with stochastic depth",
+            f"Swin (`models.py:swin`: stages of 2, 2, 6 and 2 layers, a rate a layer): "
+            f"{x(sooner(swin, 'compile_s'))} sooner warm, {x(sooner(swin, 'compile_cold_s'))} cold, "
+            f"{x(sooner(swin, 'compile_hot_s'))} hot, and a call takes {x(per_call(swin))} a full compile's "
+            f"time; ConvNeXt (`models.py:convnext`: 3, 3, 9 and 3 blocks): {starts(convnext)}, and "
+            f"{x(per_call(convnext))} a call (runtime {run['runtime']}, {run['date']}",
+            stochastic,
+        ),
+        Quote(
+            page,
+            "a frame a stage",
+            f"with each stage the owner of its layers (runtime 26's default) a call took {call['stage-owners']} "
+            f"a full compile's time, each stage compiled whole without regions {call['stages']}, the encoder "
+            f"compiled whole {call['encoder']} ({call_date}, runtime {call_runtime})",
+            "forward/call-profile.md",
+        ),
+        Quote(
+            page,
+            "the default a call",
+            f"and a call is one frame, its graph in pieces: {call['default']}",
+            "forward/call-profile.md",
+        ),
+        Quote(
+            page,
+            "stretches compiled",
+            f"compiled, a call takes {call['stretches']}",
+            "forward/call-profile.md",
+        ),
+        Quote(
+            page,
+            "the fresh chunk",
+            f"costs nothing measurable there ({call['unchunked']} without it, {call['default']} with it)",
+            "forward/call-profile.md",
+        ),
+        Quote(
+            page,
+            "restarts of BEiT",
+            f"Cold, a region a block took {cold['regions']}, pieces {cold['pieces']}, a full compile "
+            f"{cold['full']}; restarted hot, {hot['regions']}, {hot['pieces']} and {hot['full']} (pieces "
+            f"{against['pieces']} sooner than a full compile, a region a block {against['regions']})",
+            "forward/restart-profile.md",
+        ),
+        Quote(
+            page,
+            "the fake run",
+            f"a hot restart took {hot['pieces']}, against {hot['fake-run']} with the fake run",
+            "forward/restart-profile.md",
+        ),
+        Quote(
+            page,
+            "the CPU check",
+            f"the pieces took {hot['pieces']} with it and {hot['unchecked']} without (the same sitting; a "
+            f"full compile {hot['full']})",
+            "forward/restart-profile.md",
+        ),
+        Quote(
+            page,
+            "UNet against diffusers' helper",
+            f"in libraries.md's run ({measured['date']}, runtime {measured['runtime']}) the UNet rewrite "
+            f"started in {x(ours['first_s'] / helper['first_s'])} the time of diffusers' "
+            f"`compile_repeated_blocks()` and took {x(ours['per_call_ms'] / helper['per_call_ms'])} its "
+            "time per call",
+            "libraries.json",
+        ),
+    ]
+
+
+def quotes() -> list[Quote]:
+    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes()]
+
+
+def pages() -> list[Path]:
+    """The pages whose prose is checked: the guides and the results index. (The README's figures are its
+    rendered section, which tests/test_quoted_figures.py checks.)"""
+    return [*sorted(DOCS.glob("*.md")), RESULTS / "README.md"]
+
+
+def problems() -> list[str]:
+    """Every quote a page no longer says, and every figure a page's prose holds unchecked."""
+    found = []
+    by_page: dict[str, list[str]] = {}
+    for quote in quotes():
+        by_page.setdefault(f"docs/{quote.page}", []).append(quote.text)
+    for page in pages():
+        name = page.relative_to(ROOT).as_posix()
+        text = page.read_text(encoding="utf-8")
+        said = by_page.get(name, [])
+        found += [f"{name} should say {q!r} (from its results file)" for q in said if q not in prose(text)]
+        found += [f"{name}: a figure with no source: {f}" for f in unchecked(text, said)]
+    return found
