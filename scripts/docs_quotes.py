@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# The scripts whose results are quoted, and this checkout's package, which they import.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
 
@@ -258,8 +262,101 @@ def hierarchical_quotes() -> list[Quote]:
     ]
 
 
+def _by_torch(version: str) -> dict[str, Any]:
+    """versions.json's run on a torch version ("2.11"), as bench_torch_versions.py wrote it."""
+    return next(run for run in results(VERSIONS) if run["versions"]["torch"].startswith(version + "."))
+
+
+def _ms(run: dict[str, Any], model: str, form: str) -> str:
+    """A form's time a call or token over the full compile's, in one torch's run."""
+    rows = run["models"][model]
+    return x(rows[form]["ms"] / rows["full"]["ms"])
+
+
+def _first(run: dict[str, Any], model: str, form: str) -> str:
+    rows = run["models"][model]
+    return x(rows["full"]["first_s"] / rows[form]["first_s"])
+
+
+VERSIONS = "torch-versions/versions.json"
+STACK_DEPTHS = "torch-versions/stack-depths.json"
+LLAMA, QWEN2, GPT = "llama-32 generate", "qwen2-32 generate", "gpt-32"
+
+
+def torch_versions_quotes() -> list[Quote]:
+    import stack_depths  # the script that scanned the depths: which fault count is one a block
+
+    page, old = "form-torch-versions.md", _by_torch("2.11")
+    scan = results(STACK_DEPTHS)
+    ratios: dict[tuple[str, str], list[float]] = {}
+    faulting = 0
+    for run in scan["runs"]:
+        torch = run["versions"]["torch"].rsplit(".", 1)[0]
+        ratios[torch, run["model"]] = [row["regional"]["ms"] / row["full"]["ms"] for row in run["rows"]]
+        extra = stack_depths._faults(run["model"])
+        faulting += sum(row["regional"]["faults"] - row["full"]["faults"] >= extra for row in run["rows"])
+
+    def medians(torch: str) -> str:
+        values = [x(statistics.median(ratios[torch, model])) for model in (GPT, LLAMA, QWEN2)]
+        return f"{values[0]}, {values[1]} and {values[2]}"
+
+    worst = max(max(ratios[key]) for key in ratios if key[1] != GPT)
+    new, later = _by_torch("2.13"), _by_torch("2.14")
+    faults = "no depth" if faulting == 0 else f"{faulting} depths in all"
+    return [
+        Quote(
+            page,
+            "decode in pieces on 2.11",
+            f"the default now decodes Llama and Qwen2 at {_ms(old, LLAMA, 'regional')} and "
+            f"{_ms(old, QWEN2, 'regional')} a full compile's time per token (runtime {old['runtime']}, "
+            f"{old['date']})",
+            VERSIONS,
+        ),
+        Quote(
+            page,
+            "per-block decode on 2.11",
+            f"`--form per-block` keeps a per-block start, decoding at {_ms(old, LLAMA, 'per_block')} and "
+            f"{_ms(old, QWEN2, 'per_block')}",
+            VERSIONS,
+        ),
+        Quote(
+            page,
+            "first token on 2.11",
+            f"In the table the first token now comes {_first(old, LLAMA, 'regional')} and "
+            f"{_first(old, QWEN2, 'regional')} sooner than a full compile's for Llama and Qwen2",
+            VERSIONS,
+        ),
+        Quote(
+            page,
+            "the stack scan",
+            f"Scanned again (runtime {scan['runtime']}, {scan['measured']}, the same command): {faults} took "
+            "a fault a block more than a full compile. The default's time over every depth was a median of "
+            f"{medians('2.13')} a full compile's (GPT-style, Llama's decode, Qwen2's decode) on torch 2.13, "
+            f"and {medians('2.14')} on 2.14.1; the decodes' worst depth took {x(worst)}.",
+            STACK_DEPTHS,
+        ),
+        Quote(
+            page,
+            "regions inlined",
+            f"GPT-style 32 blocks reached the first call {_first(new, GPT, 'regional_inlined')} and "
+            f"{_first(later, GPT, 'regional_inlined')} as soon as a full compile on 2.13 and 2.14.1, and "
+            f"Llama's first token {_first(new, LLAMA, 'regional_inlined')} and "
+            f"{_first(later, LLAMA, 'regional_inlined')}, against {_first(new, GPT, 'regional')}, "
+            f"{_first(later, GPT, 'regional')}, {_first(new, LLAMA, 'regional')} and "
+            f"{_first(later, LLAMA, 'regional')} for the default; a call took "
+            f"{_ms(new, GPT, 'regional_inlined')} and {_ms(later, GPT, 'regional_inlined')} a full "
+            f"compile's time, and Llama decoded at {_ms(new, LLAMA, 'regional_inlined')} and "
+            f"{_ms(later, LLAMA, 'regional_inlined')}, where the default took {_ms(new, GPT, 'regional')}, "
+            f"{_ms(later, GPT, 'regional')}, {_ms(new, LLAMA, 'regional')} and "
+            f"{_ms(later, LLAMA, 'regional')} (runtime {new['runtime']}, the table's sitting of "
+            f"{new['date']})",
+            VERSIONS,
+        ),
+    ]
+
+
 def quotes() -> list[Quote]:
-    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes()]
+    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes(), *torch_versions_quotes()]
 
 
 def pages() -> list[Path]:
