@@ -355,8 +355,92 @@ def torch_versions_quotes() -> list[Quote]:
     ]
 
 
+def _decode(name: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """bench_decode.py's run: its header, and its results by family."""
+    data = results(name)
+    return data["meta"], {r["family"]: r for r in data["results"]}
+
+
+def _static(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta, rows = _decode(name)
+    return meta, rows["llama"]
+
+
+def caches_quotes() -> list[Quote]:
+    page = "form-caches.md"
+    meta, static = _static("decode-static.json")
+    meta_214, static_214 = _static("torch-versions/static-2.14.1/decode-static.json")
+
+    def first(r: dict[str, Any], key: str = "first_generate_s") -> str:
+        return x(sooner(r, key))
+
+    def token(r: dict[str, Any], form: str = "regional", decimals: int = 2) -> str:
+        return x(r["decode_ms_per_token"][form] / r["decode_ms_per_token"]["full"], decimals)
+
+    def pair(r: dict[str, Any], key: str, unit: str, decimals: int) -> str:
+        return f"{r[key]['regional']:.{decimals}f} against {r[key]['full']:.{decimals}f}{unit}"
+
+    zoo, by_model = manifest("zoo/zoo.json")
+    enc, families = _decode("encoder-decoders/decode.json")
+    bart, t5 = families["bart"], families["t5"]
+    t5_first = sooner(t5, "ttft_s")
+    return [
+        Quote(
+            page,
+            "StaticCache on torch 2.13",
+            f"the first generate came {first(static)} sooner than a full compile's "
+            f"({pair(static, 'first_generate_s', ' s', 1)}) and a token took {token(static)} its time "
+            f"({pair(static, 'decode_ms_per_token', ' ms', 2)}), with runtime {meta['runtime']} in the "
+            f"import form on {meta['date']}; a restart's first generate (the compile caches on disk) came "
+            f"{first(static, 'first_generate_hot_s')} sooner than a full compile's restart.",
+            "decode-static.json",
+        ),
+        Quote(
+            page,
+            "StaticCache on torch 2.14.1",
+            f"On torch 2.14.1 (its CUDA build on the same CPU, runtime {meta_214['runtime']}, "
+            f"{meta_214['date']}, the table) a token took {token(static_214)} a full compile's time "
+            f"({pair(static_214, 'decode_ms_per_token', ' ms', 2)}), the first generate came "
+            f"{first(static_214)} sooner ({pair(static_214, 'first_generate_s', ' s', 1)}) and a "
+            f"restart's {first(static_214, 'first_generate_hot_s')} sooner "
+            f"({pair(static_214, 'first_generate_hot_s', ' s', 1)}).",
+            "torch-versions/static-2.14.1/decode-static.json",
+        ),
+        Quote(
+            page,
+            "BART and T5 in the zoo",
+            f"since, they started {x(sooner(by_model['bart'], 'compile_s'))} and "
+            f"{x(sooner(by_model['t5'], 'compile_s'))} sooner in its runtime-{zoo['runtime']} run",
+            "zoo/zoo.json",
+        ),
+        Quote(
+            page,
+            "BART",
+            f"BART's first token came {x(sooner(bart, 'ttft_s'))} sooner than with a full compile, and its "
+            f"tokens took {token(bart)} a full compile's time each (runtime {enc['runtime']}, {enc['date']}).",
+            "encoder-decoders/decode.json",
+        ),
+        Quote(
+            page,
+            "T5",
+            f"T5's first token comes {'later' if t5_first < 1 else 'sooner'} than with a full compile "
+            f"({x(t5_first)} as soon), decoding at {token(t5)}.",
+            "encoder-decoders/decode.json",
+        ),
+        Quote(
+            page,
+            "per-block BART and T5",
+            "The per-block form reaches the first token sooner on both "
+            f"({bart['ttft_s']['per_block']:.1f} s and {t5['ttft_s']['per_block']:.1f} s) and decodes at "
+            f"{token(bart, 'per_block', 1)} and {token(t5, 'per_block', 1)} a full compile's time per "
+            "token.",
+            "encoder-decoders/decode.json",
+        ),
+    ]
+
+
 def quotes() -> list[Quote]:
-    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes(), *torch_versions_quotes()]
+    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes(), *torch_versions_quotes(), *caches_quotes()]
 
 
 def pages() -> list[Path]:
