@@ -131,12 +131,34 @@ def cuda_quotes() -> list[Quote]:
     ms, full_ms = ours["ms_per_call"]["median"], full["ms_per_call"]["median"]
     first, full_first = ours["first_call_s"], full["first_call_s"]
     per_call = f"{ms:.2f} ms per call against {full_ms:.2f} ms"
+
+    def call(variant: str) -> str:
+        return f"{rows[variant]['ms_per_call']['median']:.2f} ms"
     return [
         Quote("cuda-graphs.md", "per call", f"{per_call} ({ms / full_ms:.2f}x)", "cuda.json"),
         Quote(
             "cuda-graphs.md",
             "first call",
             f"{first:.1f} s against {full_first:.1f} s, {full_first / first:.1f}x sooner",
+            "cuda.json",
+        ),
+        Quote(
+            "cuda-graphs.md",
+            "the problem",
+            f"GPT-style, 32 blocks, batch 1 (cuda.md): a full compile took {call('full')} per call, full "
+            f"`reduce-overhead` {call('full_reduce_overhead')}, the blocks compiled one by one "
+            f"{call('per_block')} and the owner compiled whole without CUDA graphs {call('hierarchical')}. "
+            f"One by one, the first call came in {rows['per_block']['first_call_s']:.1f} s against a full "
+            f"compile's {rows['full']['first_call_s']:.1f} s, but the serving loop ran "
+            f"{x(rows['per_block']['ms_per_call']['median'] / full_ms, 1)} slower than full "
+            "`reduce-overhead`.",
+            "cuda.json",
+        ),
+        Quote(
+            "cuda-graphs.md",
+            "outputs overwritten",
+            f"overwritten by later ones without an error (a max difference of {full['max_abs_diff']:.1f} from "
+            "eager,",
             "cuda.json",
         ),
         Quote("form-cuda-graphs.md", "per call", per_call, "cuda.json"),
