@@ -34,7 +34,7 @@ class Quote:
     page: str  # relative to docs/
     name: str  # what the figures are
     text: str  # the words the page says, figures formatted from `source`
-    source: str  # relative to docs/results
+    source: str  # relative to docs/results (a setting's: the package's file that sets it)
 
 
 def results(name: str) -> Any:
@@ -461,8 +461,63 @@ def caches_quotes() -> list[Quote]:
     ]
 
 
+def libraries_page_quotes() -> list[Quote]:
+    run = table("real-world-run.md")
+    mmdet = next(row for name, row in run.items() if name.startswith("mmdet=="))
+    date, _ = header("real-world-run.md")
+    return [
+        Quote(
+            "real-libraries.md",
+            "mmdet's share",
+            f"In the latest run ({date}) mmdet is at {mmdet['share']} of its sites, short of the share issue 11 "
+            f"asked for, and its coverage is {mmdet['coverage']} ({mmdet['rewritten']} rewritten)",
+            "real-world-run.md",
+        )
+    ]
+
+
+def guard_bypass_quotes() -> list[Quote]:
+    rows = table("guard-bypass.md")
+    seed, recipe = (next(row for name, row in rows.items() if name.startswith(m)) for m in ("seed", "recipe"))
+
+    def against_full(row: dict[str, str], form: str) -> str:
+        return x(float(row[form]) / float(row["full"]))
+
+    return [
+        Quote(
+            "form-guard-bypass.md",
+            "the seed model",
+            f"the hierarchical form with `depyf` took {against_full(seed, 'hierarchical + depyf')} a full "
+            "compile's time per call",
+            "guard-bypass.md",
+        ),
+        Quote(
+            "form-guard-bypass.md",
+            "the recipe's 64 layers",
+            f"the hierarchical form with `depyf` took {against_full(recipe, 'hierarchical + depyf')} a full "
+            f"compile's time (without the bypass, {against_full(recipe, 'hierarchical')})",
+            "guard-bypass.md",
+        ),
+    ]
+
+
+def settings_quotes() -> list[Quote]:
+    """Limits the package sets, quoted from where it sets them."""
+    from regionalize.shared import source_files
+
+    mib = source_files.MAX_BYTES / (1024 * 1024)
+    return [
+        Quote(
+            "getting-started.md",
+            "the largest source file read",
+            f"is over {mib:g} MiB",
+            "../../regionalize/shared/source_files.py",
+        )
+    ]
+
+
 def quotes() -> list[Quote]:
-    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes(), *torch_versions_quotes(), *caches_quotes()]
+    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes(), *torch_versions_quotes(), *caches_quotes(), *libraries_page_quotes(), *guard_bypass_quotes(), *settings_quotes()]
 
 
 def pages() -> list[Path]:
