@@ -82,6 +82,28 @@ def per_call(result: dict[str, Any], form: str = "regional") -> float:
     return result["steady_us"][form] / result["steady_us"]["full"]
 
 
+def stamps(data: Any) -> tuple[set[str], set[int]]:
+    """Every date and runtime a results file records (its run's, or each row's where it joins runs)."""
+    dates: set[str] = set()
+    runtimes: set[int] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key in ("date", "measured") and isinstance(value, str) and re.match(r"\d{4}-\d\d-\d\d", value):
+                dates.add(value[:10])
+            elif key == "runtime" and isinstance(value, int):
+                runtimes.add(value)
+            else:
+                more = stamps(value)
+                dates |= more[0]
+                runtimes |= more[1]
+    elif isinstance(data, list):
+        for value in data:
+            more = stamps(value)
+            dates |= more[0]
+            runtimes |= more[1]
+    return dates, runtimes
+
+
 # -- what counts as a figure, and where a page's prose is ----------------------------------------------
 
 UNITS = r"x|%|s|ms|µs|us|ns|min|minutes?|seconds?|hours?|KB|KiB|MB|MiB|GB|GiB|bytes"
@@ -134,6 +156,7 @@ def cuda_quotes() -> list[Quote]:
 
     def call(variant: str) -> str:
         return f"{rows[variant]['ms_per_call']['median']:.2f} ms"
+
     return [
         Quote("cuda-graphs.md", "per call", f"{per_call} ({ms / full_ms:.2f}x)", "cuda.json"),
         Quote(
@@ -157,8 +180,8 @@ def cuda_quotes() -> list[Quote]:
         Quote(
             "cuda-graphs.md",
             "outputs overwritten",
-            f"overwritten by later ones without an error (a max difference of {full['max_abs_diff']:.1f} from "
-            "eager,",
+            "overwritten by later ones without an error (a max difference of "
+            f"{full['max_abs_diff']:.1f} from eager,",
             "cuda.json",
         ),
         Quote("form-cuda-graphs.md", "per call", per_call, "cuda.json"),
@@ -210,8 +233,8 @@ def hierarchical_quotes() -> list[Quote]:
             "BEiT with stochastic depth",
             f"runtime {run['runtime']}, {run['date']}: first call {x(sooner(beit, 'compile_s'))} sooner than "
             f"a full compile after a warm-up, {x(sooner(beit, 'compile_cold_s'))} cold, "
-            f"{x(sooner(beit, 'compile_hot_s'))} on a hot restart, per call {x(per_call(beit))} its time; the "
-            f"per-block form starts {x(sooner(beit, 'compile_s', 'per_block'), 1)} sooner but takes "
+            f"{x(sooner(beit, 'compile_hot_s'))} on a hot restart, per call {x(per_call(beit))} its time; "
+            f"the per-block form starts {x(sooner(beit, 'compile_s', 'per_block'), 1)} sooner but takes "
             f"{x(per_call(beit, 'per_block'))} a full compile's time per call.",
             stochastic,
         ),
@@ -228,9 +251,10 @@ def hierarchical_quotes() -> list[Quote]:
         Quote(
             page,
             "a frame a stage",
-            f"with each stage the owner of its layers (runtime 26's default) a call took {call['stage-owners']} "
-            f"a full compile's time, each stage compiled whole without regions {call['stages']}, the encoder "
-            f"compiled whole {call['encoder']} ({call_date}, runtime {call_runtime})",
+            "with each stage the owner of its layers (runtime 26's default) a call took "
+            f"{call['stage-owners']} a full compile's time, each stage compiled whole without regions "
+            f"{call['stages']}, the encoder compiled whole {call['encoder']} ({call_date}, runtime "
+            f"{call_runtime})",
             "forward/call-profile.md",
         ),
         Quote(
@@ -439,7 +463,8 @@ def caches_quotes() -> list[Quote]:
             page,
             "BART",
             f"BART's first token came {x(sooner(bart, 'ttft_s'))} sooner than with a full compile, and its "
-            f"tokens took {token(bart)} a full compile's time each (runtime {enc['runtime']}, {enc['date']}).",
+            f"tokens took {token(bart)} a full compile's time each (runtime {enc['runtime']}, "
+            f"{enc['date']}).",
             "encoder-decoders/decode.json",
         ),
         Quote(
@@ -469,8 +494,8 @@ def libraries_page_quotes() -> list[Quote]:
         Quote(
             "real-libraries.md",
             "mmdet's share",
-            f"In the latest run ({date}) mmdet is at {mmdet['share']} of its sites, short of the share issue 11 "
-            f"asked for, and its coverage is {mmdet['coverage']} ({mmdet['rewritten']} rewritten)",
+            f"In the latest run ({date}) mmdet is at {mmdet['share']} of its sites, short of the share "
+            f"issue 11 asked for, and its coverage is {mmdet['coverage']} ({mmdet['rewritten']} rewritten)",
             "real-world-run.md",
         )
     ]
@@ -517,7 +542,16 @@ def settings_quotes() -> list[Quote]:
 
 
 def quotes() -> list[Quote]:
-    return [*cuda_quotes(), *library_quotes(), *hierarchical_quotes(), *torch_versions_quotes(), *caches_quotes(), *libraries_page_quotes(), *guard_bypass_quotes(), *settings_quotes()]
+    return [
+        *cuda_quotes(),
+        *library_quotes(),
+        *hierarchical_quotes(),
+        *torch_versions_quotes(),
+        *caches_quotes(),
+        *libraries_page_quotes(),
+        *guard_bypass_quotes(),
+        *settings_quotes(),
+    ]
 
 
 def pages() -> list[Path]:

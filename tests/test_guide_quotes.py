@@ -6,6 +6,7 @@ for the README's rendered section and `--form`'s help)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,31 @@ def test_the_guide_quotes_its_results_file(quote: docs_quotes.Quote) -> None:
     assert (docs_quotes.RESULTS / quote.source).exists(), quote.source
     said = docs_quotes.prose(page_text(docs_quotes.DOCS / quote.page))
     assert quote.text in said, f"docs/{quote.page} should say {quote.text!r}, as {quote.source} gives it now"
+
+
+SOURCES = sorted({q.source for q in QUOTES if q.source.endswith(".json")})
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_each_quoted_file_is_the_run_its_page_shows(source: str) -> None:
+    """A quoted results file is the run the page beside it shows (the page its script wrote from it):
+    every date and runtime the file records is on that page, so a quote never comes from another run
+    than the one a reader following the link sees."""
+    page = (docs_quotes.RESULTS / source).with_suffix(".md")
+    text = page_text(page)
+    dates, runtimes = docs_quotes.stamps(docs_quotes.results(source))
+    assert [d for d in dates if d not in text] == [], f"{page.name} shows no run of those dates"
+    assert [n for n in runtimes if not re.search(rf"runtime {n}\b", text)] == [], f"{page.name}: runtimes"
+
+
+def test_a_file_of_another_run_fails() -> None:
+    """The check above can fail: a file whose run is dated other than its page's."""
+    data = docs_quotes.results("decode-static.json")
+    data["meta"]["date"], data["meta"]["runtime"] = "2026-01-01", 99
+    dates, runtimes = docs_quotes.stamps(data)
+    text = page_text(docs_quotes.RESULTS / "decode-static.md")
+    assert "2026-01-01" in dates and "2026-01-01" not in text
+    assert 99 in runtimes and "runtime 99" not in text
 
 
 @pytest.mark.parametrize("page", docs_quotes.pages(), ids=lambda p: str(p.relative_to(ROOT)))
