@@ -107,7 +107,10 @@ def stamps(data: Any) -> tuple[set[str], set[int]]:
 # -- what counts as a figure, and where a page's prose is ----------------------------------------------
 
 UNITS = r"x|%|s|ms|µs|us|ns|min|minutes?|seconds?|hours?|KB|KiB|MB|MiB|GB|GiB|bytes"
-FIGURE = re.compile(rf"(?<![\w.])\d+(?:,\d{{3}})*(?:\.\d+)?(?:\s?(?:{UNITS})(?![\w])|x(?=\d))")
+FIGURE = re.compile(
+    rf"(?<![\w.])(?:\d+(?:\.\d+)?e[-+]?\d+(?![\w.])"  # a difference: 2e-4
+    rf"|\d+(?:,\d{{3}})*(?:\.\d+)?(?:\s?(?:{UNITS})(?![\w])|x(?=\d)))"
+)
 
 # Not prose: fenced code, rendered blocks and other HTML comments. Links are read as their words.
 _BLOCKS = re.compile(
@@ -225,6 +228,14 @@ def hierarchical_quotes() -> list[Quote]:
     cold = {form: restarts[form]["cold"] for form in restarts}
     hot = {form: restarts[form]["hot (median)"] for form in restarts}
     against = {form: restarts[form]["hot against full"] for form in restarts}
+
+    def compiled(model: str) -> str:
+        """How many pieces the run's verify report says the model's owner compiled in all."""
+        report = (RESULTS / "forward" / "stochastic-depth-reports" / f"{model}.txt").read_text("utf-8")
+        found = re.search(r"in pieces \(\d+ a call, (\d+) compiled in all", report)
+        assert found is not None, f"{model}'s report names no pieces"
+        return found[1]
+
     unet = _library("unet")
     ours, helper, measured = unet["regionalize"], unet["helper"], unet["measured"]
     return [
@@ -247,6 +258,13 @@ def hierarchical_quotes() -> list[Quote]:
             f"time; ConvNeXt (`models.py:convnext`: 3, 3, 9 and 3 blocks): {starts(convnext)}, and "
             f"{x(per_call(convnext))} a call (runtime {run['runtime']}, {run['date']}",
             stochastic,
+        ),
+        Quote(
+            page,
+            "pieces compiled",
+            f"Swin's twelve layers compile into {compiled('swin')} pieces, ConvNeXt's eighteen blocks into "
+            f"{compiled('convnext')}",
+            "forward/stochastic-depth-reports/swin.txt",
         ),
         Quote(
             page,
