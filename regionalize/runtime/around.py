@@ -7,7 +7,7 @@ from .frames import _regionalize_installed
 from .per_block import _regionalize_graph_modes
 from .state import _RegionalizeForm
 from .static import _regionalize_on_graph_device, _regionalize_static_handed
-from .threads import _regionalize_handed, _regionalize_tracing
+from .threads import _regionalize_call
 
 
 def _regionalize_opaque(state):
@@ -23,7 +23,7 @@ def _regionalize_handoff(owner, args, kwargs):
     `mode="reduce-overhead"`). Traced through, the owner's calls per block were graphed between the
     blocks' frames, a graph a block a token, far slower than the owner in one graph of its own
     (docs/results/serving/README.md)."""
-    if not torch.compiler.is_compiling() or _regionalize_tracing[0]:  # not traced, or the owner's own trace
+    if not torch.compiler.is_compiling() or _regionalize_call.tracing:  # not traced, or the owner's own trace
         return False
     state = owner.__dict__.get("_regionalize_owner")
     if state is None:  # a stage whose blocks its outer owner took (`outer.py`): traced through
@@ -62,8 +62,8 @@ def _regionalize_owned_forward(self, *args, __forward=None, **kwargs):
 
 @torch.compiler.disable
 def _regionalize_outside(owner, args, kwargs):
-    _regionalize_handed[0] = owner
+    _regionalize_call.handed = owner
     try:
         return owner(*args, **kwargs)
     finally:
-        _regionalize_handed[0] = None
+        _regionalize_call.handed = None

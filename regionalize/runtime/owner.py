@@ -45,12 +45,10 @@ from .stack import _regionalize_fresh_stack
 from .state import _regionalize_process, _RegionalizeForm, _RegionalizeOwner, _RegionalizePlan
 from .static import _regionalize_static_checked
 from .threads import (
-    _regionalize_graphing,
-    _regionalize_handed,
+    _regionalize_call,
     _regionalize_locked,
     _regionalize_setup_lock,
     _regionalize_torch_warnings,
-    _regionalize_tracing,
 )
 
 _regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
@@ -206,7 +204,7 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         if state is None:  # no blocks of its own: each stage compiled whole at its call
             return _regionalize_module_call(owner)(*args, **kwargs)
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
-    graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
+    graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_call.handed is owner
     if (
         not state.settled
         or state.version != _regionalize_process.replaced
@@ -235,12 +233,12 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     skips = _regionalize_counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
     planned = state.plan
-    _regionalize_tracing[0] = "flat" if planned.form is _RegionalizeForm.PIECES else True
-    _regionalize_graphing[0] = graphs
+    _regionalize_call.tracing = "flat" if planned.form is _RegionalizeForm.PIECES else True
+    _regionalize_call.graphing = graphs
     try:
         out = _regionalize_run_whole(owner, state, whole, args, kwargs)
     finally:
-        _regionalize_tracing[0] = _regionalize_graphing[0] = False
+        _regionalize_call.tracing = _regionalize_call.graphing = False
     if state.plan is not planned:
         _regionalize_fell_back(owner, state)
     if state.plan.form is _RegionalizeForm.PER_BLOCK:
@@ -365,7 +363,7 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
                 _RegionalizePlan(_RegionalizeForm.PIECES, reason, fallback=True),
                 [_regionalize_first(owner)],
             )
-            _regionalize_tracing[0] = "flat"
+            _regionalize_call.tracing = "flat"
             whole = _regionalize_owner_compiled(owner, state.kwargs)
         else:
             state.plan = _regionalize_per_block_plan(why, True)

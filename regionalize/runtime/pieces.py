@@ -19,7 +19,7 @@ from .internals import (
 )
 from .per_block import _regionalize_graph_modes
 from .static import _regionalize_on_graph_device
-from .threads import _regionalize_graphing
+from .threads import _regionalize_call
 
 # Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
 # making room for a new one: transformers' `generate` makes a new StaticCache every call.
@@ -279,7 +279,7 @@ class _RegionalizeGraphs:
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
 
     def __call__(self, *args):
-        if not (self.graphable and (self.always or _regionalize_graphing[0])) or torch.is_grad_enabled():
+        if not (self.graphable and (self.always or _regionalize_call.graphing)) or torch.is_grad_enabled():
             return self.run(*args)
         # One thread's call at a time: every call's inputs are copied into the same buffers, and its
         # outputs out of the same memory.

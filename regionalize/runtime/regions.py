@@ -30,7 +30,7 @@ from .static import (
     _regionalize_static_run,
     _regionalize_static_setup,
 )
-from .threads import _regionalize_standing_in, _regionalize_tracing
+from .threads import _regionalize_call
 
 # Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
 # Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
@@ -111,11 +111,11 @@ class _RegionalizeRegion:
 
     def call(self, block, args, kwargs):
         """A call of a block an owner set up."""
-        if _regionalize_tracing[0] in (False, "flat"):
+        if _regionalize_call.tracing in (False, "flat"):
             # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
             frames = None if _regionalize_traced() else _regionalize_block_frames.get(block)
             if frames is None:
-                if _regionalize_tracing[0]:
+                if _regionalize_call.tracing:
                     return self.flat(block, args, kwargs)
                 return self.plain(block, *args, **kwargs)
             return self.stood_in(block, args, kwargs, *frames)
@@ -214,7 +214,7 @@ class _RegionalizeRegion:
         except Exception as error:
             # A block's own frame (the per-block form) that cannot be compiled with the stand-in has run
             # nothing: the block is compiled as it is from now on. In the owner's frame its retry decides.
-            if _regionalize_tracing[0] or not _regionalize_compiling(error):
+            if _regionalize_call.tracing or not _regionalize_compiling(error):
                 raise
             block.__dict__["_regionalize_layer"] = False
             return traced(block, *args, **kwargs)
@@ -225,7 +225,7 @@ class _RegionalizeRegion:
         # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
         # traced for every layer all the same, and cost more than the layers traced as they are
         # (docs/form-caches.md, Static caches).
-        served = _regionalize_process.reusing or not _regionalize_tracing[0]
+        served = _regionalize_process.reusing or not _regionalize_call.tracing
         static = _regionalize_static_layer(cache, index) if served else None
         pair = None if static else _regionalize_kv_pair(cache, index)
         layer = static[0] if static else _regionalize_kv_layer(cache, index) if pair is None else pair[0]
@@ -247,7 +247,7 @@ class _RegionalizeRegion:
             args = (*args[:slot], None, *args[slot + 1 :])
         keyed, writing, static_setup, static_kept = regions
         past = None if static else _regionalize_kv_past(layer)
-        _regionalize_standing_in[0] = not _regionalize_tracing[0]
+        _regionalize_call.standing_in = not _regionalize_call.tracing
         try:
             if static:
                 region = static_kept if layer.is_initialized else static_setup
@@ -259,7 +259,7 @@ class _RegionalizeRegion:
                     block, *past, written, slot, *args, **kwargs
                 )
         finally:
-            _regionalize_standing_in[0] = False
+            _regionalize_call.standing_in = False
         if static:
             if layer.is_initialized:
                 return result
