@@ -519,7 +519,7 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
         m(ids, use_cache=False).logits.sum().backward()
     # The width and depth that show torch's error are too slow for a test; the path taken is what matters:
     # each layer compiled on its own, its cache (none here) stood in for in a frame of its own.
-    frames = sys.modules[module._regionalize_blocks.__module__]._regionalize_block_frames
+    frames = sys.modules[module._regionalize_blocks.__module__]._regionalize_process.block_frames
     assert all(layer in frames for layer in model.model.layers)
     for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)

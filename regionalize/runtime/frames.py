@@ -13,11 +13,10 @@ import functools
 import sys
 import types
 import warnings
-import weakref
 
 from .internals import _regionalize_compiling, _regionalize_module_frame, _regionalize_why
+from .state import _regionalize_process
 
-_regionalize_frame_names = set()  # every name a compiled frame took in this process
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.
 _regionalize_runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
 
@@ -27,10 +26,10 @@ def _regionalize_frame_name(base):
     (automatic dynamic shapes) by its code's name, file and line, which are this module's for every frame,
     so two classes of one name (`Model` in two files) would share it."""
     name, taken = base, 0
-    while name in _regionalize_frame_names:
+    while name in _regionalize_process.frame_names:
         taken += 1
         name = f"{base}_{taken}"
-    _regionalize_frame_names.add(name)
+    _regionalize_process.frame_names.add(name)
     return name
 
 
@@ -121,16 +120,13 @@ class _RegionalizeOrEager:
                 raise
             why = _regionalize_why(error)
         self.compiled = None
-        if self.cls not in _regionalize_warned:
-            _regionalize_warned.add(self.cls)
+        if self.cls not in _regionalize_process.warned:
+            _regionalize_process.warned.add(self.cls)
             warnings.warn(
                 f"regionalize: {self.cls.__name__} cannot be compiled ({why}); it runs eagerly",
                 stacklevel=_regionalize_caller(),
             )
         return self.eager(*args, **kwargs)
-
-
-_regionalize_warned = weakref.WeakSet()  # the block classes whose frames ran eagerly, warned once
 
 
 def _regionalize_failed_on_entry(error, code):

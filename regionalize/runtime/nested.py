@@ -9,6 +9,7 @@ from .internals import (
     _regionalize_tree_leaves,
     _regionalize_tree_map_only,
 )
+from .state import _regionalize_process
 
 
 def _regionalize_nested_region(fn):
@@ -106,9 +107,6 @@ def _regionalize_unaliased(inputs, value):
     return _regionalize_tree_map_only(torch.Tensor, own, value)
 
 
-_regionalize_structures = {}  # the classes of a block's modules -> the name its regions take for them
-
-
 def _regionalize_shape(blocks):
     """Name the structure of each of `blocks`: the classes of its modules, which its regions take as an
     argument; whether a name changed. Dynamo (torch 2.13) reuses a region traced for one block for
@@ -119,7 +117,8 @@ def _regionalize_shape(blocks):
     changed = False
     for block in blocks:
         classes = tuple(type(m) for m in block.modules())
-        name = _regionalize_structures.setdefault(classes, f"structure {len(_regionalize_structures)}")
+        structures = _regionalize_process.structures
+        name = structures.setdefault(classes, f"structure {len(structures)}")
         changed |= block.__dict__.get("_regionalize_structure") != name
         block.__dict__["_regionalize_structure"] = name
     return changed

@@ -2,7 +2,6 @@
 
 import functools
 import warnings
-import weakref
 
 import torch
 
@@ -50,8 +49,6 @@ from .threads import (
     _regionalize_setup_lock,
     _regionalize_torch_warnings,
 )
-
-_regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -147,7 +144,7 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     of the owner's code (`frames.py`)."""
     cls = type(owner)
     shapes = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in owner.named_parameters())
-    frames = _regionalize_frames.setdefault(cls, {})
+    frames = _regionalize_process.owner_frames.setdefault(cls, {})
     frame = frames.get(shapes)
     if frame is None:  # in the globals of the owner's code (`frames.py`)
         frame = frames[shapes] = _regionalize_frame(cls, "forward")

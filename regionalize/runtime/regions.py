@@ -2,7 +2,6 @@
 (`_RegionalizeRegion`), and blocks of such a class compiled one by one with their cache stood in for."""
 
 import inspect
-import weakref
 
 import torch
 
@@ -31,10 +30,6 @@ from .static import (
     _regionalize_static_setup,
 )
 from .threads import _regionalize_call
-
-# Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
-# Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
-_regionalize_block_frames = weakref.WeakKeyDictionary()
 
 
 def _regionalize_kv_name(forward):
@@ -113,7 +108,7 @@ class _RegionalizeRegion:
         """A call of a block an owner set up."""
         if _regionalize_call.tracing in (False, "flat"):
             # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
-            frames = None if _regionalize_traced() else _regionalize_block_frames.get(block)
+            frames = None if _regionalize_traced() else _regionalize_process.block_frames.get(block)
             if frames is None:
                 if _regionalize_call.tracing:
                     return self.flat(block, args, kwargs)
@@ -303,4 +298,5 @@ def _regionalize_block_compiled(block, compile_kwargs):
     compiled = torch.compile(whole, **compile_kwargs)
     frame = _RegionalizeOrEager(compiled, region.plain, whole.__code__, type(block))
     (keyed, writing, static_setup, static) = (torch.compile(body, **full) for body in bodies)
-    _regionalize_block_frames[block] = (keyed, writing, static_setup, static), frame, frame
+    # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
+    _regionalize_process.block_frames[block] = (keyed, writing, static_setup, static), frame, frame

@@ -2,6 +2,7 @@
 found; for the process, what its probes found once."""
 
 import enum
+import weakref
 
 import torch
 
@@ -81,11 +82,21 @@ class _RegionalizeProcess:
     static: object
     # Submodules replaced anywhere, counted once a block is set up (`_regionalize_registered`); None before.
     replaced: int | None
+    # What the runtime compiled, kept for the process, weakly where keyed by a class or module:
+    owner_frames: weakref.WeakKeyDictionary  # an owner class -> its parameter shapes -> its frame's function
+    class_frames: weakref.WeakKeyDictionary  # a block class -> its frame, compiled on its own
+    block_frames: weakref.WeakKeyDictionary  # a block compiled on its own, its cache stood in for -> frames
+    structures: dict  # the classes of a block's modules -> the name its regions take for them
+    frame_names: set  # every name a compiled frame took
+    warned: weakref.WeakSet  # the block classes whose frames ran eagerly, warned once
 
     __slots__ = tuple(__annotations__)
 
     def __init__(self):
         self.reusing, self.kv, self.encoder_decoder, self.static, self.replaced = True, None, None, None, None
+        self.owner_frames, self.class_frames = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
+        self.block_frames, self.warned = weakref.WeakKeyDictionary(), weakref.WeakSet()
+        self.structures, self.frame_names = {}, set()
 
 
 _regionalize_process = _RegionalizeProcess()
