@@ -297,6 +297,12 @@ def place(code: str, tree: ast.Module | None = None) -> tuple[str, bool]:
     return code, calls
 
 
+def drop_line(code: str) -> str:
+    """`code` without the `import regionalize` line the import form writes, where it holds one."""
+    written = _IMPORT_LINE.search(code) if IMPORT in code else None
+    return code if written is None else code[: written.start()] + code[written.end() :]
+
+
 def import_line(tree: ast.Module) -> int:
     """Where isort's default order puts `import regionalize` (a third-party module), as a count of lines
     above it: among the leading imports of other packages, plain imports sorted first, then `from`

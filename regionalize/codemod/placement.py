@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from regionalize.codemod import import_form, parse_spans, runtime_copy
+from regionalize.codemod import import_form, parse_spans, runtime_copy, vendored_legacy
 from regionalize.shared import helpers
 from regionalize.shared.options import Options
 from regionalize.shared.sites import Site
@@ -33,25 +33,25 @@ def add_helpers(
     if changed_above:
         torch_at, helper_at = parse_spans.insert_lines(ast.parse(code))
     plain = not (options.vendor or changed_above) and helpers.PREFIX in code
-    if plain and runtime_copy.remove(code, path)[1] is None:
+    if plain and vendored_legacy.remove(code, path)[1] is None:
         public = _public(code, tree, lines, first_changed, torch_at if torch_line else None)
         if public is not None:
             return public
     if torch_line:
         code = import_form.insert_line(code, torch_at, "import torch")
-        helper_at += torch_at <= helper_at
-    if options.vendor:
-        code, _ = import_form.place(code)  # an import form's line left without calls goes
-        if helpers.PREFIX not in code:
-            return code, None, None
-        placed = runtime_copy.place(code, path, helper_at)
-        return placed.code, placed, None
-    if helpers.PREFIX not in code:
-        return code, None, None
     # The vendored names the file calls must be ours to convert: a file that binds one itself (a runtime
     # copy, a helper of the user's) is left as it is (RGZ113).
     called = {name for name in import_form.PUBLIC if name in code}
-    code, removed = runtime_copy.remove(code, path)
+    if options.vendor:
+        if runtime_copy.vendor_import_line(code) is None:  # a copy of an earlier release gives way
+            code, _ = vendored_legacy.remove(code, path)
+        code, imports = _vendored(import_form.to_public(code)[0], path)
+        folder = runtime_copy.folder_for(path) if imports else None
+        binds = frozenset({import_form.NAME} if imports else ()) | called
+        return code, runtime_copy.Placed(code, folder, binds), None
+    if helpers.PREFIX not in code and runtime_copy.vendor_import_line(code) is None:
+        return code, None, None
+    code, removed = vendored_legacy.remove(code, path)
     code, imports = import_form.place(*import_form.to_public(code))
     placed = runtime_copy.Placed(code, binds=frozenset({import_form.NAME} if imports else ()) | called)
     if removed is None:
@@ -60,6 +60,19 @@ def add_helpers(
     if removed.copy:
         reason += "; the copy is left as it is: delete it once no file imports it"
     return code, placed, Site(removed.line, 1, _MOVED, "the vendored runtime", "", "rewrite", reason)
+
+
+def _vendored(code: str, path: str | None) -> tuple[str, bool]:
+    """The import form's `code` with the copy's import (`runtime_copy.vendor_import`) after its imports in
+    place of `import regionalize`, or without it where nothing calls the API; and whether it imports it."""
+    code = import_form.drop_line(code)
+    calls, written = import_form.holds(code), runtime_copy.vendor_import_line(code)
+    if calls and not written:
+        at = parse_spans.insert_lines(ast.parse(code))[1]
+        return import_form.insert_line(code, at, runtime_copy.vendor_import(path)), True
+    if written and not calls and f"{import_form.NAME}." not in code:
+        return code[: written.start()] + code[written.end() :], False
+    return code, calls
 
 
 def _public(

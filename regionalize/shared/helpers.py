@@ -1,7 +1,9 @@
-"""The names emitted code calls: the runtime's helpers, as a vendored copy defines them and as the codemod's
-passes write and read them, and the public name that serves each in the import form
-(`regionalize.<name>`, `regionalize/runtime/api.py`). One place for the codemod's modules to take them
-from; tests/test_frozen_api.py checks that the runtime and the API define every one."""
+"""The private helper names that earlier releases wrote in vendored copies (`_regionalize_blocks(block,
+self)`), frozen: the runtime no longer needs to define them. The codemod reads files written so, and its
+passes still write and read these names internally (`import_form.py` converts them at a run's edges), with
+the public name that serves each (`regionalize.<name>`, `regionalize/runtime/api.py`), which every
+rewrite now writes, in the import form and the vendored one alike. tests/test_frozen_api.py checks that
+the API and the vendored copy export every public name."""
 
 from __future__ import annotations
 
