@@ -49,7 +49,7 @@ def build(
     mode: str, backend: str = "aot_eager", form: str = "per-block", source: str = MODEL
 ) -> torch.nn.Module:
     """The model rewritten with `mode` ("none": no bypass) in `form`, loaded with fixed weights."""
-    code = transform_source(source, Options(vendor=True, guard_bypass=mode, backend=backend, form=form)).code
+    code = transform_source(source, Options(guard_bypass=mode, backend=backend, form=form)).code
     if form == "per-block":
         assert any(f"{name}(" in code for name in GUARD_BYPASS.values()) == (mode != "none")
     else:
@@ -221,7 +221,7 @@ def test_codemod_and_bypass_templates_import_without_torch() -> None:
         "from regionalize.codemod import transform_source\n"
         "from regionalize.shared.options import Options\n"
         "src = 'import torch.nn as nn\\nlayers = nn.ModuleList([B() for _ in range(4)])\\n'\n"
-        "print(transform_source(src, Options(vendor=True, guard_bypass='depyf')).status)\n"
+        "print(transform_source(src, Options(guard_bypass='depyf')).status)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

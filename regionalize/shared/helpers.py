@@ -1,9 +1,8 @@
-"""The private helper names that earlier releases wrote in vendored copies (`_regionalize_blocks(block,
-self)`), frozen: the runtime no longer needs to define them. The codemod reads files written so, and its
-passes still write and read these names internally (`import_form.py` converts them at a run's edges), with
-the public name that serves each (`regionalize.<name>`, `regionalize/runtime/api.py`), which every
-rewrite now writes, in the import form and the vendored one alike. tests/test_frozen_api.py checks that
-the API and the vendored copy export every public name."""
+"""The names emitted code calls: the public API a rewrite writes (`regionalize.compile_region(...)`,
+`regionalize/runtime/api.py`), in the import form and the vendored one alike, and the private helper names
+that earlier releases wrote in vendored copies (`_regionalize_blocks(block, self)`), frozen, only for
+reading files written so (`legacy_calls.py`): the runtime no longer defines them.
+tests/test_frozen_api.py checks that the API and the vendored copy export every public name."""
 
 from __future__ import annotations
 
@@ -26,3 +25,15 @@ PUBLIC = {
     GUARD_FILTER: "guard_filter",
     DISPATCH: "compile_direct",
 }
+
+MODULE = "regionalize"  # the name a rewritten file binds the API to, in either form
+OWNER = "owner"  # `compile_region`'s keyword for the blocks' owner
+
+
+def public(helper: str) -> str:
+    """The call a rewrite writes for an earlier release's helper: `regionalize.compile_region`."""
+    return f"{MODULE}.{PUBLIC[helper]}"
+
+
+COMPILE_REGION = public(BLOCKS)
+COMPILE_DIRECT = public(DISPATCH)
