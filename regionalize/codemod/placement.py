@@ -1,6 +1,7 @@
-"""The lines a rewrite adds outside its sites: the runtime it calls (`import regionalize`, or a vendored
-copy's import or inline copy) after the imports, and `import torch` where isort puts it; with the site
-line of a file moved from a vendored copy to the import form (RGZ005)."""
+"""The lines a rewrite adds outside its sites: the one that binds the API its calls name (`import
+regionalize`, or with `--vendor` the import of the runtime copy) after the imports, and `import torch`
+where isort puts it; an earlier release's copy taken out, with the site line of a file moved from a
+vendored copy to the import form (RGZ005)."""
 
 from __future__ import annotations
 

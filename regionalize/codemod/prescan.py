@@ -23,8 +23,15 @@ CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
 CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
 # Names that make a top-level statement worth a LibCST parse.
-# The calls that compile their first argument: the API's, and an earlier release's that has none.
-COMPILING_HELPERS = {helpers.COMPILE_DIRECT, helpers.COMPILE_REGION, helpers.CUDA_GRAPHS}
+# The calls that compile their first argument: the API's, and an earlier release's helpers, as a module of
+# the package read for what it holds (`transform._holders_of`) is read as it is on disk.
+COMPILING_HELPERS = {
+    helpers.COMPILE_DIRECT,
+    helpers.COMPILE_REGION,
+    helpers.DISPATCH,
+    helpers.BLOCKS,
+    helpers.CUDA_GRAPHS,
+}
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 # What the file's package defines under an imported name (`package.py`), or None.
 Lookup = Callable[[str], "Definition | None"]
@@ -299,8 +306,12 @@ def _starred(call: ast.Call) -> ast.expr | None:
 
 
 def _owned_by_self(call: ast.Call) -> bool:
-    """Does the call make blocks nested regions of `self`, as the hierarchical form does?"""
-    return dotted_name(call.func) == helpers.COMPILE_REGION and any(
+    """Does the call make blocks nested regions of `self`, as the hierarchical form does (an earlier
+    release's helper took the owner second)?"""
+    name = dotted_name(call.func)
+    if name == helpers.BLOCKS:
+        return len(call.args) >= 2 and dotted_name(call.args[1]) == "self"
+    return name == helpers.COMPILE_REGION and any(
         k.arg == helpers.OWNER and dotted_name(k.value) == "self" for k in call.keywords
     )
 

@@ -6,7 +6,6 @@ tests/test_frozen_api.py checks that the API and the vendored copy export every 
 
 from __future__ import annotations
 
-PREFIX = "_regionalize_"  # every helper's name starts so: a file without it calls none
 BLOCKS = "_regionalize_blocks"  # a block a nested region of its owner, compiled whole
 EAGER = "_regionalize_eager"  # a call kept out of the compiled region (a cache update by layer index)
 SYMBOLIC_INTS = "_regionalize_symbolic_ints"  # a forward traced with its modules' integers symbolic
@@ -14,9 +13,6 @@ GUARD_FILTER = "_regionalize_guard_filter"  # `--guard-bypass filter`'s guard_fi
 DISPATCH = "_regionalize_dispatch"  # `--guard-bypass depyf`: a block compiled, its calls dispatched
 # Written by an earlier regionalize for --mode reduce-overhead; still read as a compile of its argument.
 CUDA_GRAPHS = "_regionalize_cuda_graphs"
-
-# `--guard-bypass`'s modes and the helper each calls (docs: the guard bypass's page).
-GUARD_BYPASS = {"filter": GUARD_FILTER, "depyf": DISPATCH}
 
 PUBLIC = {
     BLOCKS: "compile_region",
