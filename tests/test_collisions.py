@@ -152,29 +152,30 @@ def test_an_import_of_a_module_of_the_user_named_like_ours_deeper_in_the_package
     text = (package / "sub" / "model.py").read_text()
     assert (
         "from ._regionalize import helper\n" in text
-        and "from .._regionalize import _regionalize_blocks\n" in text
+        and "from .. import _regionalize as regionalize\n" in text
     )
     assert owner_ran(tmp_path, "mypkg.sub.model")
 
 
-@pytest.mark.parametrize(("line", "taken"), [("from copy import copy", True), ("import copy", False)])
-def test_a_lone_file_keeps_the_modules_its_inline_helpers_import_free(
-    tmp_path: Path, line: str, taken: bool
-) -> None:
+@pytest.mark.parametrize("line", ["from copy import copy", "import copy", "regionalize = None"])
+def test_a_lone_file_binds_one_name_for_its_copy_beside_it(tmp_path: Path, line: str) -> None:
+    """The copy is a package of its own: what the file binds at module level is no collision, but for the
+    one name the import binds, `regionalize`."""
     path = tmp_path / "script.py"
     path.write_text(f"{line}\n{MODEL}")
     code, out = apply(path)
+    taken = line.startswith("regionalize")
     assert code == 0 and ("RGZ113" in out) == taken, out
-    assert ("_regionalize_blocks(block, self)" not in path.read_text()) == taken
+    assert ("import _regionalize as regionalize\n" not in path.read_text()) == taken
     assert owner_ran(tmp_path, "script") != taken
 
 
-def test_the_second_pass_over_a_rewritten_lone_file_finds_its_own_helpers(tmp_path: Path) -> None:
+def test_the_second_pass_over_a_rewritten_lone_file_finds_its_own_import(tmp_path: Path) -> None:
     path = tmp_path / "script.py"
     path.write_text(f"import copy\n{MODEL}")
     apply(path)
     rewritten = path.read_text()
-    assert "def _regionalize_blocks(" in rewritten and "\nimport copy\n" in rewritten
+    assert "\nimport _regionalize as regionalize\n" in rewritten and rewritten.startswith("import copy\n")
     code, out = apply(path)
     assert code == 0 and "RGZ113" not in out and path.read_text() == rewritten
 
@@ -220,6 +221,7 @@ def run_stopped(monkeypatch: pytest.MonkeyPatch, folder: Path, stop: int | None 
 
     with monkeypatch.context() as patch:
         patch.setattr(runner, "write_atomically", counted)
+        patch.setattr(runtime_copy, "write_atomically", counted)  # each file of the copy
         files = [file for file, error in discover([str(folder)]) if error is None]
         with contextlib.suppress(Killed):
             runner.run(files, Job(Options(vendor=True), apply=True), jobs=1)
@@ -241,12 +243,13 @@ def test_a_run_stopped_at_any_write_leaves_each_file_whole_and_the_package_impor
         (original / "zoo" / name).write_text(text)
     if update:  # rewritten by an earlier version, whose runtime copy this one updates; and a new file
         run_stopped(monkeypatch, original)
-        copy = original / "zoo" / f"{runtime_copy.MODULE}.py"
+        copy = original / "zoo" / runtime_copy.MODULE / "__init__.py"
         copy.write_text(copy.read_text().replace(f"runtime {runtime_copy.VERSION}:", "runtime 0:", 1))
         (original / "zoo" / "fresh.py").write_text(MODEL)
     shutil.copytree(original, tmp_path / "done")
     writes = run_stopped(monkeypatch, tmp_path / "done")
-    assert writes == (2 if update else 3)  # the runtime copy and the files that import it
+    # The runtime copy's files (an outdated one's `__init__.py` alone) and the files that import it.
+    assert writes == (2 if update else len(runtime_copy.modules()) + 2)
     before, after = snapshot(original), snapshot(tmp_path / "done")
     for stop in range(writes):
         trial = tmp_path / f"stopped at {stop}"

@@ -1,7 +1,8 @@
 """The vendored form (`--vendor`) in generated packages with random collisions (files and folders of the
-runtime module's name, names the files define or import, star imports, an `__init__.py` that re-exports):
+runtime copy's name, names the files define or import, star imports, an `__init__.py` that re-exports):
 `--apply` never loses a byte of the user's code, every file it rewrites imports and builds its model
 through the runtime, every file it skips is unchanged, with RGZ113, and the package imports as before.
+An earlier release's joined copy (`_regionalize.py`) that no file imports gives way to the sub-package.
 
 The property runs a few dozen packages in the suite; REGIONALIZE_GENERATED_PACKAGES=500 runs more.
 """
@@ -63,15 +64,19 @@ SLOTS: dict[str, tuple[dict[str, str], bool]] = {
     "a file of the user's": ({"_regionalize.py": "SECRET = 42\n"}, True),
     "a package of the user's": ({"_regionalize/__init__.py": "SECRET = 42\n"}, True),
     "a namespace folder": ({"_regionalize/data.py": "SECRET = 42\n"}, True),
+    "an earlier release's joined copy": (
+        {"_regionalize.py": f"{runtime_copy.MARK}21: begin\ndef _regionalize_blocks(*args):\n    pass\n"},
+        False,
+    ),
     "an outdated copy": (
         {
-            "_regionalize.py": runtime_copy.runtime_text().replace(
-                f"runtime {runtime_copy.VERSION}:", "runtime 0:", 1
-            )
+            f"_regionalize/{name}": text.replace(f"runtime {runtime_copy.VERSION}:", "runtime 0:", 1)
+            for name, text in runtime_copy.modules().items()
         },
         False,
     ),
 }
+JOINED = "an earlier release's joined copy"
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ def collides(spec: Spec, snippet: str) -> bool:
     if snippet == "a star import of the package":
         return spec.init == "a re-export"
     if snippet == "from copy import copy":
-        return not spec.in_package  # only the inline helpers import `copy`
+        return False  # the copy is a package of its own: only `regionalize` is bound in the file
     return bool(SNIPPETS[snippet][1])
 
 
@@ -143,15 +148,19 @@ def check(spec: Spec, root: Path) -> None:
     reports = {Path(r.path).resolve(): r for r in run(files, Job(Options(vendor=True), apply=True), jobs=1)}
     after = snapshot(root)
 
-    copy = folder.relative_to(root) / f"{runtime_copy.MODULE}.py"
-    assert before.keys() <= after.keys(), "nothing is removed"
+    copy = folder.relative_to(root) / runtime_copy.MODULE
+    expected = {copy / name: text.encode() for name, text in runtime_copy.modules().items()} | {copy: None}
+    rewritten = any(r.changed for r in reports.values())
+    joined = folder.relative_to(root) / f"{runtime_copy.MODULE}.py"
+    # Only an earlier release's joined copy goes, where the sub-package took its place.
+    assert before.keys() - after.keys() == ({joined} if spec.slot == JOINED and rewritten else set())
     for path in after.keys() - before.keys():
-        assert path == copy and after[path] == runtime_copy.runtime_text().encode(), path
+        assert after[path] == expected[path], path
     for path, content in before.items():
-        if after[path] == content:
+        if path not in after or after[path] == content:
             continue
-        if path == copy:  # the copy regionalize wrote, brought up to date
-            assert spec.slot == "an outdated copy" and after[path] == runtime_copy.runtime_text().encode()
+        if path in expected:  # the copy regionalize wrote, brought up to date
+            assert spec.slot == "an outdated copy" and after[path] == expected[path]
             continue
         assert reports[(root / path).resolve()].changed and kept_in_order(content or b"", after[path] or b"")
 

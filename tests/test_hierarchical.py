@@ -77,9 +77,10 @@ def build(
     device: str = "cpu", source: str = SOURCE, **settings: Any
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The rewritten model and the original with the same weights."""
-    options = Options(vendor=True, **{"mode": "reduce-overhead", **settings})
+    options = Options(**{"mode": "reduce-overhead", **settings})
     rewritten = transform_source(source, options)
-    assert rewritten.status == "success" and "_regionalize_blocks(block, self" in rewritten.code
+    assert rewritten.status == "success"
+    assert "regionalize.compile_region(*self.layers, owner=self" in rewritten.code
     torch.manual_seed(0)
     model = load(rewritten.code).Model().to(device).eval()
     twin = load(source).Model().to(device).eval()
@@ -190,7 +191,7 @@ def test_default_form_matches_eager_across_shapes_modes_grad_and_a_changed_float
 
 
 def test_only_errors_raised_while_compiling_are_fallen_back_from() -> None:
-    runtime = load(transform_source(SOURCE, Options(vendor=True)).code)
+    runtime = load(transform_source(SOURCE, Options()).code)
     compiling = runtime._regionalize_compiling
     assert compiling(torch._dynamo.exc.Unsupported("a graph break"))
     assert compiling(torch._dynamo.exc.FailOnRecompileLimitHit("limit"))
@@ -205,7 +206,7 @@ def test_only_errors_raised_while_compiling_are_fallen_back_from() -> None:
 
 
 def test_per_block_form_compiles_each_block_on_its_own() -> None:
-    rewritten = transform_source(SOURCE, Options(vendor=True, form="per-block"))
+    rewritten = transform_source(SOURCE, Options(form="per-block"))
     assert "block.compile()" in rewritten.code and "_regionalize" not in rewritten.code
     assert rewritten.sites[0].reason == "per block, as --form per-block asks"
 
@@ -431,20 +432,20 @@ def test_copies_and_pickles_of_a_rewritten_model_run_eagerly_and_right() -> None
 )
 def test_options_refuse_what_the_form_cannot_do(settings: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Options(vendor=True, **settings)
+        Options(**settings)
 
 
 def test_a_guard_bypass_keeps_the_hierarchical_form_unless_per_block_is_asked() -> None:
-    assert Options(vendor=True, guard_bypass="depyf").hierarchical
-    assert Options(vendor=True, guard_bypass="filter", form="hierarchical").hierarchical
-    assert not Options(vendor=True, guard_bypass="depyf", form="per-block").hierarchical
-    assert not Options(vendor=True, guard_bypass="filter", style="wrap").hierarchical
+    assert Options(guard_bypass="depyf").hierarchical
+    assert Options(guard_bypass="filter", form="hierarchical").hierarchical
+    assert not Options(guard_bypass="depyf", form="per-block").hierarchical
+    assert not Options(guard_bypass="filter", style="wrap").hierarchical
 
 
 @pytest.mark.parametrize("settings", [{}, {"mode": "reduce-overhead"}, {"dynamic": False}])
 def test_second_pass_changes_nothing(settings: dict[str, Any]) -> None:
-    once = transform_source(SOURCE, Options(vendor=True, **settings)).code
-    again = transform_source(once, Options(vendor=True, **settings))
+    once = transform_source(SOURCE, Options(**settings)).code
+    again = transform_source(once, Options(**settings))
     assert again.status == "skip" and again.code == once
 
 
@@ -519,7 +520,7 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
         m(ids, use_cache=False).logits.sum().backward()
     # The width and depth that show torch's error are too slow for a test; the path taken is what matters:
     # each layer compiled on its own, its cache (none here) stood in for in a frame of its own.
-    frames = sys.modules[module._regionalize_blocks.__module__]._regionalize_process.block_frames
+    frames = sys.modules[module.regionalize.__name__ + ".state"]._regionalize_process.block_frames
     assert all(layer in frames for layer in model.model.layers)
     for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)
@@ -678,7 +679,7 @@ def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
     across the process, both compiled static: a graph for every length, up to the recompile limit."""
     torch._dynamo.reset()
     GRAPHS.clear()
-    options = Options(vendor=True, mode="default", backend="regionalize_test_recorder")
+    options = Options(mode="default", backend="regionalize_test_recorder")
     rewritten, original = load(transform_source(SOURCE, options).code), load(SOURCE)
     torch.manual_seed(0)
     draft, target = rewritten.Model(8, 3).eval(), rewritten.Model(16, 3).eval()
@@ -1190,8 +1191,9 @@ def test_a_rewritten_model_compiled_whole_by_its_user_matches_eager(grad: bool) 
     traces into the runtime's call of the owner, and the outputs and gradients stay the original's."""
     source = SOURCE + "\n\nclass Served(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     source += "        self.model = Model()\n\n    def forward(self, x):\n        return self.model(x) * 2\n"
-    rewritten = transform_source(source, Options(vendor=True))
-    assert rewritten.status == "success" and "_regionalize_blocks(block, self)" in rewritten.code
+    rewritten = transform_source(source, Options())
+    assert rewritten.status == "success"
+    assert "regionalize.compile_region(*self.layers, owner=self)" in rewritten.code
     torch.manual_seed(0)
     served = load(rewritten.code).Served().eval()
     twin = load(source).Served().eval()
@@ -1216,7 +1218,7 @@ def test_a_compile_around_the_model_leaves_an_owner_in_cuda_graphs_alone(mode: s
     per token on the GPU than the blocks compiled one by one). The outputs are the original's either way."""
     source = SOURCE + "\n\nclass Served(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     source += "        self.model = Model()\n\n    def forward(self, x):\n        return self.model(x) * 2\n"
-    rewritten = transform_source(source, Options(vendor=True, mode=mode))
+    rewritten = transform_source(source, Options(mode=mode))
     module = load(rewritten.code)
     torch.manual_seed(0)
     served = module.Served().eval()

@@ -17,7 +17,7 @@ from test_runtime_copy import MODEL
 from torch_support import needs_reuse
 
 from regionalize.cli import main
-from regionalize.codemod import import_form, transform_source
+from regionalize.codemod import legacy_calls, transform_source
 
 # The model built, run and compared with its twin from the original text, in a process where libcst
 # and click cannot be imported: running a rewritten model needs torch and regionalize's runtime alone.
@@ -115,15 +115,13 @@ def _run(package: Path) -> dict:
 
 def test_a_vendored_package_moves_to_the_import_form_and_keeps_its_copy(package: Path) -> None:
     assert invoke(str(package), "--apply", "--vendor", "-q")[0] == 0
-    copy = (package / "_regionalize.py").read_text()
+    copy = files(package / "_regionalize")
     code, out = invoke(str(package), "--check")
     assert code == 1
     moved = [line for line in out.splitlines() if " RGZ005 " in line]
-    assert len(moved) == 2 and all(
-        "zoo/_regionalize.py" in line and "left as it is" in line for line in moved
-    )
+    assert len(moved) == 2 and all("zoo/_regionalize`" in line and "left as it is" in line for line in moved)
     assert invoke(str(package), "--apply", "-q")[0] == 0
-    assert (package / "_regionalize.py").read_text() == copy  # the user deletes it, not the run
+    assert files(package / "_regionalize") == copy  # the user deletes it, not the run
     for path in (package / "models" / "net.py", package / "other.py"):
         text = path.read_text()
         assert "import regionalize\n" in text and "_regionalize" not in text.replace("regionalize.", "")
@@ -132,7 +130,7 @@ def test_a_vendored_package_moves_to_the_import_form_and_keeps_its_copy(package:
     assert files(package) == before
     # --vendor takes it back: the calls and the copy's import as that run wrote them.
     assert invoke(str(package), "--apply", "--vendor", "-q")[0] == 0
-    assert "from .._regionalize import _regionalize_blocks\n" in (package / "models" / "net.py").read_text()
+    assert "from .. import _regionalize as regionalize\n" in (package / "models" / "net.py").read_text()
     assert "import regionalize" not in (package / "models" / "net.py").read_text()
     assert invoke(str(package), "--check", "--vendor")[0] == 0
 
@@ -147,7 +145,7 @@ def test_a_moved_package_runs(package: Path) -> None:
 def test_vendor_is_a_pyproject_key(package: Path) -> None:
     (package.parent / "pyproject.toml").write_text("[tool.regionalize]\nvendor = true\n")
     assert invoke(str(package), "--apply", "-q")[0] == 0
-    assert (package / "_regionalize.py").exists()
+    assert (package / "_regionalize" / "__init__.py").exists()
     assert invoke(str(package), "--check", "--no-vendor")[0] == 1  # the flag wins over the file
 
 
@@ -168,50 +166,42 @@ def test_a_name_regionalize_of_the_users_anywhere_skips_the_file(taken: str) -> 
     assert "`regionalize` is already bound" in result.sites[0].reason
 
 
-def test_the_two_forms_convert_into_each_other() -> None:
+def test_an_earlier_releases_calls_read_as_the_public_ones_on_their_lines() -> None:
+    internal = (
+        "@_regionalize_symbolic_ints\ndef f(x):\n"
+        "    _regionalize_blocks(b, self, cache_index='layer_idx')  # why\n"
+        "    m.compile(options={'guard_filter_fn': _regionalize_guard_filter})\n"
+        "    _regionalize_dispatch(m, mode='max-autotune')\n"
+        "    return _regionalize_eager(lambda: x) + other._regionalize_eager(x)\n"
+    )
     public = (
-        "import regionalize\n\n\n@regionalize.symbolic_ints\ndef f(x):\n"
+        "@regionalize.symbolic_ints\ndef f(x):\n"
         "    regionalize.compile_region(b, owner=self, cache_index='layer_idx')  # why\n"
         "    m.compile(options={'guard_filter_fn': regionalize.guard_filter})\n"
-        "    return regionalize.eager(lambda: x) + other.regionalize.eager(x)\n"
+        "    regionalize.compile_direct(m, mode='max-autotune')\n"
+        "    return regionalize.eager(lambda: x) + other._regionalize_eager(x)\n"
     )
-    internal = import_form.to_internal(public)
-    assert "_regionalize_blocks(b, self, cache_index='layer_idx')  # why" in internal
-    assert (
-        "@_regionalize_symbolic_ints" in internal
-        and "'guard_filter_fn': _regionalize_guard_filter" in internal
+    assert legacy_calls.holds(internal) and not legacy_calls.holds(public.replace("other._", "other."))
+    assert legacy_calls.to_public(internal) == public
+    # Names bound stay, for the collision check to find: a definition, a target, a parameter, an import.
+    bound = (
+        "from ._regionalize import _regionalize_blocks\n\n\ndef _regionalize_eager(_regionalize_blocks):\n"
+        "    _regionalize_dispatch = 1\n"
     )
-    assert "_regionalize_eager(lambda: x) + other.regionalize.eager(x)" in internal
-    assert import_form.to_public(internal)[0] == public
-    # Spelled otherwise by hand, a call is renamed and its spelling kept.
-    spaced = "regionalize.compile_region(b, owner = self)\n"
-    assert import_form.to_internal(spaced) == "_regionalize_blocks(b, owner = self)\n"
-    assert import_form.to_public(import_form.to_internal(spaced))[0] == spaced
-    wide = "x = 'ü'; regionalize.eager(lambda: 1)\n"  # a column counted in bytes by `ast`
-    assert import_form.to_internal(wide) == "x = 'ü'; _regionalize_eager(lambda: 1)\n"
+    assert legacy_calls.to_public(bound) == bound
 
 
-def test_a_loop_over_a_containers_blocks_is_one_call_and_reads_back_as_the_loop() -> None:
+def test_an_earlier_releases_loop_over_blocks_becomes_one_call_once_rewritten() -> None:
     loop = "        for block in self.layers:\n            _regionalize_blocks(block, self, nested=False)\n"
-    public, _ = import_form.to_public(f"class M:\n    def __init__(self):\n{loop}        self.x = 1\n")
+    read = legacy_calls.to_public(f"class M:\n    def __init__(self):\n{loop}        self.x = 1\n")
+    assert "            regionalize.compile_region(block, owner=self, nested=False)\n" in read
     call = "        regionalize.compile_region(*self.layers, owner=self, nested=False)\n"
-    assert public == f"class M:\n    def __init__(self):\n{call}        self.x = 1\n"
-    # Read back as a loop on the call's one line, so that sites keep their lines; and written again.
-    internal = import_form.to_internal(public)
-    assert "        for block in self.layers: _regionalize_blocks(block, self, nested=False)\n" in internal
-    assert import_form.to_public(internal)[0] == public
-    # An iterable other than a name, attribute, item or call is parenthesized; a loop variable that the
-    # call reads is not taken for the loop read back.
-    conditional = textwrap.dedent(loop).replace("self.layers", "self.a if self.flat else self.b")
-    assert (
-        "compile_region(*(self.a if self.flat else self.b), owner=self"
-        in import_form.to_public(conditional)[0]
+    assert legacy_calls.collapse(read) == f"class M:\n    def __init__(self):\n{call}        self.x = 1\n"
+    # An iterable other than a name, attribute, item or call is parenthesized.
+    conditional = legacy_calls.to_public(
+        textwrap.dedent(loop).replace("self.layers", "self.a if c else self.b")
     )
-    reading = "regionalize.compile_region(*block.layers, owner=block)\n"
-    assert (
-        import_form.to_internal(reading) == "for block_ in block.layers: _regionalize_blocks(block_, block)\n"
-    )
-    assert import_form.to_public(import_form.to_internal(reading))[0] == reading
+    assert "compile_region(*(self.a if c else self.b), owner=self" in legacy_calls.collapse(conditional)
 
 
 @pytest.mark.parametrize(
@@ -225,6 +215,18 @@ def test_a_loop_over_a_containers_blocks_is_one_call_and_reads_back_as_the_loop(
     ],
 )
 def test_a_loop_that_is_more_than_the_call_stays_a_loop(loop: str) -> None:
-    public, _ = import_form.to_public(loop)
+    public = legacy_calls.collapse(legacy_calls.to_public(loop))
     assert public.startswith("for ") and "regionalize.compile_region(block, owner=self" in public
-    assert import_form.to_public(import_form.to_internal(public))[0] == public
+
+
+def test_the_passes_write_one_call_for_a_containers_blocks_and_read_it_back() -> None:
+    once = transform_source(MODEL).code
+    assert "        regionalize.compile_region(*self.layers, owner=self)\n" in once
+    again = transform_source(once)
+    assert again.code == once and [s.code for s in again.sites] == ["RGZ002"]
+    # Written over lines (as a formatter may), the call is still read as compiling the blocks.
+    wrapped = once.replace(
+        "regionalize.compile_region(*self.layers, owner=self)",
+        "regionalize.compile_region(\n            *self.layers,\n            owner=self,\n        )",
+    )
+    assert [s.code for s in transform_source(wrapped).sites] == ["RGZ002"]

@@ -83,17 +83,15 @@ def load(source: str, name: str) -> types.ModuleType:
 
 
 def test_rewrite_moves_the_cache_call_and_unspecializes_the_branches() -> None:
-    result = transform_source(DECODER, Options(vendor=True))
+    result = transform_source(DECODER, Options())
     codes = [(s.code, s.block) for s in result.sites]
     assert ("RGZ003", "Attention") in codes
     assert ("RGZ004", "Attention") in codes and ("RGZ004", "Block") in codes
     assert not any(code == "RGZ201" for code, _ in codes)
-    assert "_regionalize_eager(lambda: cache.update(self.proj(x), self.layer_idx))" in result.code
-    assert (
-        '_regionalize_eager(lambda: cache.seen.__setitem__((self.layer_idx, "calls"), True))' in result.code
-    )
-    assert result.code.count("    @_regionalize_symbolic_ints\n") == 2
-    second = transform_source(result.code, Options(vendor=True))
+    assert "regionalize.eager(lambda: cache.update(self.proj(x), self.layer_idx))" in result.code
+    assert 'regionalize.eager(lambda: cache.seen.__setitem__((self.layer_idx, "calls"), True))' in result.code
+    assert result.code.count("    @regionalize.symbolic_ints\n") == 2
+    second = transform_source(result.code, Options())
     assert second.code == result.code
     assert not any(s.action == "rewrite" for s in second.sites)
 
@@ -118,7 +116,7 @@ def test_blocks_share_graphs_only_when_fixed(fixed: bool) -> None:
     torch = pytest.importorskip("torch")
     from regionalize.bench.accounting import recording
 
-    options = Options(vendor=True, backend="eager")  # Dynamo's decisions are the same; no inductor start-up
+    options = Options(backend="eager")  # Dynamo's decisions are the same; no inductor start-up
     rewritten = transform_source(DECODER, options).code
     if not fixed:  # the containers compiled, the forwards as the user wrote them
         rewritten = DECODER.replace(
@@ -154,7 +152,7 @@ class Model(nn.Module):
 
 
 def parts(source: str) -> tuple[str, list[str]]:
-    result = transform_source(textwrap.dedent(source) + CONTAINER, Options(vendor=True))
+    result = transform_source(textwrap.dedent(source) + CONTAINER, Options())
     ast.parse(result.code)
     return result.code, [s.code for s in result.sites]
 
@@ -175,7 +173,7 @@ def test_what_cannot_take_a_lambda_stays_and_is_warned() -> None:
                 return x
         """
     )
-    assert "_regionalize_eager" not in code
+    assert "regionalize.eager" not in code
     assert "cache.seen[self.i] = x.sum()" in code and "cache.get(n := self.i)" in code
     assert "RGZ201" in codes
 
@@ -199,7 +197,7 @@ def test_reads_that_stay_in_the_graph_are_not_moved() -> None:
                 return x * self.i
         """
     )
-    assert "_regionalize_eager" not in code
+    assert "regionalize.eager" not in code
     assert codes.count("RGZ004") == 1 and "RGZ201" not in codes
 
 
@@ -218,8 +216,8 @@ def test_insertions_count_bytes_and_keep_line_endings() -> None:
         """
     )
     source = (source + CONTAINER).replace("\n", "\r\n")
-    result = transform_source(source, Options(vendor=True))
-    assert '{"clé": _regionalize_eager(lambda: cache.update(x, self.i))}["clé"]' in result.code
+    result = transform_source(source, Options())
+    assert '{"clé": regionalize.eager(lambda: cache.update(x, self.i))}["clé"]' in result.code
     assert "\n" not in result.code.replace("\r\n", "")
 
 
@@ -241,7 +239,7 @@ def test_class_attribute_reached_through_a_base_and_keywords() -> None:
                 return past_key_values[self.layer_idx][0] + x
         """
     )
-    assert "_regionalize_eager(lambda: past_key_values[self.layer_idx])[0]" in code
+    assert "regionalize.eager(lambda: past_key_values[self.layer_idx])[0]" in code
     assert codes.count("RGZ003") == 1
 
 
@@ -250,9 +248,7 @@ def test_symbolic_helper_leaves_forward_alone_on_a_torch_without_the_setting(mon
     torch = pytest.importorskip("torch")
     with monkeypatch.context() as patched:  # an older torch while the model file is imported
         patched.delattr(torch._dynamo, "patch_dynamo_config")
-        module = load(
-            transform_source(DECODER, Options(vendor=True, backend="eager")).code, "decoder_old_torch"
-        )
+        module = load(transform_source(DECODER, Options(backend="eager")).code, "decoder_old_torch")
     assert module.Block.forward.__name__ == "forward" and module.Block.forward.__code__.co_name == "forward"
     assert (
         "traced" not in module.Block.forward.__code__.co_varnames + module.Block.forward.__code__.co_freevars
@@ -269,8 +265,8 @@ def test_hierarchical_decoder_updates_its_cache_in_one_frame_without_regions() -
     torch = pytest.importorskip("torch")
     from regionalize.bench.accounting import recording, served_forms
 
-    rewritten = transform_source(DECODER, Options(vendor=True, backend="aot_eager")).code
-    assert "_regionalize_blocks(block, self, nested=False, " in rewritten
+    rewritten = transform_source(DECODER, Options(backend="aot_eager")).code
+    assert "regionalize.compile_region(*self.layers, owner=self, nested=False, " in rewritten
     original_module = load(DECODER, "decoder_original_whole")
     module = load(rewritten, "decoder_hierarchical")
     torch.manual_seed(0)
@@ -306,7 +302,7 @@ def test_fixes_inside_a_rewritten_region_are_compiled_with_it(monkeypatch: pytes
     )
     joined = DECODER.replace(apart_imports, joined_imports)
     assert joined != DECODER
-    for options in (Options(), Options(vendor=True)):
+    for options in (Options(), Options()):
         passes.clear()
         apart = transform_source(DECODER, options)
         assert len(passes) == 1  # the fixes beside the regions
@@ -324,5 +320,5 @@ def test_a_rewrite_the_compiler_refuses_where_the_user_wrote_that_too_is_written
     result = transform_source(DECODER + "\nreturn\n")
     assert result.status == "success", result.reason
     assert result.code.endswith("\nreturn\n") and "regionalize.compile_region(" in result.code
-    broken = transform_source(DECODER + "\nreturn\n", Options(vendor=True))
+    broken = transform_source(DECODER + "\nreturn\n", Options())
     assert broken.status == "success"

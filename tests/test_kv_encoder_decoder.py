@@ -84,7 +84,7 @@ class Decoder(nn.Module):
 
 def pair(source: str = SOURCE) -> tuple[Any, Any]:
     """The rewritten decoder and the original with the same weights."""
-    code = transform_source(source, Options(vendor=True, backend="aot_eager")).code
+    code = transform_source(source, Options(backend="aot_eager")).code
     assert 'cache_index="layer_idx"' in code
     torch.manual_seed(0)
     model = load(code).Decoder().eval()
@@ -148,16 +148,16 @@ OTHER_INDEX = SOURCE.replace(
 def test_a_block_indexing_its_cache_by_another_attribute_is_compiled_without_regions() -> None:
     """The stand-in would set the flag of the block's own layer whatever index it is handed."""
     assert "is_updated[self.flag_idx]" in OTHER_INDEX
-    code = transform_source(OTHER_INDEX, Options(vendor=True, backend="aot_eager")).code
+    code = transform_source(OTHER_INDEX, Options(backend="aot_eager")).code
     assert "__setitem__(self.flag_idx, True)" in code
-    assert "_regionalize_blocks(block, self, nested=False" in code
+    assert "owner=self, nested=False" in code
 
 
 def test_a_block_reading_another_layers_flag_is_compiled_without_regions() -> None:
     """A stand-in answers for the block's own layer whatever index it is handed, so a block that indexes
     its cache by anything but its own integer gets none: the owner is compiled whole without regions."""
-    code = transform_source(OTHER_LAYER, Options(vendor=True, backend="aot_eager")).code
-    assert "_regionalize_blocks(block, self, nested=False" in code
+    code = transform_source(OTHER_LAYER, Options(backend="aot_eager")).code
+    assert "owner=self, nested=False" in code
 
 
 @needs_reuse

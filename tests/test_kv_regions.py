@@ -75,8 +75,8 @@ TWICE = """
 def pair(body: str = "", source: str = SOURCE, options: Options | None = None) -> tuple[Any, Any]:
     """The rewritten decoder and the original with the same weights, the attention's forward `body`."""
     source = source.replace("    UPDATE_TWICE\n", body)
-    rewritten = transform_source(source, options or Options(vendor=True, backend="aot_eager")).code
-    assert '_regionalize_blocks(block, self, cache_index="layer_idx"' in rewritten
+    rewritten = transform_source(source, options or Options(backend="aot_eager")).code
+    assert 'owner=self, cache_index="layer_idx"' in rewritten
     torch.manual_seed(0)
     model = load(rewritten).Decoder().eval()
     twin = load(source).Decoder().eval()
@@ -312,16 +312,16 @@ def test_a_block_that_asks_its_caches_type_gets_a_stand_in_only_if_it_answers_al
         "        if past_key_values is not None:\n", f"        if past_key_values is not None and {test}:\n"
     )
     assert source.count(test) == 1
-    rewritten = transform_source(source, Options(vendor=True)).code
-    assert ('_regionalize_blocks(block, self, cache_index="layer_idx")' in rewritten) == stand_in
-    assert ("_regionalize_blocks(block, self, nested=False)" in rewritten) != stand_in
+    rewritten = transform_source(source, Options()).code
+    assert ('owner=self, cache_index="layer_idx")' in rewritten) == stand_in
+    assert ("owner=self, nested=False)" in rewritten) != stand_in
 
 
 @needs_reuse
 def test_transformers_llama_generates_the_originals_tokens_from_one_traced_layer() -> None:
     from transformers.models.llama import modeling_llama
 
-    module, _ = rewritten(modeling_llama, Options(vendor=True, backend="aot_eager"))
+    module, _ = rewritten(modeling_llama, Options(backend="aot_eager"))
     config = transformers.LlamaConfig(
         vocab_size=128,
         hidden_size=32,
@@ -356,7 +356,7 @@ def test_transformers_gpt2_generates_the_originals_tokens_from_one_traced_layer(
     from transformers.models.gpt2 import modeling_gpt2
 
     module, code = rewritten(modeling_gpt2)
-    assert '_regionalize_blocks(block, self, cache_index="layer_idx")' in code
+    assert 'owner=self, cache_index="layer_idx")' in code
     config = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=8, n_head=4)
     torch.manual_seed(0)
     model = module.GPT2LMHeadModel(config).eval()

@@ -58,7 +58,7 @@ def test_without_reuse_each_block_is_one_frame_a_call_that_writes_the_cache(back
     """Where torch reuses no traced region the blocks are compiled one by one, a block and its cache's
     update one frame, shared by every layer: with Inductor too, whose owner is otherwise compiled in pieces
     (in pieces a StaticCache started and decoded later: docs/form-torch-versions.md)."""
-    model, twin = pair(options=Options(vendor=True, backend=backend))
+    model, twin = pair(options=Options(backend=backend))
     account = against_twin(model, twin, static_cache)
     assert served_forms(model) == {"Decoder": STATIC_FORM if backend == "inductor" else PER_BLOCK}
     assert account.graph_breaks == 0 and account.graphs <= 2 and not account.fell_back_to_eager
@@ -126,7 +126,7 @@ def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_region
         pytest.skip("this torch does not reuse a traced region")
     if not reuse:
         request.getfixturevalue("without_reuse")
-    model, twin = pair(options=Options(vendor=True, mode="reduce-overhead"))
+    model, twin = pair(options=Options(mode="reduce-overhead"))
     stand_in_gpu(monkeypatch, sys.modules[type(model).__module__])  # the runtime, inline in a lone file
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CUDA graphs skipped: the tensors are the CPU's
@@ -166,7 +166,7 @@ SETTINGS = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "cache
 def generated() -> tuple[Any, Any]:
     """transformers' own static-cache path, `generate(cache_implementation="static")`, twice, on a rewritten
     Llama: asserts the original's tokens, no graph break and no eager fallback; the model and the account."""
-    model, twin = llama_pair(Options(vendor=True, backend="aot_eager"))
+    model, twin = llama_pair(Options(backend="aot_eager"))
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = twin.generate(ids, attention_mask=torch.ones_like(ids), **SETTINGS)
@@ -195,7 +195,7 @@ def test_without_reuse_transformers_llama_generates_the_originals_tokens_with_a_
 def test_without_reuse_an_owner_in_pieces_keeps_them_for_a_growing_cache() -> None:
     """One model, handed a StaticCache and then a DynamicCache: the first per block, the second's tokens in
     pieces (its prompt per block), each with the original's outputs and cache."""
-    model, twin = pair(options=Options(vendor=True))
+    model, twin = pair(options=Options())
     against_twin(model, twin, static_cache, lengths=(5, 1, 1))
     account = against_twin(model, twin)
     pieces = "whole, in pieces (6 a call, 1 compiled in all)"
@@ -209,7 +209,7 @@ def test_without_reuse_a_static_cache_the_stand_in_cannot_serve_is_served_in_pie
     """The first call, per block, finds that the stand-in cannot serve the block (its frame fails to
     compile before it ran anything, and the block runs compiled as it is); from then on such calls are
     compiled in pieces, where the block is traced as it is, not a frame for each layer."""
-    model, twin = pair(body, options=Options(vendor=True))
+    model, twin = pair(body, options=Options())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         account = against_twin(model, twin, static_cache, lengths=(5, 1, 1))
@@ -226,7 +226,7 @@ def test_without_reuse_generates_own_compile_traces_no_graph_of_two_layers() -> 
     attention. The original's tokens, twice."""
     from transformers import CompileConfig
 
-    model, twin = llama_pair(Options(vendor=True))
+    model, twin = llama_pair(Options())
     layers: list[int] = []
 
     def backend(gm: Any, inputs: Any, **_: Any) -> Any:  # records what was traced, runs it as it is
@@ -276,7 +276,7 @@ def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_g
     graphs' conditions as it is called: every token after the prompt reaches the owner's graphed frame,
     with the original's tokens. Traced through instead (before runtime 14), the conditions were read in
     that compile's trace, came out false, and every token took the per-block path."""
-    model, twin = llama_pair(Options(vendor=True, mode="reduce-overhead"))
+    model, twin = llama_pair(Options(mode="reduce-overhead"))
     runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
     stand_in_gpu(monkeypatch, runtime)
     graphed: list[int] = []
@@ -323,7 +323,7 @@ def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_ca
     """On the GPU, transformers' own path (`generate(cache_implementation="static")`, which there compiles
     the forward itself): the original's tokens, twice. In CUDA graphs every call after the prompt's (which
     sets the cache's layers up) reaches the owner's graphed frame, and no graph is skipped."""
-    model, twin = llama_pair(Options(vendor=True, mode=mode))
+    model, twin = llama_pair(Options(mode=mode))
     model, twin = model.cuda(), twin.cuda()
     graphed: list[int] = []
     owner = model.model

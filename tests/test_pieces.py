@@ -392,7 +392,7 @@ def test_transformers_llama_in_cuda_graphs_replays_one_graph_a_token_with_the_or
     token; the second generate, its cache set up again by transformers at the same addresses, replays
     from its first token on."""
     device, counts = on_gpu
-    model, twin, ids, mask = llama_on(device, monkeypatch, Options(vendor=True, mode="reduce-overhead"))
+    model, twin, ids, mask = llama_on(device, monkeypatch, Options(mode="reduce-overhead"))
     generates_in_one_graph_a_token(model, twin, ids, mask, counts, disable_compile=True)
 
 
@@ -406,7 +406,7 @@ def test_the_default_form_serves_the_tokens_generates_own_compile_hands_over_in_
     graphed between the blocks' frames. The prompt, which `generate` runs uncompiled, per block; the
     original's tokens, twice."""
     device, counts = on_gpu
-    model, twin, ids, mask = llama_on(device, monkeypatch, Options(vendor=True))
+    model, twin, ids, mask = llama_on(device, monkeypatch, Options())
     if device.type == "cpu":
         config = transformers.CompileConfig(backend="eager")
         config._compile_all_devices = True  # generate compiles only on a GPU otherwise
@@ -421,7 +421,7 @@ def test_the_default_form_graphs_nothing_without_a_compile_around_it_to_hand_ove
     """Without `generate`'s own compile (`disable_compile=True`) the default form's calls with a static
     cache are served as they were, per block, and nothing is captured."""
     device, counts = on_gpu
-    model, twin, ids, mask = llama_on(device, monkeypatch, Options(vendor=True))
+    model, twin, ids, mask = llama_on(device, monkeypatch, Options())
     with torch.no_grad():
         expected = twin.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
         actual = model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)
@@ -434,7 +434,7 @@ def test_the_default_form_graphs_nothing_without_a_compile_around_it_to_hand_ove
 def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a call that a compile around the model traces (not the owner's own trace), with a StaticCache
     on the GPU, and only where the owner is in pieces: not a DynamicCache's, nor one off the GPU."""
-    model, _, ids, mask = llama_on(torch.device("cpu"), monkeypatch, Options(vendor=True))
+    model, _, ids, mask = llama_on(torch.device("cpu"), monkeypatch, Options())
     runtime = type(model.model.layers[0]).forward.__globals__
     owner = model.model
     with torch.no_grad():

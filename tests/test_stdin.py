@@ -92,14 +92,14 @@ def test_stdin_filename_places_the_text_in_its_package(tmp_path: Path) -> None:
     )
     assert applied.returncode == 0, applied.stderr
     assert b"\nimport regionalize\n" in applied.stdout
-    assert not (package / "_regionalize.py").exists()
+    assert not (package / "_regionalize").exists()
     vendored = regionalize(
         "--apply", "--vendor", "--stdin-filename", str(model), "-", stdin=model.read_bytes(), cwd=tmp_path
     )
     assert vendored.returncode == 0, vendored.stderr
-    # The code imports the package's runtime module, written as --apply on the file writes it.
-    assert b"from ._regionalize import _regionalize_blocks" in vendored.stdout
-    assert (package / "_regionalize.py").read_text().startswith("# regionalize runtime")
+    # The code imports the package's runtime copy, written as --apply on the file writes it.
+    assert b"from . import _regionalize as regionalize\n" in vendored.stdout
+    assert (package / "_regionalize" / "__init__.py").read_text().startswith("# regionalize runtime")
 
 
 def test_stdin_misuse_is_a_usage_error(tmp_path: Path) -> None:

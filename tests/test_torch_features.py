@@ -57,7 +57,7 @@ def without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
 def stack(options: Options | None = None) -> tuple[Any, Any]:
     source = (TESTS / "models" / "stack.py").read_text(encoding="utf-8")
     torch.manual_seed(0)
-    model, _ = load(transform_source(source, options or Options(vendor=True)).code).make()
+    model, _ = load(transform_source(source, options or Options()).code).make()
     twin, _ = load(source).make()
     twin.load_state_dict(model.state_dict())
     return model.eval(), twin.eval()
@@ -69,7 +69,7 @@ def test_without_reuse_the_owner_is_compiled_in_pieces_or_its_blocks_one_by_one(
     """With Inductor one frame, its graph in five pieces (four blocks, the head), of which two are
     compiled: the four blocks share one. With another backend, one frame a block, every
     block's the same graph. Either way the verdict names the form, with no warning of a fallback."""
-    model, twin = stack(Options(vendor=True, backend=backend))
+    model, twin = stack(Options(backend=backend))
     x = torch.randn(3, 16)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")  # the form of this torch, not a fallback: no warning
@@ -100,7 +100,7 @@ def test_without_reuse_a_decoder_runs_its_prompt_per_block_and_its_tokens_in_pie
     all (torch 2.11 counts the second as a recompile, on a guard of the first's code object). Each
     token's call is six pieces, one a layer, of which one is compiled: each layer's length is a symbol of
     its own, and the frame guards them equal."""
-    model, twin = pair(options=Options(vendor=True))
+    model, twin = pair(options=Options())
     account = against_twin(model, twin, lengths=(5, 1, 1, 1))
     forms = f"whole, in pieces (6 a call, 1 compiled in all); {PROMPT}"
     assert served_forms(model) == {"Decoder": f"{forms}: this torch does not reuse a traced region"}
@@ -114,7 +114,7 @@ def test_without_reuse_layers_whose_lengths_part_compile_again_not_wrongly() -> 
     growing. A piece with symbols is not shared with another frame, whose symbols of the same names are
     others (shared, a piece compiled for one length ran on another: an error of Inductor's size checks).
     The original's outputs and cache at every step."""
-    model, twin = pair(options=Options(vendor=True))
+    model, twin = pair(options=Options())
     account = against_twin(model, twin, lambda: mixed(6, 8), lengths=(5, 1, 1, 1, 1, 1))
     assert served_forms(model)["Decoder"].startswith("whole, in pieces")
     assert not account.fell_back_to_eager
@@ -145,7 +145,7 @@ def test_without_reuse_a_block_the_stand_in_cannot_serve_is_compiled_as_it_is(
     indexes the cache by its layer, so its frame is compiled again for each layer, up to Dynamo's limit.)
     With Inductor that is the prompt's call, per block; the tokens', in pieces, trace the block as it is,
     and so does a second generation's prompt, not a frame for each layer again."""
-    model, twin = pair(body, options=Options(vendor=True, backend=backend))
+    model, twin = pair(body, options=Options(backend=backend))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         account = against_twin(model, twin, lengths=(5, 1, 1))
@@ -166,7 +166,7 @@ def test_without_reuse_a_block_the_stand_in_cannot_serve_is_compiled_as_it_is(
 def test_without_reuse_transformers_llama_generates_the_originals_tokens_without_graph_breaks() -> None:
     from transformers.models.llama import modeling_llama
 
-    module, _ = rewritten(modeling_llama, Options(vendor=True, backend="aot_eager"))
+    module, _ = rewritten(modeling_llama, Options(backend="aot_eager"))
     config = transformers.LlamaConfig(
         vocab_size=128,
         hidden_size=32,
@@ -209,7 +209,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
 
         source = open(sys.argv[1] + "/models/stack.py", encoding="utf-8").read()
         torch.manual_seed(0)
-        model, (x,) = load(transform_source(source, Options(vendor=True)).code).make()
+        model, (x,) = load(transform_source(source, Options()).code).make()
         twin, _ = load(source).make()
         twin.load_state_dict(model.state_dict())
         with torch.no_grad():
@@ -228,7 +228,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
 def test_verify_names_this_torchs_form_without_warning_of_a_fallback(tmp_path: Path) -> None:
     from test_verify import MODELS, verify
 
-    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=Options(vendor=True))
+    code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=Options())
     assert code == 0 and result["equivalent"] and not result["fell_back_to_eager"]
     assert result["accounting"]["regional"]["forms"] == {"Stack": STACK_IN_PIECES}
     assert f"regional form: Stack {STACK_IN_PIECES}" in table

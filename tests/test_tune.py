@@ -83,7 +83,7 @@ def model_file(tmp_path: Path) -> Path:
 
 def test_tune_sets_never_for_unshared_and_always_for_left_out_but_shared(model_file: Path) -> None:
     target = resolve_target(str(model_file), "make")
-    tuning = tune(target, "make", Options(vendor=True, backend="eager"), "cpu", time_it=False)
+    tuning = tune(target, "make", Options(backend="eager"), "cpu", time_it=False)
     assert tuning.never == ["Stage"]
     assert tuning.always == ["Mixer"]
     assert (tuning.classes["Same"].blocks, tuning.classes["Same"].graphs) == (4, 1)
@@ -153,9 +153,7 @@ def test_a_float_per_block_is_shared_through_automatic_dynamic_shapes(tmp_path: 
     second rate compiles the float symbolic, and the other blocks share that graph."""
     path = tmp_path / "rates.py"
     path.write_text(textwrap.dedent(RATES))
-    tuning = tune(
-        resolve_target(str(path), "make"), "make", Options(vendor=True, backend="eager"), "cpu", time_it=False
-    )
+    tuning = tune(resolve_target(str(path), "make"), "make", Options(backend="eager"), "cpu", time_it=False)
     assert (tuning.classes["Layer"].blocks, tuning.classes["Layer"].graphs) == (10, 2)
     assert tuning.never == []
 
@@ -171,9 +169,7 @@ def test_a_class_at_many_widths_is_counted_past_the_recompile_limit(tmp_path: Pa
     and a graph each, past torch's limit of 8."""
     path = tmp_path / "widths.py"
     path.write_text(textwrap.dedent(WIDTHS))
-    tuning = tune(
-        resolve_target(str(path), "make"), "make", Options(vendor=True, backend="eager"), "cpu", time_it=False
-    )
+    tuning = tune(resolve_target(str(path), "make"), "make", Options(backend="eager"), "cpu", time_it=False)
     assert (tuning.classes["Layer"].blocks, tuning.classes["Layer"].graphs) == (10, 10)
     assert tuning.never == ["Layer"]
 
@@ -207,9 +203,7 @@ def test_classes_whose_forward_one_wrapper_compiles_are_told_apart(tmp_path: Pat
     """Each graph goes to the block running when Dynamo made it, not to the code it compiled."""
     path = tmp_path / "wrapped.py"
     path.write_text(textwrap.dedent(WRAPPED))
-    tuning = tune(
-        resolve_target(str(path), "make"), "make", Options(vendor=True, backend="eager"), "cpu", time_it=False
-    )
+    tuning = tune(resolve_target(str(path), "make"), "make", Options(backend="eager"), "cpu", time_it=False)
     assert (tuning.classes["Same"].blocks, tuning.classes["Same"].graphs) == (4, 1)
     assert (tuning.classes["Stage"].blocks, tuning.classes["Stage"].graphs) == (3, 3)
     assert tuning.never == ["Stage"]
@@ -219,6 +213,6 @@ def test_no_class_judged_is_not_called_shared() -> None:
     """A probe in which no compiled block made a graph says so instead of calling the classes shared."""
     from regionalize.bench.tune import ClassGraphs, Tuning, render
 
-    assert "no compiled class could be judged" in render(Tuning(Options(vendor=True)))
-    judged = Tuning(Options(vendor=True), classes={"Layer": ClassGraphs(blocks=4, graphs=1)})
+    assert "no compiled class could be judged" in render(Tuning(Options()))
+    judged = Tuning(Options(), classes={"Layer": ClassGraphs(blocks=4, graphs=1)})
     assert "every compiled class shares its graphs" in render(judged)

@@ -34,7 +34,7 @@ from regionalize.verify.checks import summarize
 from regionalize.verify.compare import compare, tolerance
 
 MODELS = Path(__file__).parent / "models"
-EAGER = Options(vendor=True, backend="eager")
+EAGER = Options(vendor=True, backend="eager")  # a lone file: verify loads the copy beside it
 REWRITTEN = MODELS / "stack_inplace.py"
 REWRITTEN_IDX = MODELS / "layer_idx_inplace.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_codemod_output_is_verified_in_memory(tmp_path: Path) -> None:
 
 @needs_reuse
 def test_hierarchical_rewrite_reports_its_form_and_regions_beside_per_block(tmp_path: Path) -> None:
-    options = Options(vendor=True, backend="aot_eager")
+    options = Options(backend="aot_eager")
     code, result, table = verify(tmp_path, MODELS / "stack.py", "make", None, options=options)
     assert code == 0 and result["equivalent"]
     regional, per_block = result["accounting"]["regional"], result["accounting"]["per_block"]

@@ -6,14 +6,11 @@ Torch-free on purpose: the CLI resolves and reports a bad --factory before payin
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import importlib
 import importlib.util
 import inspect
 import re
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +20,6 @@ from typing import Any
 
 from regionalize.codemod import runtime_copy
 from regionalize.codemod.package import module_name_for
-from regionalize.shared.source_files import SourceFile, write_atomically
 
 REWRITTEN_SUFFIX = "__regionalized"
 # A stand-alone script is imported under a prefixed name: its bare stem ("model", "types") could be taken.
@@ -194,31 +190,22 @@ def import_rewritten(target: Target, source: str, filename: Path) -> ModuleType:
 
 
 def _runtime_copy(target: Target, source: str) -> None:
-    """The package's `_regionalize.py` the rewrite imports from, as `--apply` would leave it: this
-    runtime, unless the package already holds an up-to-date copy."""
-    root = runtime_copy.package_root(target.model_path)
-    if root is None or f"{runtime_copy.MODULE} import" not in source:
+    """The runtime copy a vendored rewrite imports (`runtime_copy.py`), as `--apply` would leave it: where
+    it is not on disk up to date, this runtime's package is loaded under the copy's name from its own
+    files (Dynamo, tracebacks and `inspect` read a module's lines back from its file)."""
+    if runtime_copy.vendor_import_line(source) is None:
         return
-    if runtime_copy.pending_module(root / f"{runtime_copy.MODULE}.py") is None:
+    folder = runtime_copy.folder_for(str(target.model_path))
+    if folder is None or not runtime_copy.pending(folder):
         return
-    name = f"{target.module_name.split('.')[0]}.{runtime_copy.MODULE}"
-    module = ModuleType(name)
-    path = _runtime_file()
-    module.__file__ = str(path)
-    exec(compile(runtime_copy.runtime_text(), str(path), "exec"), module.__dict__)
+    top = runtime_copy.package_root(target.model_path)
+    name = runtime_copy.MODULE if top is None else f"{target.module_name.split('.')[0]}.{runtime_copy.MODULE}"
+    init = runtime_copy.RUNTIME / "__init__.py"
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-
-
-@functools.cache
-def _runtime_file() -> Path:
-    """The joined runtime in a file of its own (named by its content, so processes share it): Dynamo,
-    tracebacks and `inspect` read a module's lines back from its file, and its parts are other files."""
-    text = runtime_copy.runtime_text()
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"regionalize_runtime_{runtime_copy.VERSION}_{digest}.py"
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        write_atomically(str(path), SourceFile(text, "utf-8", False), text)
-    return path
+    spec.loader.exec_module(module)
 
 
 def load_factory(target: Target) -> Callable[[ModuleType], Any]:

@@ -65,10 +65,10 @@ _CODEMOD_OPTIONS = [
         default=None,
         help="Where rewritten files get the runtime they call. Default (--no-vendor): `import regionalize`, "
         "one line a file; the model then needs regionalize installed (torch alone at run time), and fixes "
-        "come by upgrading it. --vendor: a copy of the runtime in your tree, `_regionalize.py` at the "
-        "package's top (inline in a file outside any package), for packages that must run on torch alone; "
-        "a later run brings the copy up to date. A run without --vendor moves a file that uses a copy to "
-        "the import form (RGZ005) and leaves the package's `_regionalize.py` for you to delete.",
+        "come by upgrading it. --vendor: a copy of the runtime package in your tree, `_regionalize/` at the "
+        "package's top (beside a file outside any package), bound by one import, for packages that must "
+        "run on torch alone; a later run brings the copy up to date. A run without --vendor moves a file "
+        "that uses a copy to the import form (RGZ005) and leaves the copy for you to delete.",
     ),
     click.option(
         "--always",

@@ -1,23 +1,23 @@
 """The names a rewrite adds must be free (RGZ113): it never shadows the user's code, nor is shadowed by it.
 
-A rewrite binds names in the file, those of the helpers it calls (one import from the package's runtime
-module, or an inline copy with the imports of its own), and in a package the runtime module itself,
-`_regionalize` in the top folder. Each must mean nothing else already:
+A rewrite binds names in the file: `regionalize`, by `import regionalize` or, with `--vendor`, by the
+import of the runtime copy (`runtime_copy.vendor_import`); and the private helper names of an earlier
+release (`_regionalize_*`, `shared/helpers.py`) that the file calls, which the codemod converts. With
+`--vendor`, the copy takes `_regionalize` in the top folder (or beside a lone file). Each must mean nothing
+else already:
 
-- a helper (`_regionalize_*`) that the file binds anywhere (a definition, an assignment, an import, a
-  parameter): the helpers are called inside methods, where a local of that name would be called instead;
-  or that a star import of a module of the package may bring. A name with a leading underscore comes
-  through a star import only when `__all__` lists it, so that is what is read; an `__all__` built any
-  other way than from literal lists may list any name the module binds;
-- a module the inline copy imports (`copy`, `torch`) that the file binds at module level to anything but
-  that module (`from copy import copy`);
-- the module's name in the top folder: a file regionalize did not write, a folder or a compiled module
-  (`runtime_copy.foreign_module`; the runner reports an error for it too), or a binding of `_regionalize` at
-  module level in the top `__init__.py`, which importing the runtime module would overwrite.
+- a name bound that the file binds anywhere (a definition, an assignment, an import, a parameter): the
+  calls are made inside methods, where a local of that name would be called instead; or that a star
+  import of a module of the package may bring. A name with a leading underscore comes through a star
+  import only when `__all__` lists it, so that is what is read; an `__all__` built any other way than
+  from literal lists may list any name the module binds;
+- the copy's name: a file or folder regionalize did not write, or a compiled module
+  (`runtime_copy.foreign_module`; the runner reports an error for it too), or a binding of `_regionalize`
+  at module level in the top `__init__.py`, which importing the copy would overwrite.
 
-What regionalize wrote itself is not a collision: the import from the package's runtime module, an
-inline copy between its markers. A star import of a module outside the package is not read, as nothing
-outside the package is.
+What regionalize wrote itself is not a collision: its imports of the copy, and an earlier release's
+import of its joined module or inline copy between markers. A star import of a module outside the
+package is not read, as nothing outside the package is.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from regionalize.codemod import import_form, package, runtime_copy
+from regionalize.codemod import import_form, package, runtime_copy, vendored_legacy
 from regionalize.shared.sites import label, shown
 
 _MAX_BYTES = 10 * 1024 * 1024
@@ -73,9 +73,9 @@ def clash(tree: ast.Module, source: str, placed: runtime_copy.Placed, path: str 
             )
         if found := _init_binding(module.parent, tree if path and _is_init(path, module.parent) else None):
             return Clash(found)
-    inline = runtime_copy.inline_lines(source)
+    inline = vendored_legacy.inline_lines(source)
     # The import of the package's copy is ours, also where the import form takes its place.
-    root = module.parent if module else runtime_copy.package_root(Path(path)) if path else None
+    root = runtime_copy.package_root(Path(path)) if path else None
     dots = runtime_copy.import_dots(Path(path), root) if path and root else None
 
     # Helpers are called inside methods, where a local of their name would be called instead: the
@@ -85,7 +85,9 @@ def clash(tree: ast.Module, source: str, placed: runtime_copy.Placed, path: str 
     def ours(node: ast.AST, name: str) -> bool:
         if getattr(node, "lineno", 0) in inline:
             return True
-        if isinstance(node, ast.ImportFrom):  # the import of the package's copy, with the dots it needs
+        if _imports_copy(node, dots):
+            return True
+        if isinstance(node, ast.ImportFrom):  # an earlier release's import of the package's joined copy
             return node.module == runtime_copy.MODULE and dots is not None and node.level == len(dots)
         # `import regionalize`, or a module the inline copy imports
         return (name not in private or name == import_form.NAME) and _imports_itself(node, name)
@@ -117,6 +119,15 @@ def _init_binding(root: Path, tree: ast.Module | None) -> str | None:
             "the runtime module's name"
         )
     return None
+
+
+def _imports_copy(node: ast.AST, dots: str | None) -> bool:
+    """The statement `runtime_copy.vendor_import` writes, with the dots of the file's depth (`dots`)."""
+    if isinstance(node, ast.ImportFrom):
+        names, ok = node.names, dots is not None and node.module is None and node.level == len(dots)
+    else:
+        names, ok = getattr(node, "names", []), isinstance(node, ast.Import) and dots is None
+    return ok and [(a.name, a.asname) for a in names] == [(runtime_copy.MODULE, runtime_copy.NAME)]
 
 
 def _imports_itself(node: ast.AST, name: str) -> bool:

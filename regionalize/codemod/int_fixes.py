@@ -11,11 +11,11 @@ edits are insertions at exact positions, so everything else in the file stays by
 
 - a call or subscript that hands the integer to something other than the module itself or torch
   (`past_key_values.update(.., self.layer_idx)`, `cache.layers[self.layer_idx]`) runs outside the
-  compiled region as `_regionalize_eager(lambda: <the same expression>)`. The lambda keeps the
+  compiled region as `regionalize.eager(lambda: <the same expression>)`. The lambda keeps the
   expression as written and its evaluation order; since Dynamo never traces its body, it never reads
   the integer, and no setting is needed (RGZ003);
 - any other read in traced code (a branch, arithmetic) is made symbolic while that forward is traced:
-  `@_regionalize_symbolic_ints`, which wraps it in Dynamo's traceable
+  `@regionalize.symbolic_ints`, which wraps it in Dynamo's traceable
   `patch_dynamo_config(allow_unspec_int_on_nn_module=True)` (torch >= 2.8), a setting scoped to the
   tracing of that function; a branch then compiles a graph per outcome, not per block (RGZ004).
 
@@ -35,9 +35,9 @@ from regionalize.codemod.nodes import segment, split_lines, walk
 from regionalize.shared import helpers
 from regionalize.shared.sites import Site
 
-# The runtime's helpers (regionalize/runtime/) the fixes call.
-EAGER = helpers.EAGER
-SYMBOLIC = helpers.SYMBOLIC_INTS
+# The public API's calls the fixes write (regionalize/runtime/api.py).
+EAGER = helpers.public(helpers.EAGER)
+SYMBOLIC = helpers.public(helpers.SYMBOLIC_INTS)
 PATTERN = "per-block-int"
 
 
@@ -370,7 +370,7 @@ def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | No
 
 
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    """Inside `_regionalize_eager(lambda: ..)`, as an earlier run wrote it."""
+    """Inside `regionalize.eager(lambda: ..)`, as an earlier run wrote it."""
     for node in _ancestors(read, parents):
         if isinstance(node, ast.Lambda):
             call = parents.get(node)

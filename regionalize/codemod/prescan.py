@@ -23,8 +23,15 @@ CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
 # Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
 CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
 # Names that make a top-level statement worth a LibCST parse.
-# The helpers that compile their first argument in place (`DISPATCH`: `--guard-bypass depyf`'s).
-COMPILING_HELPERS = {helpers.DISPATCH, helpers.BLOCKS, helpers.CUDA_GRAPHS}
+# The calls that compile their first argument: the API's, and an earlier release's helpers, as a module of
+# the package read for what it holds (`transform._holders_of`) is read as it is on disk.
+COMPILING_HELPERS = {
+    helpers.COMPILE_DIRECT,
+    helpers.COMPILE_REGION,
+    helpers.DISPATCH,
+    helpers.BLOCKS,
+    helpers.CUDA_GRAPHS,
+}
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
 # What the file's package defines under an imported name (`package.py`), or None.
 Lookup = Callable[[str], "Definition | None"]
@@ -246,11 +253,12 @@ def scan(
         if _compiles(loop, facts):
             if _regional(loop):
                 facts.regional_loops.append(loop.lineno)
-            iterable = dotted_name(strip_values(loop.iter))
-            if iterable:
-                facts.compiled_iterables.add(iterable)
-                if "." in iterable:
-                    facts.compiled_iterables.add("." + iterable.rsplit(".", 1)[1])
+            _compiled(facts, loop.iter)
+    for call in named:  # `regionalize.compile_region(*self.layers, owner=self)`: a loop's work in one call
+        if type(call) is ast.Call and (starred := _starred(call)) is not None:
+            if _owned_by_self(call):
+                facts.regional_loops.append(call.lineno)
+            _compiled(facts, starred)
     for assign in assigns:
         if isinstance(assign.value, ast.Call) and facts.is_container(assign.value.func):
             targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
@@ -281,13 +289,37 @@ def kind_by_name(name: str) -> str:
     return "ModuleDict" if "Dict" in last else "Sequential" if "Sequential" in last else "ModuleList"
 
 
+def _compiled(facts: FileFacts, iterable: ast.expr) -> None:
+    """The blocks of `iterable` are compiled: a container of it is already (RGZ002)."""
+    name = dotted_name(strip_values(iterable))
+    if name:
+        facts.compiled_iterables.add(name)
+        if "." in name:
+            facts.compiled_iterables.add("." + name.rsplit(".", 1)[1])
+
+
+def _starred(call: ast.Call) -> ast.expr | None:
+    """`ITER` of `regionalize.compile_region(*ITER, owner=...)` (or another compiling call so written)."""
+    if len(call.args) == 1 and isinstance(call.args[0], ast.Starred):
+        return call.args[0].value if dotted_name(call.func) in COMPILING_HELPERS else None
+    return None
+
+
+def _owned_by_self(call: ast.Call) -> bool:
+    """Does the call make blocks nested regions of `self`, as the hierarchical form does (an earlier
+    release's helper took the owner second)?"""
+    name = dotted_name(call.func)
+    if name == helpers.BLOCKS:
+        return len(call.args) >= 2 and dotted_name(call.args[1]) == "self"
+    return name == helpers.COMPILE_REGION and any(
+        k.arg == helpers.OWNER and dotted_name(k.value) == "self" for k in call.keywords
+    )
+
+
 def _regional(loop: ast.For) -> bool:
     """Does `for x in it:` make blocks nested regions of `self`, as the hierarchical form's loop does?"""
     return any(
-        isinstance(node, ast.Call)
-        and dotted_name(node.func) == helpers.BLOCKS
-        and len(node.args) >= 2
-        and dotted_name(node.args[1]) == "self"
+        isinstance(node, ast.Call) and _owned_by_self(node)
         for statement in loop.body
         for node in walk(statement)
     )
@@ -305,6 +337,8 @@ def _compiles(loop: ast.For, facts: FileFacts) -> bool:
                 return True
             if name in COMPILING_HELPERS and node.args and dotted_name(node.args[0]) == var:
                 return True
+            if (starred := _starred(node)) is not None and dotted_name(strip_values(starred)) == var:
+                return True  # each item of `var` (a stage's blocks), as a loop deeper would
         if (
             isinstance(node, ast.For)
             and dotted_name(strip_values(node.iter)) == var

@@ -23,8 +23,8 @@ import libcst as cst
 
 from regionalize.codemod import (
     collisions,
-    import_form,
     int_fixes,
+    legacy_calls,
     package,
     parse_spans,
     placement,
@@ -39,6 +39,7 @@ from regionalize.codemod.patterns.context import OWNED, OWNED_WITHOUT_REGIONS, S
 from regionalize.codemod.patterns.extend import ExtendSites
 from regionalize.codemod.patterns.loops import LoopSites
 from regionalize.codemod.patterns.model import Edits
+from regionalize.shared import helpers
 from regionalize.shared.options import Options
 from regionalize.shared.sites import CODES, Site
 
@@ -80,11 +81,14 @@ def transform_source(
     """Rewrite `source`; never raises on bad input: a parse error is a "failure" with its reason.
 
     With the file's `path`, the names it imports from its own package are judged by their definitions.
-    The passes read a file in the import form as the vendored form's calls (`import_form.py`).
+    A file that calls the private helpers of an earlier release is read as the public calls
+    (`legacy_calls.py`).
     """
     if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
-    result = _transform(import_form.to_internal(source), options, path)
+    legacy = legacy_calls.holds(source)
+    text = legacy_calls.to_public(source) if legacy else source
+    result = _transform(text, options, path, _legacy_names(source) if legacy else frozenset())
     if result.status != "success":
         result.code = source
     elif result.code == source:
@@ -92,7 +96,13 @@ def transform_source(
     return result
 
 
-def _transform(source: str, options: Options, path: str | None) -> TransformResult:
+def _legacy_names(source: str) -> frozenset[str]:
+    return frozenset(name for name in helpers.PUBLIC if name in source)
+
+
+def _transform(source: str, options: Options, path: str | None, legacy: frozenset[str]) -> TransformResult:
+    """`legacy`: the helper names of an earlier release that the file named, before `source` read them as
+    the public calls."""
     if not might_have_sites(source, options):
         return TransformResult("skip", source, reason="no module containers")
     if "\r" in source and _LONE_CR.search(source):  # the `in` test: a memchr, most files have no CR
@@ -130,7 +140,7 @@ def _transform(source: str, options: Options, path: str | None) -> TransformResu
     torch_line = found.needs_torch and not found.facts.torch_bound
     code = "".join(found.lines)
     code, placed, moved = placement.add_helpers(
-        code, tree, lines, found.first_changed, torch_line, path, options
+        code, tree, found.first_changed, torch_line, path, options, legacy
     )
     runtime = placed.module if placed else None
     if moved is not None:

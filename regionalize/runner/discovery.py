@@ -1,5 +1,5 @@
-"""Finding the files of a run: the paths given, folders walked (hidden, virtual-env, cache and git-ignored
-ones left out), and the --include / --exclude globs."""
+"""Finding the files of a run: the paths given, folders walked (hidden, virtual-env, cache, git-ignored
+and runtime-copy ones left out), and the --include / --exclude globs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from regionalize.codemod import runtime_copy
 
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "build", "dist"}
 
@@ -67,6 +69,8 @@ def _walk(root: Path) -> Iterator[str]:
             if not d.startswith(".")
             and d not in SKIP_DIRS
             and not (Path(directory, d) / "pyvenv.cfg").exists()
+            # The runtime copy `--vendor` wrote is regionalize's, not the user's code to rewrite.
+            and not (d == runtime_copy.MODULE and runtime_copy.is_copy(Path(directory, d)))
         ]
         for name in filenames:
             path = os.path.join(directory, name)

@@ -7,13 +7,12 @@ import codecs
 import contextlib
 import difflib
 import gc
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from regionalize.codemod import runtime_copy
+from regionalize.codemod import runtime_copy, vendored_legacy
 from regionalize.codemod.nodes import split_lines
 from regionalize.codemod.transform import might_have_sites, transform_source
 from regionalize.shared.options import Options
@@ -54,8 +53,8 @@ def _judge(path: str, job: Job) -> tuple[FileReport, _Pending | None]:
 
 
 def _write(report: FileReport, source: SourceFile, code: str) -> str | None:
-    """Write a rewritten file, its package's runtime copy first: a run stopped between the two writes
-    leaves a package that imports. The error, or None."""
+    """Write a rewritten file, its runtime copy first: a run stopped between the two writes leaves a
+    package that imports. The error, or None."""
     if report.runtime:
         try:
             report.runtime_before = _runtime_copy(report.runtime, write=True)
@@ -68,28 +67,60 @@ def _write(report: FileReport, source: SourceFile, code: str) -> str | None:
     return None
 
 
-def _runtime_copy(path: str, write: bool) -> str | None:
-    """What a package's runtime copy held ("" for none) when it is not up to date, and with `write` it
-    is then; None when it is up to date. ValueError when it cannot be read or written, or is a file or
-    folder of the package's own, which is never written over."""
-    if taken := runtime_copy.foreign_module(Path(path).parent):
+def _runtime_copy(path: str, write: bool) -> runtime_copy.Changes | None:
+    """What a runtime copy (`runtime_copy.py`) and the joined module of an earlier release beside it need
+    (`runtime_copy.Changes`) when the copy is not up to date, and with `write` they get it; None when it is
+    up to date. ValueError when it cannot be read or written, or is a file or folder of the user's own,
+    which is never written over."""
+    folder = Path(path)
+    if taken := runtime_copy.foreign_module(folder.parent):
         raise ValueError(_FOREIGN.format(what=taken[1]))
-    text = runtime_copy.pending_module(Path(path))
-    if text is None:
+    changes = runtime_copy.pending(folder)
+    if not changes:
         return None
+    joined = vendored_legacy.joined_module(folder.parent)
     try:
-        before = read_source(path).text if os.path.exists(path) else ""
+        if joined is not None:  # a package directory would shadow it: with --apply it goes first
+            changes[joined] = (read_source(str(joined)).text, "")
+            if write:
+                joined.unlink()
         if write:
-            write_atomically(path, SourceFile(before, "utf-8", False), text)
+            runtime_copy.write(folder, {f: texts for f, texts in changes.items() if f != joined})
     except (OSError, ValueError) as exc:
         raise ValueError(_os_error(exc)) from None
-    return before
+    return changes
 
 
 _FOREIGN = (
-    "the package's own {what} has the name of the runtime module that its rewritten files would import: "
+    "the package's own {what} has the name of the runtime copy that its rewritten files would import: "
     "left as it is, and so are they (RGZ113); rename it to let them be rewritten"
 )
+
+
+def _still_imported(reports: list[FileReport]) -> None:
+    """A joined module of an earlier release that a file left out of the run still imports cannot give way
+    to the sub-package (which would shadow it): the run's files that would write the sub-package are
+    errors, and written as nothing is, with the files to add to the run."""
+    rewritten = {Path(r.path).resolve() for r in reports if r.changed and not r.error}
+    for folder in sorted({r.runtime for r in reports if r.runtime and not r.error}):
+        root = Path(folder).parent
+        if vendored_legacy.joined_module(root) is None:
+            continue
+        left = [f for f in vendored_legacy.importers(root) if f.resolve() not in rewritten]
+        if not left:
+            continue
+        names = ", ".join(shown(label(f)) for f in left[:3]) + (
+            f" and {len(left) - 3} more" if len(left) > 3 else ""
+        )
+        joined = shown(label(root / f"{runtime_copy.MODULE}.py"))
+        error = (
+            f"not rewritten: {joined}, the runtime copy of an earlier "
+            f"regionalize, is still imported by {names}, which this run leaves as they are, and the copy "
+            "that replaces it would hide it: run over the whole package to move its files together"
+        )
+        for report in reports:
+            if report.runtime == folder and not report.error:
+                report.error, report.changed, report.diff = error, False, ""
 
 
 def process_stdin(data: bytes, name: str | None, job: Job) -> tuple[FileReport, bytes]:
@@ -173,9 +204,10 @@ def run(
             for result in pool.map(_process, work, chunksize=max(1, min(16, len(files) // (jobs * 8)))):
                 judged.append(result)
                 on_done(result[0])
+    _still_imported([report for report, _ in judged])
     reports = []
     for report, pending in judged:
-        if pending is not None:
+        if pending is not None and not report.error:
             report.error = _write(report, *pending)
             report.changed = report.error is None  # the summary counts files changed on disk
         reports.append(report)
@@ -212,10 +244,10 @@ def _bulk_gc() -> Iterator[None]:
 
 
 def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
-    """The packages' runtime copies the files import, each a report of its own, so that the diff and the
-    exit status show it: written by --apply before the first file that imports it (`_write`), and
-    here brought up to date for the files rewritten before. A file or folder of the package's own in its
-    place is an error, and left as it is, as are the files that would import it (RGZ113)."""
+    """The runtime copies the files import, each a report of its own, so that the diff and the exit
+    status show it: written by --apply before the first file that imports it (`_write`), and here brought
+    up to date for the files rewritten before. A file or folder of the user's own in its place is an
+    error, and left as it is, as are the files that would import it (RGZ113)."""
     out = []
     # A copy written before its file failed to be is reported too.
     for path in sorted(
@@ -227,12 +259,13 @@ def runtime_reports(reports: list[FileReport], job: Job) -> list[FileReport]:
         written = [r.runtime_before for r in reports if r.runtime == path and r.runtime_before is not None]
         report = FileReport(label(path), changed=True)
         try:
-            before = written[0] if written else _runtime_copy(path, job.apply)
+            changes = written[0] if written else _runtime_copy(path, job.apply)
         except ValueError as exc:
             report.error = str(exc)
             out.append(report)
             continue
-        if before is not None:
-            report.diff = unified_diff(report.path, before, runtime_copy.runtime_text()) if job.diff else ""
+        if changes:
+            if job.diff:
+                report.diff = "".join(unified_diff(label(f), *texts) for f, texts in sorted(changes.items()))
             out.append(report)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from regionalize.shared import rules
 
@@ -31,10 +32,10 @@ class FileReport:
     error: str | None = None
     changed: bool = False
     diff: str = ""
-    runtime: str | None = None  # the package's runtime copy (`_regionalize.py`) the file imports from
-    # What the runtime copy held ("" for none) before this file's --apply wrote it first; None when it did
-    # not write it.
-    runtime_before: str | None = None
+    runtime: str | None = None  # the runtime copy (`_regionalize/`) the file imports, with --vendor
+    # What this file's --apply changed in the runtime copy, writing it first (each file's text before and
+    # after: `runtime_copy.Changes`); None when it did not write it.
+    runtime_before: dict[Path, tuple[str, str]] | None = None
 
     @property
     def rewrites(self) -> int:

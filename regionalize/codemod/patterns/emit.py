@@ -1,6 +1,11 @@
 """The code written for a site: compile statements in place, wrapped or through the guard bypass, the loops
 that compile a container's blocks, and the editor that applies the planned edits.
 
+The calls are the public API's, built as LibCST nodes (`regionalize.compile_region(*self.layers,
+owner=self)`); the vendored form differs only by the line that binds `regionalize` (`placement.py`). A loop
+over a container's blocks whose body would be one call of their owner's is that call, with the blocks
+starred (`_one_call`).
+
 With `--guard-bypass`, a block compiled on its own (the per-block form) is compiled with `filter`'s
 `guard_filter_fn` or through `depyf`'s dispatcher (the runtime's helpers); in the hierarchical form the
 owner's helper takes `guard_bypass="<mode>"` and applies it to the owner's frame.
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 
 import libcst as cst
@@ -27,9 +33,6 @@ def kwargs_source(options: Options) -> str:
     return ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in items)
 
 
-HIERARCHICAL = helpers.BLOCKS  # the runtime's helper: the block a nested region of its owner
-
-
 def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> str:
     if ctx.owned():
         # A block that updates a cache of its own is traced again for every layer inside a plain region:
@@ -41,8 +44,8 @@ def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> st
         cache = f"cache_index={json.dumps(index)}" if index else "nested=False" if cached else ""
         bypass = ctx.options.guard_bypass
         bypass = f"guard_bypass={json.dumps(bypass)}" if bypass != "none" else ""
-        parts = (var, "self", cache, bypass, ctx.edits.kwargs)
-        return f"{HIERARCHICAL}({', '.join(p for p in parts if p)})"
+        parts = (var, f"{helpers.OWNER}=self", cache, bypass, ctx.edits.kwargs)
+        return f"{helpers.COMPILE_REGION}({', '.join(p for p in parts if p)})"
     mode = ctx.options.guard_bypass
     if mode == "none":
         # Per-block CUDA graphs overwrite each other's outputs: with no owner, blocks compile without them.
@@ -57,7 +60,7 @@ def _bypass_statement(mode: str, var: str, kwargs_src: str) -> str:
     """One statement that compiles module `var` in place with the guard bypass."""
     if mode == "filter":
         return f"{var}.compile({_join(kwargs_src, _FILTER_OPTION)})"
-    return f"{helpers.GUARD_BYPASS['depyf']}({_join(var, kwargs_src)})"
+    return f"{helpers.COMPILE_DIRECT}({_join(var, kwargs_src)})"
 
 
 def _bypass_expression(mode: str, expr_src: str, kwargs_src: str) -> str:
@@ -67,7 +70,7 @@ def _bypass_expression(mode: str, expr_src: str, kwargs_src: str) -> str:
     return f"torch.compile({_join(expr_src, kwargs_src, _FILTER_OPTION)})"
 
 
-_FILTER_OPTION = f'options={{"guard_filter_fn": {helpers.GUARD_BYPASS["filter"]}}}'
+_FILTER_OPTION = f'options={{"guard_filter_fn": {helpers.public(helpers.GUARD_FILTER)}}}'
 
 
 def _join(*parts: str) -> str:
@@ -120,9 +123,33 @@ def compile_loop(ctx: Context, found: Container, iterable: str) -> cst.BaseState
     statement = guarded_compile(ctx, var, blocks_of(found), mixed)
     if statement is None:
         return None
+    if (one := _one_call(statement, var, source)) is not None:
+        return cst.parse_statement(one, config=ctx.module.config_for_parsing)
     indent = ctx.module.default_indent
     text = f"for {var} in {source}:\n" + "".join(indent + line + "\n" for line in statement.splitlines())
     return cst.parse_statement(text, config=ctx.module.config_for_parsing)
+
+
+def _one_call(statement: str, var: str, source: str) -> str | None:
+    """`regionalize.compile_region(*SOURCE, owner=self, ...)` for the loop `for VAR in SOURCE: STATEMENT`
+    where the statement is `compile_region(VAR, owner=self, ...)`; None for any other loop, and for one
+    that the call would not say as well on one line: a source over lines, or holding `#` or `\\`, or
+    arguments that read the block."""
+    head = f"{helpers.COMPILE_REGION}({var}, "
+    if not statement.startswith(head) or "\n" in source or "#" in source or "\\" in source:
+        return None
+    rest = statement[len(head) :]
+    if "#" in rest or "\\" in rest or re.search(rf"\b{re.escape(var)}\b", rest):
+        return None
+    try:
+        iterable = cst.parse_expression(source)
+    except cst.ParserSyntaxError:
+        return None
+    if iterable.lpar:  # a parenthesized source reads as it is inside its parentheses
+        source = cst.Module([]).code_for_node(iterable.with_changes(lpar=[], rpar=[]))
+    if not isinstance(iterable, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+        source = f"({source})"
+    return f"{helpers.COMPILE_REGION}(*{source}, {rest}"
 
 
 def wrap(ctx: Context, element: Element) -> None:
