@@ -13,8 +13,8 @@ from torch import nn
 
 import regionalize
 from regionalize.bench.accounting import recording, served_forms
-from regionalize.runtime.constants import _regionalize_constants
-from regionalize.runtime.internals import _regionalize_inductor_pieces
+from regionalize.runtime.constants import differing_constants
+from regionalize.runtime.internals import inductor_pieces
 
 
 class DropPath(nn.Module):
@@ -57,17 +57,17 @@ class Encoder(nn.Module):
 
 def test_which_blocks_differ_in_their_floats() -> None:
     model = Encoder()
-    why = _regionalize_constants(list(model.blocks))
+    why = differing_constants(list(model.blocks))
     assert why is not None and "drop_path.drop_prob" in why and "8 sets of values" in why
-    assert _regionalize_constants(list(Encoder(rate=0.0).blocks)) is None  # one set: one region
+    assert differing_constants(list(Encoder(rate=0.0).blocks)) is None  # one set: one region
     alternating = Encoder(rate=0.0, scales=[1.0, 0.5] * 4)
-    assert _regionalize_constants(list(alternating.blocks)) is None  # two sets: a region each
+    assert differing_constants(list(alternating.blocks)) is None  # two sets: a region each
     for i, block in enumerate(alternating.blocks):
         block.layer_idx = i  # integers are the layer indexes the stand-ins serve
-    assert _regionalize_constants(list(alternating.blocks)) is None
+    assert differing_constants(list(alternating.blocks)) is None
 
 
-@pytest.mark.skipif(_regionalize_inductor_pieces() is None, reason="this torch cannot compile in pieces")
+@pytest.mark.skipif(inductor_pieces() is None, reason="this torch cannot compile in pieces")
 def test_an_owner_whose_blocks_differ_in_a_rate_is_compiled_in_pieces_each_distinct_block_once() -> None:
     torch.manual_seed(0)
     model = Encoder(scales=[1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5]).eval()

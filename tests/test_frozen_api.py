@@ -125,7 +125,7 @@ def test_the_codemod_and_the_runtime_name_the_same_cuda_graph_modes() -> None:
     """The codemod compiles a block with no owner without CUDA graphs (their graphs would overwrite each
     other's outputs), and the runtime drops them from blocks it compiles one by one: one rule, written on
     each side of the line the runtime cannot import across (it needs torch alone, the codemod no torch)."""
-    from regionalize.runtime.per_block import _regionalize_graph_modes
+    from regionalize.runtime.per_block import graph_modes
     from regionalize.shared.options import CUDA_GRAPH_MODES
 
-    assert set(_regionalize_graph_modes) == set(CUDA_GRAPH_MODES)
+    assert set(graph_modes) == set(CUDA_GRAPH_MODES)

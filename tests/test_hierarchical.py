@@ -26,7 +26,7 @@ from torch_support import needs_reuse
 
 from regionalize.bench.accounting import recording, served_forms
 from regionalize.codemod import transform_source
-from regionalize.runtime.nested import _regionalize_reuses
+from regionalize.runtime.nested import reuses
 from regionalize.shared.options import Options
 
 SOURCE = """
@@ -91,7 +91,7 @@ def build(
 def graphed_spy(model: torch.nn.Module) -> list[int]:
     """Count the calls that reach the owner's whole compiled frame (compiled by the owner's first call)."""
     module, state, calls = sys.modules[type(model).__module__], model.__dict__["_regionalize_owner"], []
-    run = module._regionalize_run_whole
+    run = module.run_whole
 
     def counted_run(owner: Any, given: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -100,7 +100,7 @@ def graphed_spy(model: torch.nn.Module) -> list[int]:
 
         return run(owner, given, counted if given is state else whole, args, kwargs)
 
-    module._regionalize_run_whole = counted_run
+    module.run_whole = counted_run
     return calls
 
 
@@ -192,7 +192,7 @@ def test_default_form_matches_eager_across_shapes_modes_grad_and_a_changed_float
 
 def test_only_errors_raised_while_compiling_are_fallen_back_from() -> None:
     runtime = load(transform_source(SOURCE, Options()).code)
-    compiling = runtime._regionalize_compiling
+    compiling = runtime.compiling
     assert compiling(torch._dynamo.exc.Unsupported("a graph break"))
     assert compiling(torch._dynamo.exc.FailOnRecompileLimitHit("limit"))
     dynamo_internal: dict[str, Any] = {"__name__": "torch._dynamo.convert_frame"}
@@ -382,7 +382,7 @@ def test_only_a_failed_trace_is_retried_in_pieces(failure: str) -> None:
     x = torch.randn(2, 16)
     try:
         with torch.no_grad():
-            out = runtime._regionalize_run_whole(model, state, whole, (x,), {})
+            out = runtime.run_whole(model, state, whole, (x,), {})
     finally:
         runtime._regionalize_tracing[0] = False
     if failure == "trace":
@@ -520,13 +520,13 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
         m(ids, use_cache=False).logits.sum().backward()
     # The width and depth that show torch's error are too slow for a test; the path taken is what matters:
     # each layer compiled on its own, its cache (none here) stood in for in a frame of its own.
-    frames = sys.modules[module.regionalize.__name__ + ".state"]._regionalize_process.block_frames
+    frames = sys.modules[module.regionalize.__name__ + ".state"].process.block_frames
     assert all(layer in frames for layer in model.model.layers)
     for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)
     with torch.no_grad():
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
-    if _regionalize_reuses():
+    if reuses():
         assert (
             model.model.__dict__["_regionalize_owner"].plan.form.value != "per block"
         )  # the no_grad call ran whole

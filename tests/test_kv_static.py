@@ -22,7 +22,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 
 from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.bench.served import PROMPT, STATIC  # noqa: E402
-from regionalize.runtime.nested import _regionalize_reuses  # noqa: E402
+from regionalize.runtime.nested import reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 DEPTH = 6  # the depth of test_kv_regions' decoder
@@ -73,7 +73,7 @@ def test_a_static_cache_that_transformers_changed_is_traced_layer_by_layer(
     written in place): one that rebinds them is not stood in for, and its blocks are traced in the
     owner's frame, with the original's results."""
     model, twin = pair()
-    check = sys.modules[type(model).__module__]._regionalize_static_checked
+    check = sys.modules[type(model).__module__].static_checked
     assert check()
     plain_update = StaticLayer.update
 
@@ -122,7 +122,7 @@ def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_region
     ahead: its layers are stood in for where torch reuses a traced region; where it reuses none (2.11), they
     are traced as they are, the owner compiled in pieces, as a stand-in traced for every layer cost more
     (on an H200, a 32-layer Llama's first generate: 47 s against 26 s)."""
-    if reuse and not _regionalize_reuses():
+    if reuse and not reuses():
         pytest.skip("this torch does not reuse a traced region")
     if not reuse:
         request.getfixturevalue("without_reuse")
@@ -257,15 +257,15 @@ def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_
     not where a layer holds a tensor at an unmarked address, nor for another cache."""
     model, _ = pair()
     runtime = sys.modules[type(model).__module__]  # the runtime, inline in a lone file
-    monkeypatch.setattr(runtime._regionalize_process, "static", runtime._regionalize_static_checked())
+    monkeypatch.setattr(runtime.process, "static", runtime.static_checked())
     cache = static_cache(early=True)
-    assert not runtime._regionalize_static_graphable(cache)  # on the CPU: no CUDA graph
-    monkeypatch.setattr(runtime, "_regionalize_on_graph_device", lambda tensor: True)
-    assert runtime._regionalize_static_graphable(cache)
-    assert not runtime._regionalize_static_graphable(static_cache())  # the prompt sets its layers up
+    assert not runtime.static_graphable(cache)  # on the CPU: no CUDA graph
+    monkeypatch.setattr(runtime, "on_graph_device", lambda tensor: True)
+    assert runtime.static_graphable(cache)
+    assert not runtime.static_graphable(static_cache())  # the prompt sets its layers up
     cache.layers[3].keys = cache.layers[3].keys.clone()
-    assert not runtime._regionalize_static_graphable(cache)
-    assert not runtime._regionalize_static_graphable(DynamicCache())
+    assert not runtime.static_graphable(cache)
+    assert not runtime.static_graphable(DynamicCache())
 
 
 def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_graphed_frame(
@@ -280,13 +280,13 @@ def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_g
     runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
     stand_in_gpu(monkeypatch, runtime)
     graphed: list[int] = []
-    run_whole = runtime["_regionalize_run_whole"]
+    run_whole = runtime["run_whole"]
 
     def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         graphed.append(1)
         return run_whole(owner, state, whole, args, kwargs)
 
-    monkeypatch.setitem(runtime, "_regionalize_run_whole", counted_run)
+    monkeypatch.setitem(runtime, "run_whole", counted_run)
     config = transformers.CompileConfig(backend="aot_eager")
     config._compile_all_devices = True  # generate compiles only on a GPU otherwise
     model.generation_config.compile_config = config
@@ -304,7 +304,7 @@ def test_outputs_of_a_cuda_graph_are_copies_but_the_callers_cache() -> None:
     """A replay writes its outputs' memory again: the caller keeps copies of tensors and of objects the
     call made, but the cache it handed in is its own, written in place as the original writes it."""
     model, _ = pair()
-    kept = sys.modules[type(model).__module__]._regionalize_kept
+    kept = sys.modules[type(model).__module__].kept
     cache, made, hidden = static_cache(early=True), DynamicCache(), torch.ones(2)
     out = kept(BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache), (), {"cache": cache})
     assert out.past_key_values is cache
@@ -328,13 +328,13 @@ def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_ca
     graphed: list[int] = []
     owner = model.model
     runtime = type(owner.layers[0]).forward.__globals__  # the package's copy, which the blocks call
-    run_whole = runtime["_regionalize_run_whole"]
+    run_whole = runtime["run_whole"]
 
     def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         graphed.append(1)
         return run_whole(owner, state, whole, args, kwargs)
 
-    monkeypatch.setitem(runtime, "_regionalize_run_whole", counted_run)
+    monkeypatch.setitem(runtime, "run_whole", counted_run)
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).cuda()
     mask = torch.ones_like(ids)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:

@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
 from regionalize.runtime import internals, pieces  # noqa: E402
-from regionalize.runtime.state import _RegionalizeOwner  # noqa: E402
+from regionalize.runtime.state import OwnerState  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 
@@ -63,33 +63,30 @@ def fresh() -> None:
     torch.compiler.reset()
 
 
-def compiled(model: nn.Module) -> tuple[Any, _RegionalizeOwner]:
-    state = _RegionalizeOwner([], {}, direct=False)
-    backend = pieces._regionalize_pieces({Block}, state, "reduce-overhead", {})
+def compiled(model: nn.Module) -> tuple[Any, OwnerState]:
+    state = OwnerState([], {}, direct=False)
+    backend = pieces.pieces_backend({Block}, state, "reduce-overhead", {})
     return torch.compile(model, backend=backend, fullgraph=True), state
 
 
 def keys_recorded_and_run(model: nn.Module, x: Any) -> tuple[list[Any], list[Any]]:
     """The key of each piece of `model`'s graph (`x` its batch dimension dynamic), from the inputs Dynamo
     recorded and from a run on fake inputs."""
-    tools = internals._regionalize_inductor_pieces()
+    tools = internals.inductor_pieces()
     found: list[Any] = []
 
     def backend(graph: Any, example_inputs: list[Any]) -> Any:
-        split, _ = pieces._regionalize_split(graph, {Block})
-        recorded = pieces._regionalize_recorded(split)
+        split, _ = pieces.split_graph(graph, {Block})
+        recorded = pieces.recorded_inputs(split)
         assert recorded is not None
         found.append(
-            [
-                (target, pieces._regionalize_piece_key(getattr(split, target), args)[0])
-                for target, args in recorded
-            ]
+            [(target, pieces.piece_key(getattr(split, target), args)[0]) for target, args in recorded]
         )
         ran = []
 
         class Run(torch.fx.Interpreter):
             def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
-                ran.append((target, pieces._regionalize_piece_key(getattr(self.module, target), args)[0]))
+                ran.append((target, pieces.piece_key(getattr(self.module, target), args)[0]))
                 return super().call_module(target, args, kwargs)
 
         fake = tools.fake_mode(example_inputs)
@@ -121,7 +118,7 @@ def test_off_the_gpu_each_piece_takes_the_inputs_dynamo_recorded_which_a_fake_ru
 def test_a_piece_without_dynamos_record_of_its_inputs_learns_them_from_a_fake_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pieces, "_regionalize_recorded", lambda split: None)
+    monkeypatch.setattr(pieces, "recorded_inputs", lambda split: None)
     torch.manual_seed(0)
     model, x = Stack(widths=(8, 8, 16, 16)).eval(), torch.randn(2, 3, 4)
     whole, state = compiled(model)
@@ -138,8 +135,8 @@ def on_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> A
     """Where CUDA graphs run: the GPU, or the CPU standing in for it (every tensor where CUDA graphs run,
     captures `emulated`). Yields the device and the runtime's counts of the graphs captured and replayed."""
     if request.param == "stood in":
-        monkeypatch.setattr(pieces, "_regionalize_on_graph_device", lambda tensor: True)
-        monkeypatch.setattr(pieces, "_regionalize_capture", emulated)
+        monkeypatch.setattr(pieces, "on_graph_device", lambda tensor: True)
+        monkeypatch.setattr(pieces, "capture", emulated)
     counts = torch._dynamo.utils.counters["regionalize"]
     counts.clear()
     return torch.device("cpu" if request.param == "stood in" else "cuda"), counts
@@ -166,9 +163,9 @@ def test_pieces_alike_but_for_the_memory_their_inputs_share_are_not_one_piece() 
     two inputs apart, nor the other way round."""
     piece = torch.fx.symbolic_trace(lambda a, b: a.add_(1) + b)
     x, y = torch.zeros(4), torch.zeros(4)
-    apart = pieces._regionalize_piece_key(piece, [x, y])
-    assert pieces._regionalize_piece_key(piece, [y, x]) == apart
-    assert pieces._regionalize_piece_key(piece, [x, x.view(4)]) != apart
+    apart = pieces.piece_key(piece, [x, y])
+    assert pieces.piece_key(piece, [y, x]) == apart
+    assert pieces.piece_key(piece, [x, x.view(4)]) != apart
 
 
 def test_a_call_is_one_graph_replayed_whose_outputs_the_caller_keeps(on_gpu: Any) -> None:
@@ -225,7 +222,7 @@ def test_a_written_input_at_another_address_is_a_new_graph_the_least_recently_re
     before: past the limit the graph replayed least recently gives way, and is captured again when its
     input comes back. Every call computes the original's result."""
     device, counts = on_gpu
-    monkeypatch.setattr(pieces, "_regionalize_graph_limit", 2)
+    monkeypatch.setattr(pieces, "graph_limit", 2)
     torch.manual_seed(0)
     model = Stack().eval().to(device)
     whole, _ = compiled(model)
@@ -254,7 +251,7 @@ def test_a_new_written_input_every_few_calls_is_graphed_however_long_the_run(on_
     model = Stack().eval().to(device)
     whole, _ = compiled(model)
     x = torch.randn(2, 3, 4, device=device)
-    requests = 10 * pieces._regionalize_graph_limit
+    requests = 10 * pieces.graph_limit
     kept = []  # each request's cache at an address of its own, none freed for the next to take
     with torch.no_grad():
         for _ in range(requests):
@@ -307,8 +304,8 @@ def test_no_graph_for_work_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture would run the CPU's work once only, and every replay would reuse what it made then: a
     frame that makes a tensor off the GPU is never captured (float64 tensors stand for the CPU's here,
     every other tensor where CUDA graphs run)."""
-    monkeypatch.setattr(pieces, "_regionalize_on_graph_device", lambda tensor: tensor.dtype != torch.float64)
-    monkeypatch.setattr(pieces, "_regionalize_capture", emulated)
+    monkeypatch.setattr(pieces, "on_graph_device", lambda tensor: tensor.dtype != torch.float64)
+    monkeypatch.setattr(pieces, "capture", emulated)
     counts = torch._dynamo.utils.counters["regionalize"]
     counts.clear()
     torch.manual_seed(0)
@@ -341,7 +338,7 @@ def test_no_graph_with_autograd_or_random_numbers_and_none_after_a_failed_captur
     def failing(run: Any, inputs: list[Any], graphs: Any) -> Any:
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(pieces, "_regionalize_capture", failing)
+    monkeypatch.setattr(pieces, "capture", failing)
     skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
     whole, _ = compiled(Stack().eval().to(device))
     with torch.no_grad():
@@ -442,17 +439,17 @@ def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.M
     cache = StaticCache(config=model.config, max_cache_len=16)
     cache.early_initialization(batch_size=1, num_heads=2, head_dim=8, dtype=torch.float32, device="cpu")
     embeds = torch.zeros(1, 1, 32)
-    handoff = runtime["_regionalize_handoff"]
+    handoff = runtime["handoff"]
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})  # not compiling
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": DynamicCache()})
-    monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: False)
+    monkeypatch.setitem(runtime, "on_graph_device", lambda tensor: False)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
-    monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
-    monkeypatch.setattr(runtime["_regionalize_call"], "tracing", "flat")  # the owner's own trace
+    monkeypatch.setitem(runtime, "on_graph_device", lambda tensor: True)
+    monkeypatch.setattr(runtime["this_call"], "tracing", "flat")  # the owner's own trace
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
-    monkeypatch.setattr(runtime["_regionalize_call"], "tracing", False)
-    whole = runtime["_RegionalizePlan"](runtime["_RegionalizeForm"].WHOLE)  # nested regions reused
+    monkeypatch.setattr(runtime["this_call"], "tracing", False)
+    whole = runtime["Plan"](runtime["Form"].WHOLE)  # nested regions reused
     monkeypatch.setattr(owner.__dict__["_regionalize_owner"], "plan", whole)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})

@@ -13,7 +13,7 @@ import torch
 from test_hierarchical import SOURCE, build
 
 from regionalize.bench.timing import at_depth
-from regionalize.runtime.stack import _regionalize_fresh_stack
+from regionalize.runtime.stack import fresh_stack
 
 resource = pytest.importorskip("resource")
 DEPTHS = range(0, 150)  # frames of about 120 bytes: more than one chunk of 16 KiB
@@ -51,7 +51,7 @@ def _blocks(n: int) -> None:
 def test_calls_under_a_fresh_stack_fault_at_no_depth() -> None:
     if _most_faults(_blocks, CALLS) < CALLS:
         pytest.skip("this Python keeps a freed chunk of its frame stack (3.10, or one with the fix)")
-    fresh = _regionalize_fresh_stack(types.FunctionType(_blocks.__code__, globals()))
+    fresh = fresh_stack(types.FunctionType(_blocks.__code__, globals()))
     assert _most_faults(fresh, CALLS) < CALLS // 10
 
 

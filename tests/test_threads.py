@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime.internals import _regionalize_reuses
-from regionalize.runtime.owner import _regionalize_blocks
-from regionalize.runtime.threads import _regionalize_call
+from regionalize.runtime.internals import reuses
+from regionalize.runtime.owner import register_block
+from regionalize.runtime.threads import this_call
 
 THREADS = 4
 # torch 2.11, which reuses no traced region (owners per block or in pieces), crashed in Dynamo (a segfault
 # in `FakeTensorMode.__enter__`) with threads compiling a rewritten model at once, under this runtime and
 # the one before it alike; `torch.compile`d modules alone did not.
 crashes_on_2_11 = pytest.mark.skipif(
-    not _regionalize_reuses(), reason="torch 2.11's Dynamo crashes compiling rewritten models in threads"
+    not reuses(), reason="torch 2.11's Dynamo crashes compiling rewritten models in threads"
 )
 
 
@@ -55,7 +55,7 @@ def stack(activation: str, regionalized: bool, **compile_kwargs: Any) -> type[to
             super().__init__()
             self.blocks = torch.nn.ModuleList([Block(d) for _ in range(n)])
             for block in self.blocks if regionalized else ():
-                _regionalize_blocks(block, self, **compile_kwargs)
+                register_block(block, self, **compile_kwargs)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             for block in self.blocks:
@@ -93,22 +93,22 @@ def test_a_flag_one_thread_sets_is_not_seen_by_another() -> None:
     barrier = threading.Barrier(2)
 
     def setting() -> tuple[Any, Any]:
-        _regionalize_call.tracing = "flat"
-        _regionalize_call.standing_in = True
+        this_call.tracing = "flat"
+        this_call.standing_in = True
         barrier.wait()  # the other thread reads now
         barrier.wait()
-        seen = _regionalize_call.tracing, _regionalize_call.standing_in
-        _regionalize_call.tracing = _regionalize_call.standing_in = False
+        seen = this_call.tracing, this_call.standing_in
+        this_call.tracing = this_call.standing_in = False
         return seen
 
     def reading() -> tuple[Any, Any]:
         barrier.wait()
-        seen = _regionalize_call.tracing, _regionalize_call.standing_in
+        seen = this_call.tracing, this_call.standing_in
         barrier.wait()
         return seen
 
     assert concurrently([setting, reading]) == [("flat", True), (False, False)]
-    assert (_regionalize_call.tracing, _regionalize_call.standing_in) == (False, False)
+    assert (this_call.tracing, this_call.standing_in) == (False, False)
 
 
 @crashes_on_2_11
@@ -205,7 +205,7 @@ class Decoder(torch.nn.Module):
 
 
 def decoder(regionalized: bool) -> type[torch.nn.Module]:
-    space: dict[str, Any] = {"torch": torch, "_regionalize_blocks": _regionalize_blocks}
+    space: dict[str, Any] = {"torch": torch, "_regionalize_blocks": register_block}
     space["REGIONALIZED"] = regionalized
     exec(compile(DECODER, f"threads_decoder_{regionalized}", "exec"), space)
     return space["Decoder"]

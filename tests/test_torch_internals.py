@@ -18,22 +18,22 @@ import pytest
 import torch
 
 from regionalize.runtime import internals, owner, plan
-from regionalize.runtime.owner import _regionalize_blocks
+from regionalize.runtime.owner import register_block
 
 PROBES = (
-    internals._regionalize_tracing_context,
-    internals._regionalize_reuses,
-    internals._regionalize_cache_entries,
-    internals._regionalize_config_patch,
-    internals._regionalize_counters,
-    internals._regionalize_dynamo_errors,
-    internals._regionalize_backend_error,
-    internals._regionalize_imports_inlined_modules,
-    internals._regionalize_mark_dynamic_probe,
-    internals._regionalize_static_attribute,
-    internals._regionalize_hook_dicts,
-    internals._regionalize_inductor_pieces,
-    internals._regionalize_cpu_check,
+    internals.tracing_context,
+    internals.reuses,
+    internals.cache_entries,
+    internals.config_patch,
+    internals.counters,
+    internals.dynamo_errors,
+    internals.backend_error,
+    internals.imports_inlined_modules,
+    internals.mark_dynamic_probe,
+    internals.static_attribute,
+    internals.hook_dicts,
+    internals.inductor_pieces,
+    internals.cpu_check,
 )
 
 
@@ -61,17 +61,17 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
     found = {probe.__name__: probed(probe) for probe in PROBES}
     assert not [warned for _, warned in found.values() if warned]
     signature = inspect.signature(torch.compiler.nested_compile_region)
-    assert found["_regionalize_reuses"][0] is ("max_reuse_entries" in signature.parameters)
-    assert callable(found["_regionalize_cache_entries"][0])
-    assert callable(found["_regionalize_config_patch"][0])
-    assert found["_regionalize_counters"][0] is torch._dynamo.utils.counters
-    assert torch._dynamo.exc.TorchDynamoException in found["_regionalize_dynamo_errors"][0]
-    assert found["_regionalize_mark_dynamic_probe"][0] is torch._dynamo.maybe_mark_dynamic
-    assert found["_regionalize_static_attribute"][0] == "_dynamo_static_input_type"
-    assert len(found["_regionalize_hook_dicts"][0]) == 4
-    assert found["_regionalize_tracing_context"][0] is torch._guards.TracingContext.try_get
-    assert found["_regionalize_inductor_pieces"][0] is not None
-    assert found["_regionalize_cpu_check"][0].name == "regionalize-cpu-check"
+    assert found["reuses"][0] is ("max_reuse_entries" in signature.parameters)
+    assert callable(found["cache_entries"][0])
+    assert callable(found["config_patch"][0])
+    assert found["counters"][0] is torch._dynamo.utils.counters
+    assert torch._dynamo.exc.TorchDynamoException in found["dynamo_errors"][0]
+    assert found["mark_dynamic_probe"][0] is torch._dynamo.maybe_mark_dynamic
+    assert found["static_attribute"][0] == "_dynamo_static_input_type"
+    assert len(found["hook_dicts"][0]) == 4
+    assert found["tracing_context"][0] is torch._guards.TracingContext.try_get
+    assert found["inductor_pieces"][0] is not None
+    assert found["cpu_check"][0].name == "regionalize-cpu-check"
 
 
 def fallback(probe: Any, expected: Any, needs: str) -> None:
@@ -88,28 +88,28 @@ def test_traced_is_true_in_dynamos_trace_only_and_only_in_the_tracing_thread(
     2.13): an eager call, here with that flag set as another thread's compile sets it, is not traced."""
 
     def branch(x: torch.Tensor) -> torch.Tensor:
-        return x + 1 if internals._regionalize_traced() else x - 1
+        return x + 1 if internals.traced() else x - 1
 
     x = torch.zeros(2)
     assert branch(x).tolist() == [-1, -1]
     assert torch.compile(branch, backend="eager", fullgraph=True)(x).tolist() == [1, 1]
     monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
-    assert torch.compiler.is_compiling() and not internals._regionalize_traced()
-    internals._regionalize_tracing_context.cache_clear()
+    assert torch.compiler.is_compiling() and not internals.traced()
+    internals.tracing_context.cache_clear()
     monkeypatch.delattr(torch._guards.TracingContext, "try_get")
-    fallback(internals._regionalize_tracing_context, None, "_regionalize_traced")
-    assert internals._regionalize_traced()  # is_compiling() alone, as before
+    fallback(internals.tracing_context, None, "traced")
+    assert internals.traced()  # is_compiling() alone, as before
 
 
 def test_reuse_is_read_from_the_regions_signature(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.compiler, "nested_compile_region", lambda fn=None, is_pure=False: fn)
-    assert probed(internals._regionalize_reuses) == (False, [])
-    internals._regionalize_reuses.cache_clear()
+    assert probed(internals.reuses) == (False, [])
+    internals.reuses.cache_clear()
     monkeypatch.delattr(torch.compiler, "nested_compile_region")  # the owner compiles per block there
-    assert probed(internals._regionalize_reuses) == (False, [])
-    internals._regionalize_reuses.cache_clear()
+    assert probed(internals.reuses) == (False, [])
+    internals.reuses.cache_clear()
     monkeypatch.setattr(torch.compiler, "nested_compile_region", object(), raising=False)  # no signature
-    fallback(internals._regionalize_reuses, False, "_regionalize_reuses")
+    fallback(internals.reuses, False, "reuses")
 
 
 def test_without_cache_entries_the_guard_bypass_keeps_the_guarded_path(
@@ -121,11 +121,11 @@ def test_without_cache_entries_the_guard_bypass_keeps_the_guarded_path(
     compiled = torch.compile(add, backend="eager")
     x = torch.zeros(3)
     compiled(x)
-    assert internals._regionalize_guarded_code(add.__code__, {"x": x}) is not None
-    internals._regionalize_cache_entries.cache_clear()
+    assert internals.guarded_code(add.__code__, {"x": x}) is not None
+    internals.cache_entries.cache_clear()
     monkeypatch.delattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list")
-    fallback(internals._regionalize_cache_entries, None, "the guard bypass")
-    assert internals._regionalize_guarded_code(add.__code__, {"x": x}) is None
+    fallback(internals.cache_entries, None, "the guard bypass")
+    assert internals.guarded_code(add.__code__, {"x": x}) is None
 
 
 def test_a_guard_bypass_without_cache_entries_still_computes_the_original(
@@ -134,11 +134,11 @@ def test_a_guard_bypass_without_cache_entries_still_computes_the_original(
     monkeypatch.delattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list")
     block = torch.nn.Linear(4, 4)
     with pytest.warns(UserWarning, match="the guard bypass"):
-        internals._regionalize_cache_entries()
-    from regionalize.runtime.bypass import _regionalize_dispatch
+        internals.cache_entries()
+    from regionalize.runtime.bypass import dispatch
 
     expected = block(torch.ones(2, 4))
-    _regionalize_dispatch(block, backend="eager")
+    dispatch(block, backend="eager")
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(block(torch.ones(2, 4)), expected.detach())
@@ -147,39 +147,39 @@ def test_a_guard_bypass_without_cache_entries_still_computes_the_original(
 def test_without_the_config_patch_integer_attributes_stay_specialized(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from regionalize.runtime.fixes import _regionalize_symbolic_ints
+    from regionalize.runtime.fixes import symbolic_ints
 
     def forward(self: Any, x: Any) -> Any:
         return x
 
-    assert _regionalize_symbolic_ints(forward) is not forward
-    internals._regionalize_config_patch.cache_clear()
+    assert symbolic_ints(forward) is not forward
+    internals.config_patch.cache_clear()
     monkeypatch.delattr(torch._dynamo, "patch_dynamo_config")
-    fallback(internals._regionalize_config_patch, None, "_regionalize_symbolic_ints")
-    assert _regionalize_symbolic_ints(forward) is forward
+    fallback(internals.config_patch, None, "symbolic_ints")
+    assert symbolic_ints(forward) is forward
 
 
 def test_without_dynamos_counters_the_runtime_counts_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(torch._dynamo.utils, "counters")
-    found, warned = probed(internals._regionalize_counters)
+    found, warned = probed(internals.counters)
     assert len(warned) == 1 and "the runtime's counts" in warned[0]
     found["regionalize"]["cuda_graphs_replayed"] += 1
-    assert internals._regionalize_counters()["regionalize"]["cuda_graphs_replayed"] == 1
+    assert internals.counters()["regionalize"]["cuda_graphs_replayed"] == 1
 
 
 def test_without_dynamos_error_types_a_compile_error_is_told_by_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert internals._regionalize_compiling(torch._dynamo.exc.Unsupported("a graph break"))
-    internals._regionalize_dynamo_errors.cache_clear()
+    assert internals.compiling(torch._dynamo.exc.Unsupported("a graph break"))
+    internals.dynamo_errors.cache_clear()
     monkeypatch.delattr(torch._dynamo.exc, "FailOnRecompileLimitHit")
-    fallback(internals._regionalize_dynamo_errors, (), "_regionalize_compiling")
-    assert not internals._regionalize_compiling(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
+    fallback(internals.dynamo_errors, (), "compiling")
+    assert not internals.compiling(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
     dynamo: dict[str, Any] = {"__name__": "torch._dynamo.convert_frame"}
     exec("def trace():\n    raise AssertionError('a tracer bug')", dynamo)
     with pytest.raises(AssertionError) as inside:
         dynamo["trace"]()
-    assert internals._regionalize_compiling(inside.value)
+    assert internals.compiling(inside.value)
 
 
 def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wraps(
@@ -189,64 +189,62 @@ def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wra
         inner_exception = RuntimeError("a lowering failed")
 
     failed = torch._dynamo.exc.BackendCompilerFailed.__new__(torch._dynamo.exc.BackendCompilerFailed)
-    assert internals._regionalize_backend_failed(failed)
-    assert not internals._regionalize_backend_failed(Wrapped())  # not torch's type
-    assert not internals._regionalize_backend_failed(torch._dynamo.exc.Unsupported("a graph break"))
-    internals._regionalize_backend_error.cache_clear()
+    assert internals.backend_failed(failed)
+    assert not internals.backend_failed(Wrapped())  # not torch's type
+    assert not internals.backend_failed(torch._dynamo.exc.Unsupported("a graph break"))
+    internals.backend_error.cache_clear()
     monkeypatch.delattr(torch._dynamo.exc, "BackendCompilerFailed")
-    fallback(internals._regionalize_backend_error, None, "_regionalize_backend_failed")
-    assert internals._regionalize_backend_failed(Wrapped())
+    fallback(internals.backend_error, None, "backend_failed")
+    assert internals.backend_failed(Wrapped())
 
 
 def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
     tensor = torch.zeros(2, 3)
-    internals._regionalize_mark_dynamic(tensor, 1)
+    internals.mark_dynamic(tensor, 1)
     assert 1 in getattr(tensor, "_dynamo_weak_dynamic_indices", {1})
-    internals._regionalize_mark_dynamic_probe.cache_clear()
+    internals.mark_dynamic_probe.cache_clear()
     monkeypatch.delattr(torch._dynamo, "maybe_mark_dynamic")
-    fallback(internals._regionalize_mark_dynamic_probe, None, "_regionalize_kv_growing")
-    internals._regionalize_mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
+    fallback(internals.mark_dynamic_probe, None, "kv_growing")
+    internals.mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
 
 
 def test_a_static_mark_dynamo_no_longer_sets_marks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     marked = torch.zeros(2)
     torch._dynamo.mark_static_address(marked)
-    assert internals._regionalize_static_marked(marked)
-    assert not internals._regionalize_static_marked(torch.zeros(2))
-    internals._regionalize_static_attribute.cache_clear()
+    assert internals.static_marked(marked)
+    assert not internals.static_marked(torch.zeros(2))
+    internals.static_attribute.cache_clear()
     monkeypatch.setattr(torch._dynamo, "mark_static_address", lambda tensor, guard=False: None)
-    fallback(internals._regionalize_static_attribute, None, "CUDA graphs of static caches")
-    assert not internals._regionalize_static_marked(marked)
+    fallback(internals.static_attribute, None, "CUDA graphs of static caches")
+    assert not internals.static_marked(marked)
 
 
 def test_without_global_hook_dicts_every_call_is_taken_as_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not internals._regionalize_global_hooks()
+    assert not internals.global_hooks()
     handle = torch.nn.modules.module.register_module_full_backward_hook(lambda *args: None)
     try:
-        assert internals._regionalize_global_hooks() and not internals._regionalize_global_hooks(
-            backward=False
-        )
+        assert internals.global_hooks() and not internals.global_hooks(backward=False)
     finally:
         handle.remove()
-    internals._regionalize_hook_dicts.cache_clear()
+    internals.hook_dicts.cache_clear()
     monkeypatch.delattr(torch.nn.modules.module, "_global_forward_hooks")
-    fallback(internals._regionalize_hook_dicts, None, "the checks for global hooks")
-    assert internals._regionalize_global_hooks(backward=False)
+    fallback(internals.hook_dicts, None, "the checks for global hooks")
+    assert internals.global_hooks(backward=False)
 
 
 def test_without_inductors_pieces_the_probe_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    tools = internals._regionalize_inductor_pieces()
+    tools = internals.inductor_pieces()
     assert str(tools.size_symbol(2)) == "s2"
-    internals._regionalize_inductor_pieces.cache_clear()
+    internals.inductor_pieces.cache_clear()
     monkeypatch.setitem(sys.modules, "torch._inductor.compile_fx", None)
-    fallback(internals._regionalize_inductor_pieces, None, "compiling in pieces")
+    fallback(internals.inductor_pieces, None, "compiling in pieces")
 
 
 def test_the_cpu_check_runs_inductors_in_a_thread_which_leaves_it_cached() -> None:
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
     valid_vec_isa_list.cache_clear()
-    thread = internals._regionalize_cpu_check()
+    thread = internals.cpu_check()
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert valid_vec_isa_list.cache_info().currsize == 1
@@ -295,7 +293,7 @@ def test_inductor_picks_its_instruction_set_after_the_cpu_check_not_beside_it(
         return []
 
     monkeypatch.setattr(isa, "valid_vec_isa_list", slow_check)
-    internals._regionalize_cpu_check()
+    internals.cpu_check()
     assert isa.pick_vec_isa() is isa.invalid_vec_isa  # the check found none
     (checker, _, checked), (picker, picked, _) = runs
     assert checker == "regionalize-cpu-check" and picker == threading.current_thread().name
@@ -305,7 +303,7 @@ def test_inductor_picks_its_instruction_set_after_the_cpu_check_not_beside_it(
 
 def test_without_inductors_cpu_check_none_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch._inductor.cpu_vec_isa", None)
-    fallback(internals._regionalize_cpu_check, None, "the CPU check ahead of compiling")
+    fallback(internals.cpu_check, None, "the CPU check ahead of compiling")
 
 
 @pytest.mark.parametrize(("backend", "started"), [("inductor", 1), ("eager", 0)])
@@ -315,7 +313,7 @@ def test_an_owners_first_call_on_the_cpu_starts_the_cpu_check_once(
     """Inductor's CPU check is started on the owner's first call, as Dynamo is about to trace, once, and
     only where Inductor compiles for the CPU."""
     calls = []
-    monkeypatch.setattr(owner, "_regionalize_cpu_check", lambda: calls.append(1))
+    monkeypatch.setattr(owner, "cpu_check", lambda: calls.append(1))
     model = model_classes()[1]().eval()
     model.__dict__["_regionalize_owner"].kwargs["backend"] = backend
     with torch.no_grad():
@@ -341,7 +339,7 @@ def model_classes() -> tuple[type[torch.nn.Module], type[torch.nn.Module]]:
             super().__init__()
             self.blocks = torch.nn.ModuleList([Block(d) for _ in range(n)])
             for block in self.blocks:
-                _regionalize_blocks(block, self)
+                register_block(block, self)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             for block in self.blocks:
@@ -356,9 +354,9 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
 ) -> None:
     """On a torch that reuses no region and lacks what the pieces need, the owner takes the form of a
     backend other than Inductor: its blocks compiled one by one, the original's outputs."""
-    monkeypatch.setattr(owner, "_regionalize_reuses", lambda: False)
+    monkeypatch.setattr(owner, "reuses", lambda: False)
     for part in (owner, plan):  # where the plan is made, and where its retries are
-        monkeypatch.setattr(part, "_regionalize_inductor_pieces", lambda: None)
+        monkeypatch.setattr(part, "inductor_pieces", lambda: None)
     torch.manual_seed(0)
     model = model_classes()[1]().eval()
     x = torch.randn(2, 8)

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime.nested import _regionalize_reuses
+from regionalize.runtime.nested import reuses
 
 # Tests of the owner compiled whole with its blocks nested regions: the default form where torch reuses a
 # traced region (2.12 and later). Where it does not, the blocks are compiled one by one
 # (tests/test_torch_features.py tests that form on every torch).
 needs_reuse = pytest.mark.skipif(
-    not _regionalize_reuses(), reason="this torch does not reuse a traced region: owners run per block"
+    not reuses(), reason="this torch does not reuse a traced region: owners run per block"
 )
 
 
@@ -41,5 +41,5 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
     of the CPU's work, which would replay nothing on a machine that has a GPU."""
     space = runtime if isinstance(runtime, dict) else vars(runtime)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setitem(space, "_regionalize_on_graph_device", lambda tensor: True)
-    monkeypatch.setitem(space, "_regionalize_capture", emulated)
+    monkeypatch.setitem(space, "on_graph_device", lambda tensor: True)
+    monkeypatch.setitem(space, "capture", emulated)

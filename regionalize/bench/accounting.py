@@ -20,7 +20,7 @@ import torch
 from torch._dynamo import utils as dynamo_utils
 
 from regionalize.bench.served import ALONE, PROMPT, STATIC
-from regionalize.runtime.state import _RegionalizeOwner
+from regionalize.runtime.state import OwnerState
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
@@ -152,7 +152,7 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
     }
 
 
-def _served(state: _RegionalizeOwner) -> str:
+def _served(state: OwnerState) -> str:
     plan = getattr(state, "plan", None)
     if plan is None:  # a vendored copy of runtime 28 or older, before owners had a plan
         return _served_before_plans(state)

@@ -34,7 +34,7 @@ from regionalize.bench.progress import QUIET, Progress
 from regionalize.bench.session import BY_NAME, Subject, Variant, compile_cache, resolve_device
 from regionalize.bench.timing import WorkerJob, call, options_to_json, run_worker, steady_us
 from regionalize.codemod.transform import transform_source
-from regionalize.runtime.per_block import _regionalize_static
+from regionalize.runtime.per_block import static_options
 from regionalize.shared.options import Options
 
 _ROUNDS = 3  # a setting can make an outer level a site; nesting is a few levels deep
@@ -169,7 +169,7 @@ def _probe(subject: Subject, options: Options) -> dict[str, ClassGraphs]:
     attribution = _ByCall()
     for module in built.model.modules():
         if getattr(module, "_compiled_call_impl", None) is not None:
-            static = _regionalize_static(module, given, built.model)
+            static = static_options(module, given, built.model)
             if static is not given:
                 module.compile(**static)
             attribution.watch(module)

@@ -1,4 +1,4 @@
-# regionalize runtime 29: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 30: written by regionalize, which updates it on a later run; do not edit.
 """What a model rewritten by regionalize calls at run time. It needs torch only.
 
 Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is

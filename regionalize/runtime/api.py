@@ -16,24 +16,20 @@ from typing import Any
 
 from torch import nn
 
-from .bypass import _regionalize_dispatch, _regionalize_guard_filter
-from .fixes import _regionalize_eager, _regionalize_symbolic_ints
-from .kv import _regionalize_layer_idx
-from .owner import _regionalize_blocks
-from .regions import _regionalize_kv_name
+from .bypass import dispatch as compile_direct
+from .bypass import guard_filter
+from .fixes import eager, symbolic_ints
+from .kv import layer_idx
+from .owner import register_block
+from .regions import kv_name
 
 __all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]
 
-# What the codemod's fixes call: `regionalize.eager(lambda: cache.update(k, v, self.layer_idx))` keeps a
-# per-block integer out of the compiled region; `@regionalize.symbolic_ints` traces a forward with its
-# modules' integer attributes symbolic; `options={"guard_filter_fn": regionalize.guard_filter}` drops
+# Also public, what the codemod's fixes call: `regionalize.eager(lambda: cache.update(k, v, self.layer_idx))`
+# keeps a per-block integer out of the compiled region; `@regionalize.symbolic_ints` traces a forward with
+# its modules' integer attributes symbolic; `options={"guard_filter_fn": regionalize.guard_filter}` drops
 # guards on the structure of modules; `regionalize.compile_direct(block)` compiles a block in place and
-# calls its compiled code without guards for calls seen before. The runtime's own functions: the same
-# objects a vendored copy defines, so both forms behave alike.
-eager = _regionalize_eager
-symbolic_ints = _regionalize_symbolic_ints
-guard_filter = _regionalize_guard_filter
-compile_direct = _regionalize_dispatch
+# calls its compiled code without guards for calls seen before.
 
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 _LAYER_INDEX = "layer_idx"  # the attribute transformers' attention layers index their cache with
@@ -62,7 +58,7 @@ def compile_region(
     are compiled one by one at run time, with one warning.
     """
     for block in blocks:
-        _regionalize_blocks(
+        register_block(
             block, owner, nested=nested, cache_index=cache_index, guard_bypass=guard_bypass, **compile_kwargs
         )
 
@@ -86,8 +82,8 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
     sees them, and also moves per-block integers out of the compiled regions (RGZ003, RGZ004).
     """
     for owner, blocks in _repeated_blocks(model):
-        kv_param = _regionalize_kv_name(type(blocks[0]).forward)[0]
-        indexes = [_regionalize_layer_idx(block, _LAYER_INDEX) for block in blocks]
+        kv_param = kv_name(type(blocks[0]).forward)[0]
+        indexes = [layer_idx(block, _LAYER_INDEX) for block in blocks]
         indexed = kv_param is not None and None not in indexes and len(set(indexes)) == len(blocks)
         for block in blocks:
             options: dict[str, Any] = {"cache_index": _LAYER_INDEX} if indexed else {}

@@ -3,44 +3,44 @@ static): the owner calls that it serves itself, in CUDA graphs, rather than be t
 
 import torch
 
-from .frames import _regionalize_installed
-from .per_block import _regionalize_graph_modes
-from .state import _RegionalizeForm
-from .static import _regionalize_on_graph_device, _regionalize_static_handed
-from .threads import _regionalize_call
+from .frames import installed
+from .per_block import graph_modes
+from .state import Form
+from .static import on_graph_device, static_handed
+from .threads import this_call
 
 
-def _regionalize_opaque(state):
-    """Is the owner opaque to every compile around the model (`_regionalize_owned`): in CUDA graphs."""
-    return state.kwargs.get("mode") in _regionalize_graph_modes
+def is_opaque(state):
+    """Is the owner opaque to every compile around the model (`owned`): in CUDA graphs."""
+    return state.kwargs.get("mode") in graph_modes
 
 
-def _regionalize_handoff(owner, args, kwargs):
+def handoff(owner, args, kwargs):
     """Does a compile around the model, tracing this call, hand it over to the owner, which serves it in
-    one CUDA graph (`_regionalize_outside`)? In a CUDA-graph mode every call. In the default form, where
+    one CUDA graph (`outside`)? In a CUDA-graph mode every call. In the default form, where
     torch reuses no traced region (the owner in pieces), a call that hands a `StaticCache` on the GPU:
     transformers compiles its forward for such a cache in CUDA graphs (`CompileConfig`'s
     `mode="reduce-overhead"`). Traced through, the owner's calls per block were graphed between the
     blocks' frames, a graph a block a token, far slower than the owner in one graph of its own
     (docs/results/serving/README.md)."""
-    if not torch.compiler.is_compiling() or _regionalize_call.tracing:  # not traced, or the owner's own trace
+    if not torch.compiler.is_compiling() or this_call.tracing:  # not traced, or the owner's own trace
         return False
     state = owner.__dict__.get("_regionalize_owner")
     if state is None:  # a stage whose blocks its outer owner took (`outer.py`): traced through
         return False
-    if _regionalize_opaque(state):
+    if is_opaque(state):
         return True
-    if state.plan.form is not _RegionalizeForm.PIECES or not state.indexed:
+    if state.plan.form is not Form.PIECES or not state.indexed:
         return False
-    if not _regionalize_static_handed(args, kwargs):
+    if not static_handed(args, kwargs):
         return False
     tensors = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
-    return bool(tensors) and all(_regionalize_on_graph_device(x) for x in tensors)
+    return bool(tensors) and all(on_graph_device(x) for x in tensors)
 
 
-def _regionalize_owned(forward):
+def owned(forward):
     """The owner class's `forward` where a compile around the model may hand its calls over
-    (`_regionalize_handoff`): for a compile that calls `forward` itself, as `_regionalize_owner_call`
+    (`handoff`): for a compile that calls `forward` itself, as `owner_call`
     does for one that calls the module. Traced through, such a compile read the graphs' conditions in its
     trace and split on the runtime's Python (and traced every block on 2.11). Its trace breaks at the
     owner instead, and the call it then makes, opaque to it, serves the owner as the owner's own frame
@@ -49,21 +49,21 @@ def _regionalize_owned(forward):
     docs/form-torch-versions.md). A compile around it with `fullgraph=True` raises at its graph
     break, as at any."""
 
-    owned = _regionalize_installed(_regionalize_owned_forward, forward, __forward=forward)
+    owned = installed(owned_forward, forward, __forward=forward)
     owned._regionalize_owned = True
     return owned
 
 
-def _regionalize_owned_forward(self, *args, __forward=None, **kwargs):
-    if _regionalize_handoff(self, args, kwargs):
-        return _regionalize_outside(self, args, kwargs)
+def owned_forward(self, *args, __forward=None, **kwargs):
+    if handoff(self, args, kwargs):
+        return outside(self, args, kwargs)
     return __forward(self, *args, **kwargs)
 
 
 @torch.compiler.disable
-def _regionalize_outside(owner, args, kwargs):
-    _regionalize_call.handed = owner
+def outside(owner, args, kwargs):
+    this_call.handed = owner
     try:
         return owner(*args, **kwargs)
     finally:
-        _regionalize_call.handed = None
+        this_call.handed = None

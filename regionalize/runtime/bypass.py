@@ -6,15 +6,15 @@ import types
 import torch
 
 from .internals import (
-    _regionalize_compiled_call,
-    _regionalize_global_hooks,
-    _regionalize_guarded_code,
-    _regionalize_module_hooks,
-    _regionalize_set_compiled_call,
+    compiled_call,
+    global_hooks,
+    guarded_code,
+    module_hooks,
+    set_compiled_call,
 )
 
 
-def _regionalize_guard_filter(entries):
+def guard_filter(entries):
     """regionalize guard bypass: skip guards on the structure of modules, keep guards on values.
 
     Dropped: type, identity-of-dict, hook and global-function guards of nn.Module sources. Kept: inputs,
@@ -40,14 +40,14 @@ def _regionalize_guard_filter(entries):
     ]
 
 
-def _regionalize_dispatch(block, **compile_kwargs):
+def dispatch(block, **compile_kwargs):
     """regionalize guard bypass: compile `block` in place, then call its compiled code directly."""
     block.compile(**compile_kwargs)
-    compiled = _regionalize_compiled_call(block)
-    _regionalize_set_compiled_call(block, _RegionalizeDirect(block, compiled))
+    compiled = compiled_call(block)
+    set_compiled_call(block, Direct(block, compiled))
 
 
-class _RegionalizeDirect:
+class Direct:
     """regionalize guard bypass: `guarded` (the compiled call of `module`) with its guards skipped. `frame`
     is the function Dynamo compiles for it: the class's `forward` unless given.
 
@@ -64,16 +64,16 @@ class _RegionalizeDirect:
         self.forward = frame or type(module).forward
         self.signature = inspect.signature(self.forward)
         self.direct = {}  # dispatch key -> the compiled code that served it, or `guarded`
-        self.watched, self.fingerprint = (), None  # what `_regionalize_watch` watches, and what it gave
+        self.watched, self.fingerprint = (), None  # what `watch` watches, and what it gave
 
     def __call__(self, *args, **kwargs):
         key = None if self.hooked() else self.key(args, kwargs)
         if key is None:
             return self.guarded(*args, **kwargs)
-        if _regionalize_watch(*self.watched) != self.fingerprint:  # a hook or a parameter's dtype changed
+        if watch(*self.watched) != self.fingerprint:  # a hook or a parameter's dtype changed
             self.direct.clear()
-            self.watched = _regionalize_watched(self.module)
-            self.fingerprint = _regionalize_watch(*self.watched)
+            self.watched = watched(self.module)
+            self.fingerprint = watch(*self.watched)
         compiled = self.direct.get(key)
         if compiled is not None and compiled is not self.guarded:
             return compiled(self.module, *args, **kwargs)
@@ -103,11 +103,7 @@ class _RegionalizeDirect:
 
     def hooked(self):
         module = self.module
-        return (
-            any(_regionalize_module_hooks(module))
-            or "forward" in module.__dict__
-            or _regionalize_global_hooks()
-        )
+        return any(module_hooks(module)) or "forward" in module.__dict__ or global_hooks()
 
     def learned(self, args, kwargs):
         """The compiled code that served this call: the first entry of the frame's code whose guards pass on
@@ -122,7 +118,7 @@ class _RegionalizeDirect:
         frame = dict(bound.arguments) | {
             n: c.cell_contents for n, c in zip(names, forward.__closure__ or (), strict=True)
         }
-        code = _regionalize_guarded_code(forward.__code__, frame)
+        code = guarded_code(forward.__code__, frame)
         if code is None:
             return self.guarded
         return types.FunctionType(
@@ -130,20 +126,20 @@ class _RegionalizeDirect:
         )
 
 
-def _regionalize_direct(module, guarded, frame=None):
-    """`guarded`, the compiled call of `module`, with its guards skipped (`_RegionalizeDirect`)."""
-    return _RegionalizeDirect(module, guarded, frame)
+def bypassed(module, guarded, frame=None):
+    """`guarded`, the compiled call of `module`, with its guards skipped (`Direct`)."""
+    return Direct(module, guarded, frame)
 
 
-def _regionalize_watched(module):
+def watched(module):
     """What the guard bypass watches in `module` on every call, in place of the guards it skips on hooks
     and parameters: the hook dictionaries in use, and where its first parameter is held."""
-    hooks = [d for m in module.modules() for d in _regionalize_module_hooks(m) if d]
+    hooks = [d for m in module.modules() for d in module_hooks(m) if d]
     first = next(((m, n) for m in module.modules() for n, _ in m.named_parameters(recurse=False)), None)
     return hooks, first
 
 
-def _regionalize_watch(hooks=(), first=None):
+def watch(hooks=(), first=None):
     """A fingerprint that changes when a hook is registered anywhere (each registration takes a new handle
     id), one in use is removed, or the first parameter changes dtype, device or object (`.to()`)."""
     parameter = first and getattr(first[0], first[1], None)

@@ -2,11 +2,11 @@
 them (a stochastic-depth rate spaced over depth, `drop_path1.drop_prob`), read in forward."""
 
 
-def _regionalize_constants(blocks, most=2):
+def differing_constants(blocks, most=2):
     """Why `blocks` are not regions of their owner, or None: more than `most` sets of values of their float
     attributes. Dynamo takes a module's float as a constant and guards on its value, so a traced region
     serves only blocks holding the same values, and the owner would trace a region for each set. Its
-    graph is compiled in pieces instead (`_regionalize_pieces`): traced whole, pieces alike compiled once,
+    graph is compiled in pieces instead (`pieces_backend`): traced whole, pieces alike compiled once,
     a block whose float only picks a branch being alike. With another backend the blocks are compiled one
     by one, where Dynamo's automatic dynamic makes the float symbolic at its second value. Torch 2.11 to
     2.15 fail to pass a symbolic float into a nested region. Integers are not counted: they are layer

@@ -3,31 +3,31 @@ attributes traced symbolically (RGZ004)."""
 
 import torch
 
-from .frames import _regionalize_in_globals, _regionalize_model_globals
-from .internals import _regionalize_config_patch
-from .threads import _regionalize_call
+from .frames import globals_of, in_globals
+from .internals import config_patch
+from .threads import this_call
 
 
-def _regionalize_eager(call):
+def eager(call):
     """regionalize: run `call` outside the compiled region. It takes a per-block integer (a KV cache
     indexed by layer): traced in a block compiled on its own, it would give every block a graph of its
     own. Inside an owner compiled whole there is one frame, so it is traced there, and so it is where a
     block's own frame updates the stand-in for its cache, which takes no integer."""
-    if _regionalize_call.tracing or _regionalize_call.standing_in:
+    if this_call.tracing or this_call.standing_in:
         return call()
-    return _regionalize_run(call)
+    return run(call)
 
 
 @torch.compiler.disable
-def _regionalize_run(call):
+def run(call):
     return call()
 
 
-def _regionalize_symbolic_ints(forward):
+def symbolic_ints(forward):
     """regionalize: trace `forward` with the integer attributes of modules symbolic, so that blocks that
     differ only in such an integer (a layer index) share graphs: one per outcome of a branch on it, not
     one per block. Eager calls compute the same; the setting holds only while this function is traced."""
-    patch_config = _regionalize_config_patch()
+    patch_config = config_patch()
     if patch_config is None:  # each block a graph of its own, still right
         return forward
     patch = patch_config(allow_unspec_int_on_nn_module=True)
@@ -38,8 +38,8 @@ def _regionalize_symbolic_ints(forward):
 
     # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object. In the
     # globals of `forward`: a compile of the module starts its trace here (`frames.py`).
-    model_globals = _regionalize_model_globals(forward) or globals()
-    traced = _regionalize_in_globals(traced, model_globals, forward.__name__)
+    model_globals = globals_of(forward) or globals()
+    traced = in_globals(traced, model_globals, forward.__name__)
     traced.__doc__ = forward.__doc__
     traced.__qualname__, traced._regionalize_forward = forward.__qualname__, forward  # its parameters
     return traced

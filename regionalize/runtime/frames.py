@@ -14,35 +14,33 @@ import sys
 import types
 import warnings
 
-from .internals import _regionalize_compiling, _regionalize_module_frame, _regionalize_why
-from .state import _regionalize_process
+from .internals import compiling, module_frame, why_failed
+from .state import process
 
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.
-_regionalize_runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
+runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
 
 
-def _regionalize_frame_name(base):
+def frame_name(base):
     """A name for a compiled frame's code, unique in the process: Dynamo keys what it learns of a frame
     (automatic dynamic shapes) by its code's name, file and line, which are this module's for every frame,
     so two classes of one name (`Model` in two files) would share it."""
     name, taken = base, 0
-    while name in _regionalize_process.frame_names:
+    while name in process.frame_names:
         taken += 1
         name = f"{base}_{taken}"
-    _regionalize_process.frame_names.add(name)
+    process.frame_names.add(name)
     return name
 
 
-def _regionalize_frame(cls, kind):
-    """A new frame to compile for modules of `cls` (`_regionalize_module_frame`), named for the class and
+def new_frame(cls, kind):
+    """A new frame to compile for modules of `cls` (`module_frame`), named for the class and
     `kind`, in the globals of the class's code."""
-    model_globals = _regionalize_model_globals(cls.forward) or globals()
-    return _regionalize_in_globals(
-        _regionalize_module_frame, model_globals, _regionalize_frame_name(f"{cls.__name__}_{kind}")
-    )
+    model_globals = globals_of(cls.forward) or globals()
+    return in_globals(module_frame, model_globals, frame_name(f"{cls.__name__}_{kind}"))
 
 
-def _regionalize_model_globals(function):
+def globals_of(function):
     """The globals of the model code `function` runs: through the runtime's wrappers of a class's `forward`
     (`functools.wraps`, `_regionalize_forward`) to the user's function; None where none is found."""
     seen = 0
@@ -55,7 +53,7 @@ def _regionalize_model_globals(function):
     return function.__globals__ if isinstance(function, types.FunctionType) else None
 
 
-def _regionalize_in_globals(function, model_globals, name=None):
+def in_globals(function, model_globals, name=None):
     """`function` (whose body reads no global) as a function of `model_globals`, its code named `name`:
     the frame Dynamo compiles then shares its globals with the model code it inlines."""
     code = function.__code__ if name is None else function.__code__.replace(co_name=name)
@@ -67,7 +65,7 @@ def _regionalize_in_globals(function, model_globals, name=None):
     return made
 
 
-def _regionalize_installed(template, wrapped, **defaults):
+def installed(template, wrapped, **defaults):
     """`template` standing in for `wrapped` on a user class: a copy whose keyword-only defaults carry what it
     calls, not a closure, named and documented as `wrapped`, which its `__wrapped__` leads back to."""
     made = types.FunctionType(template.__code__, template.__globals__, wrapped.__name__)
@@ -75,7 +73,7 @@ def _regionalize_installed(template, wrapped, **defaults):
     return functools.update_wrapper(made, wrapped)
 
 
-def _regionalize_importable(model_globals):
+def importable(model_globals):
     """Can Dynamo reach the module of `model_globals` by its `__name__`, as it does for a function it inlines
     from a frame of other globals? A module registered under its name, or globals of no name (Dynamo then
     keeps them itself). A name that `sys.modules` holds for other globals (an `exec` named `__main__`) is
@@ -87,20 +85,20 @@ def _regionalize_importable(model_globals):
     return module is not None and getattr(module, "__dict__", None) is model_globals
 
 
-def _regionalize_unimportable(owner_globals, classes):
+def unimportable(owner_globals, classes):
     """Why the owner's frame, of `owner_globals`, cannot inline the `forward` of each of `classes`: the first
     class defined in globals other than the owner's whose module is not importable by name; else None."""
     for cls in classes:
-        found = _regionalize_model_globals(cls.forward)
-        if found is not None and found is not owner_globals and not _regionalize_importable(found):
+        found = globals_of(cls.forward)
+        if found is not None and found is not owner_globals and not importable(found):
             module = found.get("__name__", "?")
             return f"{cls.__name__} is defined in module {module!r}, which is not importable by that name"
     return None
 
 
-class _RegionalizeOrEager:
+class OrEager:
     """A compiled frame of `code`, or `eager` from the call on where compiling it failed before it ran
-    anything (`_regionalize_failed_on_entry`): the original's result, never an error of the compile, with
+    anything (`failed_on_entry`): the original's result, never an error of the compile, with
     one warning a class of module. An error raised once the frame ran (a graph break's later part failing
     to compile, after the first ran) is raised: what ran cannot be run again."""
 
@@ -116,23 +114,23 @@ class _RegionalizeOrEager:
         try:
             return compiled(*args, **kwargs)
         except Exception as error:
-            if not _regionalize_failed_on_entry(error, self.code):
+            if not failed_on_entry(error, self.code):
                 raise
-            why = _regionalize_why(error)
+            why = why_failed(error)
         self.compiled = None
-        if self.cls not in _regionalize_process.warned:
-            _regionalize_process.warned.add(self.cls)
+        if self.cls not in process.warned:
+            process.warned.add(self.cls)
             warnings.warn(
                 f"regionalize: {self.cls.__name__} cannot be compiled ({why}); it runs eagerly",
-                stacklevel=_regionalize_caller(),
+                stacklevel=caller(),
             )
         return self.eager(*args, **kwargs)
 
 
-def _regionalize_failed_on_entry(error, code):
+def failed_on_entry(error, code):
     """Did compiling the frame of `code` raise `error` before the frame ran (Dynamo compiles at its entry)?
     Not where the frame's compiled code ran and a later part of it failed (its code is in the traceback)."""
-    if not _regionalize_compiling(error):
+    if not compiling(error):
         return False
     tb = error.__traceback__
     while tb is not None:
@@ -142,13 +140,13 @@ def _regionalize_failed_on_entry(error, code):
     return True
 
 
-def _regionalize_caller():
+def caller():
     """The `stacklevel` of a warning of the function that calls this one that names the line that called
     the model: the first frame of neither this runtime nor torch (whose module call sits between)."""
     frame, level = sys._getframe(2), 2
     while frame.f_back is not None:
         module = frame.f_globals.get("__name__", "")
-        ours = module == _regionalize_runtime or module.startswith(f"{_regionalize_runtime}.")
+        ours = module == runtime or module.startswith(f"{runtime}.")
         if not ours and module.partition(".")[0] != "torch":
             break
         frame, level = frame.f_back, level + 1

@@ -16,14 +16,14 @@ import torch
 
 # pytree, through which regions flatten their arguments: the functions themselves, so that Dynamo traces
 # the calls it traced before.
-_regionalize_tree_leaves = torch.utils._pytree.tree_leaves
-_regionalize_tree_map = torch.utils._pytree.tree_map
-_regionalize_tree_map_only = torch.utils._pytree.tree_map_only
+tree_leaves = torch.utils._pytree.tree_leaves
+tree_map = torch.utils._pytree.tree_map
+tree_map_only = torch.utils._pytree.tree_map_only
 # The module whose frames raise what Dynamo raises while it compiles (its tracer's own errors among them).
-_regionalize_dynamo_module = "torch._dynamo.convert_frame"
+dynamo_module = "torch._dynamo.convert_frame"
 
 
-def _regionalize_fallback(probe, error, fallback):
+def fallback(probe, error, fallback):
     """Warn that `probe` failed on this torch and which fallback is taken; its caller returns that."""
     warnings.warn(
         f"regionalize: this torch lacks what {probe} needs ({type(error).__name__}: {error}); {fallback}",
@@ -32,33 +32,33 @@ def _regionalize_fallback(probe, error, fallback):
 
 
 @functools.cache
-def _regionalize_tracing_context():
+def tracing_context():
     """Probe: Dynamo's tracing context of this thread (`TracingContext.try_get`, None while no compile is
-    under way in it). Fallback None: `_regionalize_traced` trusts `torch.compiler.is_compiling()` alone."""
+    under way in it). Fallback None: `traced` trusts `torch.compiler.is_compiling()` alone."""
     try:
         return torch._guards.TracingContext.try_get
     except AttributeError as error:
-        _regionalize_fallback("_regionalize_traced", error, "a compile in any thread is taken as this one's")
+        fallback("traced", error, "a compile in any thread is taken as this one's")
         return None
 
 
 @torch.compiler.assume_constant_result
-def _regionalize_compiling_here():
+def compiling_here():
     """Is a compile under way in this thread? Traced, Dynamo calls it as it traces, in the tracing thread,
     and takes its result as a constant."""
-    context = _regionalize_tracing_context()
+    context = tracing_context()
     return context is None or context() is not None
 
 
-def _regionalize_traced():
+def traced():
     """Is Dynamo tracing the code that calls this, in this thread? From torch 2.13
     `torch.compiler.is_compiling()` reads one flag of the process's, set while any thread compiles: another
     thread's eager call would take itself for traced."""
-    return torch.compiler.is_compiling() and _regionalize_compiling_here()
+    return torch.compiler.is_compiling() and compiling_here()
 
 
 @functools.cache
-def _regionalize_reuses():
+def reuses():
     """Probe: does Dynamo reuse a nested region traced for one block for the others ("stamping out", with
     its limit `max_reuse_entries`)? Without it (torch 2.11) the owner compiled whole traces every block, as
     a full compile does. A torch without nested regions reuses none (the owner compiles per block there)."""
@@ -68,12 +68,12 @@ def _regionalize_reuses():
     try:
         return "max_reuse_entries" in inspect.signature(region).parameters
     except (TypeError, ValueError) as error:
-        _regionalize_fallback("_regionalize_reuses", error, "regions are taken as not reused")
+        fallback("reuses", error, "regions are taken as not reused")
         return False
 
 
 @functools.cache
-def _regionalize_cache_entries():
+def cache_entries():
     """Probe: Dynamo's reader of a code object's compiled entries, each with its `guard_manager` and its
     `code` (the guard bypass calls the code whose guards passed). Fallback None: the bypass finds no entry
     and every call takes the guarded path."""
@@ -88,15 +88,15 @@ def _regionalize_cache_entries():
         ):
             getattr(holder, name)
     except (ImportError, AttributeError) as error:
-        _regionalize_fallback("the guard bypass", error, "its calls keep their guards")
+        fallback("the guard bypass", error, "its calls keep their guards")
         return None
     return _debug_get_cache_entry_list
 
 
-def _regionalize_guarded_code(code, frame):
+def guarded_code(code, frame):
     """The compiled code of the first entry of `code` (in the order Dynamo tries them) whose guards pass on
     the locals `frame`, else None."""
-    entries = _regionalize_cache_entries()
+    entries = cache_entries()
     for entry in entries(code) if entries is not None else ():
         if entry.guard_manager.check(frame):
             return entry.code
@@ -104,18 +104,18 @@ def _regionalize_guarded_code(code, frame):
 
 
 @functools.cache
-def _regionalize_config_patch():
+def config_patch():
     """Probe: Dynamo's `patch_dynamo_config`, which traces a function under other settings. Fallback None:
     integer attributes stay specialized, each block a graph of its own, still right."""
     try:
         return torch._dynamo.patch_dynamo_config
     except AttributeError as error:
-        _regionalize_fallback("_regionalize_symbolic_ints", error, "integer attributes stay specialized")
+        fallback("symbolic_ints", error, "integer attributes stay specialized")
         return None
 
 
 @functools.cache
-def _regionalize_counters():
+def counters():
     """Probe: Dynamo's counters, which verify reads (CUDA-graph captures, replays and skips). Fallback: the
     runtime's own, counted the same and read by nobody."""
     try:
@@ -124,62 +124,62 @@ def _regionalize_counters():
             raise TypeError(f"Dynamo's counters are a {type(counters).__name__}, not a dict of counters")
         return counters
     except (AttributeError, TypeError) as error:
-        _regionalize_fallback("the runtime's counts", error, "they are kept where verify does not read them")
+        fallback("the runtime's counts", error, "they are kept where verify does not read them")
         return collections.defaultdict(collections.Counter)
 
 
 @functools.cache
-def _regionalize_dynamo_errors():
+def dynamo_errors():
     """Probe: the types of what Dynamo raises as it compiles. Fallback (): an error is told by the frames
-    it passed through alone (`_regionalize_compiling`)."""
+    it passed through alone (`compiling`)."""
     try:
         return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
     except AttributeError as error:
-        _regionalize_fallback("_regionalize_compiling", error, "compile errors are told by their traceback")
+        fallback("compiling", error, "compile errors are told by their traceback")
         return ()
 
 
-def _regionalize_compiling(error):
+def compiling(error):
     """Was `error` raised while Dynamo compiled a frame (which then ran nothing), not by running code?"""
-    if isinstance(error, _regionalize_dynamo_errors()):
+    if isinstance(error, dynamo_errors()):
         return True
     # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
     tb = error.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") == _regionalize_dynamo_module:
+        if tb.tb_frame.f_globals.get("__name__") == dynamo_module:
             return True
         tb = tb.tb_next
     return False
 
 
 @functools.cache
-def _regionalize_backend_error():
+def backend_error():
     """Probe: the type Dynamo raises where the backend failed on a graph it traced (`BackendCompilerFailed`).
     Fallback None: such an error is told by the error it wraps (`inner_exception`)."""
     try:
         return torch._dynamo.exc.BackendCompilerFailed
     except AttributeError as error:
-        _regionalize_fallback("_regionalize_backend_failed", error, "told by the error it wraps")
+        fallback("backend_failed", error, "told by the error it wraps")
         return None
 
 
-def _regionalize_backend_failed(error):
+def backend_failed(error):
     """Did the backend fail on the graph Dynamo traced (not the trace itself)?"""
-    kind = _regionalize_backend_error()
+    kind = backend_error()
     return (
         isinstance(error, kind) if kind is not None else getattr(error, "inner_exception", None) is not None
     )
 
 
-def _regionalize_aliasing(error):
+def is_aliasing(error):
     """Did Dynamo refuse a nested region whose outputs alias each other or its inputs? Its graph break's
     type (`gb_type`, "Encountered aliasing during higher order op tracing"), or its text where it has none."""
-    if not isinstance(error, _regionalize_dynamo_errors()):
+    if not isinstance(error, dynamo_errors()):
         return False
     return "aliasing" in (getattr(error, "gb_type", None) or str(error))
 
 
-def _regionalize_why(error):
+def why_failed(error):
     """`error` in a line. A backend's failure names the error it wraps, which its first line leaves out
     ("backend='inductor' raised:")."""
     inner = getattr(error, "inner_exception", None)
@@ -188,24 +188,24 @@ def _regionalize_why(error):
 
 
 @functools.cache
-def _regionalize_mark_dynamic_probe():
+def mark_dynamic_probe():
     """Probe: Dynamo's `maybe_mark_dynamic`. Fallback None: no hint, a cache's length is found dynamic when
     it changes (one compile more)."""
     try:
         return torch._dynamo.maybe_mark_dynamic
     except AttributeError as error:
-        _regionalize_fallback("_regionalize_kv_growing", error, "cache lengths are not marked dynamic")
+        fallback("kv_growing", error, "cache lengths are not marked dynamic")
         return None
 
 
-def _regionalize_mark_dynamic(tensor, dim):
-    mark = _regionalize_mark_dynamic_probe()
+def mark_dynamic(tensor, dim):
+    mark = mark_dynamic_probe()
     if mark is not None:
         mark(tensor, dim)
 
 
 @functools.cache
-def _regionalize_static_attribute():
+def static_attribute():
     """Probe: the attribute Dynamo's `mark_static_address` sets on a tensor (transformers marks a
     `StaticCache`'s tensors so). Fallback None: no tensor is taken as marked, so no static cache is served
     in a CUDA graph and such inputs are copied into a graph, not kept in place."""
@@ -215,19 +215,19 @@ def _regionalize_static_attribute():
         if getattr(tensor, "_dynamo_static_input_type", None) is None:
             raise AttributeError("mark_static_address set no _dynamo_static_input_type")
     except (AttributeError, TypeError) as error:
-        _regionalize_fallback("CUDA graphs of static caches", error, "no tensor is taken as marked static")
+        fallback("CUDA graphs of static caches", error, "no tensor is taken as marked static")
         return None
     return "_dynamo_static_input_type"
 
 
-def _regionalize_static_marked(tensor):
+def static_marked(tensor):
     """Is `tensor` at an address marked static (Dynamo's `mark_static_address`)?"""
-    name = _regionalize_static_attribute()
+    name = static_attribute()
     return name is not None and getattr(tensor, name, None) is not None
 
 
 @functools.cache
-def _regionalize_hook_dicts():
+def hook_dicts():
     """Probe: nn.Module's global forward and backward hooks (each a dict). Fallback None: every call is
     taken as hooked, so none is served in a CUDA graph or called past its guards."""
     try:
@@ -237,63 +237,63 @@ def _regionalize_hook_dicts():
         if not all(isinstance(hooks, dict) for hooks in found):
             raise TypeError("nn.Module's global hooks are not dicts")
     except (AttributeError, TypeError) as error:
-        _regionalize_fallback("the checks for global hooks", error, "every call is taken as hooked")
+        fallback("the checks for global hooks", error, "every call is taken as hooked")
         return None
     return found
 
 
-def _regionalize_global_hooks(backward=True):
+def global_hooks(backward=True):
     """Does any global module hook apply to a call: forward ones, and backward ones unless `backward` is
     False?"""
-    hooks = _regionalize_hook_dicts()
+    hooks = hook_dicts()
     return hooks is None or any(hooks[: 4 if backward else 2])
 
 
-def _regionalize_module_hooks(module, backward=True):
+def module_hooks(module, backward=True):
     """The hook dicts of `module` itself: forward ones, and backward ones unless `backward` is False."""
     hooks = (module._forward_hooks, module._forward_pre_hooks)
     return (*hooks, module._backward_hooks, module._backward_pre_hooks) if backward else hooks
 
 
-def _regionalize_compiled_call(module):
+def compiled_call(module):
     """What `module.compile()` set the module's calls to run (torch's `_compiled_call_impl`), or None."""
     return module._compiled_call_impl
 
 
-def _regionalize_set_compiled_call(module, call):
+def set_compiled_call(module, call):
     """Make `module`'s calls run `call`, as `module.compile()` does; None undoes it."""
     module._compiled_call_impl = call
 
 
-def _regionalize_base(tensor):
+def base(tensor):
     """The tensor whose memory `tensor` views (`_base`), else `tensor`: Dynamo knows it as it traces."""
     return tensor if tensor._base is None else tensor._base
 
 
-def _regionalize_writes(tensor):
+def writes(tensor):
     """How many times `tensor`'s memory was written in place (its version counter)."""
     return tensor._version
 
 
-def _regionalize_module_frame(self, *args, **kwargs):
+def module_frame(self, *args, **kwargs):
     """The body of a module's compiled frame: its call, hooks and all, as `module.compile()` compiles. It
     reads no global: its copies take the globals of the model's code (`frames.py`)."""
     return self._call_impl(*args, **kwargs)
 
 
-def _regionalize_submodules(module):
-    """`module`'s submodules by name (`_modules`); reads no global (`_regionalize_registered`)."""
+def submodules(module):
+    """`module`'s submodules by name (`_modules`); reads no global (`registered`)."""
     return module._modules
 
 
-def _regionalize_module_call(module):
+def module_call(module):
     """`module`'s call as torch runs it uncompiled, hooks and all (`_call_impl`)."""
     return module._call_impl
 
 
 @functools.cache
-def _regionalize_inductor_pieces():
-    """Probe: what compiling an owner's graph in pieces needs of torch's compiler (`_regionalize_pieces`):
+def inductor_pieces():
+    """Probe: what compiling an owner's graph in pieces needs of torch's compiler (`pieces_backend`):
     Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages compared and symbols named.
     Fallback None: where torch reuses no region, the owner's blocks are compiled one by one, as with a
     backend other than Inductor."""
@@ -309,7 +309,7 @@ def _regionalize_inductor_pieces():
 
         size = SymT.SIZE
     except (ImportError, AttributeError) as error:
-        _regionalize_fallback("compiling in pieces", error, "blocks are compiled one by one instead")
+        fallback("compiling in pieces", error, "blocks are compiled one by one instead")
         return None
     return types.SimpleNamespace(
         compile_fx=compile_fx,
@@ -325,7 +325,7 @@ def _regionalize_inductor_pieces():
 
 # The modules Inductor's CPU check imports as it runs, from 2.11 to 2.15 (tests/test_torch_internals.py
 # checks, on each torch, that the check's thread imports nothing more).
-_regionalize_cpu_check_imports = (
+cpu_check_imports = (
     "torch._inductor.codecache",
     "torch._inductor.cpp_builder",
     "torch.utils.cpp_extension",
@@ -334,13 +334,13 @@ _regionalize_cpu_check_imports = (
 
 
 @functools.cache
-def _regionalize_imports_inlined_modules():
+def imports_inlined_modules():
     """Probe: does Dynamo import the module of a function it inlines by its `__name__` where the frame it
     compiles has other globals (torch 2.11 to 2.13; pytorch/pytorch#181243), and so fail on a module not
     registered under its name? Compiles a small function with the eager backend; asked only of a model
     that has such a module. Fallback True (taken while another compile traces, which this cannot start
     inside): the blocks are compiled one by one, which compiles on any torch."""
-    if _regionalize_traced():
+    if traced():
         return True
     module = types.ModuleType("regionalize_unregistered_probe")
     exec("import torch\n\ndef inner(x):\n    return torch.sin(x)\n", vars(module))
@@ -355,13 +355,13 @@ def _regionalize_imports_inlined_modules():
     return False
 
 
-def _regionalize_cpu_check_available():
+def cpu_check_available():
     """Does Inductor check the CPU's vector instruction sets by building programs? (No check is started.)"""
     return importlib.util.find_spec("torch._inductor.cpu_vec_isa") is not None
 
 
 @functools.cache
-def _regionalize_cpu_check():
+def cpu_check():
     """Probe: Inductor's check of the vector instruction sets this CPU runs (`valid_vec_isa_list`), made
     once a process before its first CPU kernel is compiled or loaded from the cache: it builds and loads a
     small C++ program in subprocesses, about a second spent waiting on them (docs/form-hierarchical.md).
@@ -372,7 +372,7 @@ def _regionalize_cpu_check():
     nothing: an import running beside another thread's can fail. setuptools, which `cpp_extension` imports,
     edits `sys.meta_path` while the other thread's import walks it (a ModuleNotFoundError, met in CI).
 
-    Until the check is done, Inductor's `pick_vec_isa` waits for it (`_regionalize_after_check`): the check
+    Until the check is done, Inductor's `pick_vec_isa` waits for it (`after_check`): the check
     is not safe beside a compile. It adds `-mavx512bf16` to an instruction set's flags while it tries them,
     and a kernel built meanwhile took that flag into its build and its cache key, so the first restart
     built those kernels again (the figures: docs/form-hierarchical.md, Inductor's CPU check)."""
@@ -380,10 +380,10 @@ def _regionalize_cpu_check():
         from torch._inductor import cpu_vec_isa
         from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
-        for name in _regionalize_cpu_check_imports:
+        for name in cpu_check_imports:
             importlib.import_module(name)
     except ImportError as error:
-        _regionalize_fallback("the CPU check ahead of compiling", error, "Inductor checks as it compiles")
+        fallback("the CPU check ahead of compiling", error, "Inductor checks as it compiles")
         return None
 
     def check():
@@ -393,11 +393,11 @@ def _regionalize_cpu_check():
 
     thread = threading.Thread(target=check, name="regionalize-cpu-check", daemon=True)
     thread.start()
-    cpu_vec_isa.valid_vec_isa_list = _regionalize_after_check(cpu_vec_isa, valid_vec_isa_list, thread)
+    cpu_vec_isa.valid_vec_isa_list = after_check(cpu_vec_isa, valid_vec_isa_list, thread)
     return thread
 
 
-def _regionalize_after_check(module, checked, thread):
+def after_check(module, checked, thread):
     """`checked` (Inductor's `valid_vec_isa_list`, which `pick_vec_isa` looks up in `module` each call) as
     it is once `thread` is done: the first call from another thread waits for it, then puts `checked` back."""
 
@@ -414,17 +414,17 @@ def _regionalize_after_check(module, checked, thread):
     return after_check
 
 
-def _regionalize_sym_expr(value):
+def sym_expr(value):
     """The sympy expression of the `ShapeEnv` that the `SymInt` `value` stands for."""
     return value.node.expr
 
 
-def _regionalize_sym_hint(value):
+def sym_hint(value):
     """The value of the `SymInt` `value` in the example traced, None where unknown."""
     return value.node.hint
 
 
-def _regionalize_op_arguments(func, args, kwargs):
+def op_arguments(func, args, kwargs):
     """The arguments of a call of the ATen op `func` by name, its defaults filled in."""
     schema = func._schema.arguments
     given = dict(zip((a.name for a in schema), args, strict=False))

@@ -5,11 +5,11 @@ import sys
 
 import torch
 
-from .internals import _regionalize_mark_dynamic
-from .state import _regionalize_process
+from .internals import mark_dynamic
+from .state import process
 
 
-class _RegionalizeLayerKV:
+class LayerKV:
     """One layer's keys and values inside a region, standing in for the cache the block updates: `update`
     returns what transformers' `DynamicLayer.update` returns, the states before and the new ones joined."""
 
@@ -22,7 +22,7 @@ class _RegionalizeLayerKV:
             # Kept as copies: the region returns them, and a region's outputs must not alias each other
             # or its inputs (GPT-2's keys and values are views of one projection). Contiguous, as
             # transformers' own update leaves them (joined to an empty tensor) and as every later token's
-            # are: the first token's frame then takes the next ones' layout (`_regionalize_kv_growing`).
+            # are: the first token's frame then takes the next ones' layout (`kv_growing`).
             contiguous = torch.contiguous_format
             self.keys = key_states.clone(memory_format=contiguous)
             self.values = value_states.clone(memory_format=contiguous)
@@ -33,7 +33,7 @@ class _RegionalizeLayerKV:
         return key_states, value_states
 
 
-class _RegionalizeUpdated:
+class Updated:
     """An encoder-decoder cache's `is_updated` flags for one layer, as a block sees them on the call that
     writes its cross-attention keys: read, whatever the key, as the cache's own flag for the layer reads;
     what the block sets is kept, and checked against what it wrote."""
@@ -53,36 +53,36 @@ class _RegionalizeUpdated:
         self.set.append(value)
 
 
-def _regionalize_encoder_decoder_kv(own, cross, written):
+def encoder_decoder_kv(own, cross, written):
     """A stand-in for a block's layer of a transformers `EncoderDecoderCache`, holding stand-ins for its
     self- and cross-attention layers; an instance of that class, as blocks ask (`isinstance`). What it
     inherits reaches its caches through those stand-ins, which have nothing else, so it fails closed
     (`cross_attention_cache.layers[i]`, which a block reads once the keys are written, among them)."""
-    return _regionalize_process.encoder_decoder(own, cross, written)
+    return process.encoder_decoder(own, cross, written)
 
 
-def _regionalize_encoder_decoder_made(utils):
-    """The class of `_regionalize_encoder_decoder_kv`'s stand-ins: `utils.EncoderDecoderCache`'s subclass."""
+def encoder_decoder_made(utils):
+    """The class of `encoder_decoder_kv`'s stand-ins: `utils.EncoderDecoderCache`'s subclass."""
 
-    class _RegionalizeEncoderDecoderKV(utils.EncoderDecoderCache):
+    class EncoderDecoderKV(utils.EncoderDecoderCache):
         def __init__(self, own, cross, written):
             self.self_attention_cache, self.cross_attention_cache = own, cross
-            self.is_updated = _RegionalizeUpdated(written)
+            self.is_updated = Updated(written)
 
         def get_seq_length(self, layer_idx=0):
             keys = self.self_attention_cache.keys
             return 0 if keys is None or keys.numel() == 0 else keys.shape[-2]
 
-    return _RegionalizeEncoderDecoderKV
+    return EncoderDecoderKV
 
 
-def _regionalize_layer_idx(block, attribute):
+def layer_idx(block, attribute):
     """The one value of `attribute` (the index the cache update takes) in the modules of `block`, or None."""
     found = {getattr(m, attribute) for m in block.modules() if isinstance(getattr(m, attribute, None), int)}
     return found.pop() if len(found) == 1 else None
 
 
-def _regionalize_kv_layer(cache, index):
+def kv_layer(cache, index):
     """The layer of a transformers `DynamicCache` that a region can stand in for, else None."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "DynamicCache", None) or cache.offloading:
@@ -97,29 +97,29 @@ def _regionalize_kv_layer(cache, index):
     return layer if type(layer) is utils.DynamicLayer or sliding else None
 
 
-def _regionalize_kv_pair(cache, index):
+def kv_pair(cache, index):
     """The self- and cross-attention layers of a transformers `EncoderDecoderCache` of two `DynamicCache`s
     that a region can stand in for, else None."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "EncoderDecoderCache", None):
         return None
-    if _regionalize_process.encoder_decoder is None or type(cache.is_updated) is not dict:
+    if process.encoder_decoder is None or type(cache.is_updated) is not dict:
         return None
-    own = _regionalize_kv_layer(cache.self_attention_cache, index)
-    cross = _regionalize_kv_layer(cache.cross_attention_cache, index)
+    own = kv_layer(cache.self_attention_cache, index)
+    cross = kv_layer(cache.cross_attention_cache, index)
     return None if own is None or cross is None else (own, cross)
 
 
-def _regionalize_kv_past(layer):
+def kv_past(layer):
     """A cache layer's keys and values, as a region takes them: None before its first update."""
     return (layer.keys, layer.values) if layer.is_initialized else (None, None)
 
 
-def _regionalize_kv_length(past):
+def kv_length(past):
     return 0 if past[0] is None else past[0].shape[-2]
 
 
-def _regionalize_kv_growing(args, kwargs):
+def kv_growing(args, kwargs):
     """Mark the length of the keys and values of a transformers `DynamicCache` among a call's arguments (an
     `EncoderDecoderCache`'s own) dynamic where its layers hold them: they grow by a token a call. Dynamo
     would compile the first token's frame for its length, and the next token's again with the length
@@ -142,16 +142,16 @@ def _regionalize_kv_growing(args, kwargs):
             if type(layer) in (utils.DynamicLayer, utils.DynamicSlidingWindowLayer) and layer.is_initialized:
                 for tensor in (layer.keys, layer.values):
                     if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
-                        _regionalize_mark_dynamic(tensor, tensor.dim() - 2)
+                        mark_dynamic(tensor, tensor.dim() - 2)
                         lengths.add(tensor.shape[-2] + 1)
                         found = True
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor) and value.dim() and value.shape[-1] in lengths:
-            _regionalize_mark_dynamic(value, value.dim() - 1)
+            mark_dynamic(value, value.dim() - 1)
     return found
 
 
-def _regionalize_kv_init(layer, keys, values):
+def kv_init(layer, keys, values):
     """What a layer's `lazy_initialization` sets, less the empty tensors that its `update` joins the first
     keys to and the store does not: tracing those was much of what a prefill traced outside its
     regions."""
@@ -160,11 +160,11 @@ def _regionalize_kv_init(layer, keys, values):
         layer._sliding_window_tensor = layer._sliding_window_tensor.to(keys.device)
 
 
-def _regionalize_kv_lazy(layer, keys, values):
+def kv_lazy(layer, keys, values):
     layer.lazy_initialization(keys, values)
 
 
-def _regionalize_kv_store(layer, keys, values, before, init):
+def kv_store(layer, keys, values, before, init):
     """Store in `layer` what its `update` would have, given the keys and values it returned; `init` sets up
     a layer on its first update."""
     if not layer.is_initialized:
@@ -176,38 +176,38 @@ def _regionalize_kv_store(layer, keys, values, before, init):
     layer.keys, layer.values = keys, values
 
 
-def _regionalize_kv_holds():
-    """Do this process's transformers cache layers update as `_RegionalizeLayerKV` and `_regionalize_kv_store`
+def kv_holds():
+    """Do this process's transformers cache layers update as `LayerKV` and `kv_store`
     assume? Checked once, eagerly, on small tensors: caches of a transformers that changed are not stood in
     for (False), and their blocks are traced layer by layer. Otherwise, how the store sets up a layer on its
-    first update: as `_regionalize_kv_init` does, where that leaves every attribute of a layer as
+    first update: as `kv_init` does, where that leaves every attribute of a layer as
     transformers' own update does, else through the layer's `lazy_initialization`."""
-    ways = (_regionalize_kv_init, _regionalize_kv_lazy)
-    init = next((init for init in ways if _regionalize_kv_same(init)), False)
+    ways = (kv_init, kv_lazy)
+    init = next((init for init in ways if kv_same(init)), False)
     if init:
-        _regionalize_process.encoder_decoder = _regionalize_encoder_decoder_checked()
+        process.encoder_decoder = encoder_decoder_checked()
     return init
 
 
-def _regionalize_encoder_decoder_checked():
+def encoder_decoder_checked():
     """The class of the stand-ins for an `EncoderDecoderCache`, where transformers' holds what they assume (a
     dict of flags, and the length of its self-attention cache as its own), else None. Checked once,
-    eagerly, as `_regionalize_kv_same` is."""
+    eagerly, as `kv_same` is."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
-        cls = _regionalize_encoder_decoder_made(utils)
+        cls = encoder_decoder_made(utils)
         real = utils.EncoderDecoderCache(utils.DynamicCache(), utils.DynamicCache())
         real.self_attention_cache.update(*torch.zeros(2, 1, 1, 3, 2).unbind(), 0)
-        own = _RegionalizeLayerKV(None, None)
+        own = LayerKV(None, None)
         own.update(*torch.zeros(2, 1, 1, 3, 2).unbind())
-        mine = cls(own, _RegionalizeLayerKV(None, None), None)
+        mine = cls(own, LayerKV(None, None), None)
         alike = type(real.is_updated) is dict and real.get_seq_length(0) == mine.get_seq_length(0) == 3
     except Exception:  # another transformers
         return None
     return cls if alike else None
 
 
-def _regionalize_kv_same(init):
+def kv_same(init):
     """Do the stand-in and the store, setting up a layer with `init`, leave transformers' cache layers as
     their own `update` does, and return what it returns?"""
     utils = sys.modules.get("transformers.cache_utils")
@@ -216,10 +216,10 @@ def _regionalize_kv_same(init):
             real, mine = make(), make()
             for step in (3, 1, 1):  # a prompt, then tokens past the window
                 new = torch.rand(2, 1, 1, step, 2, generator=torch.Generator().manual_seed(step)).unbind()
-                past = _regionalize_kv_past(mine)
-                returned = _RegionalizeLayerKV(*past).update(*new)
-                _regionalize_kv_store(mine, *returned, _regionalize_kv_length(past), init)
-                if not _regionalize_kv_alike((*real.update(*new), vars(real)), (*returned, vars(mine))):
+                past = kv_past(mine)
+                returned = LayerKV(*past).update(*new)
+                kv_store(mine, *returned, kv_length(past), init)
+                if not kv_alike((*real.update(*new), vars(real)), (*returned, vars(mine))):
                     return False
                 if real.get_seq_length() != mine.get_seq_length():
                     return False
@@ -228,7 +228,7 @@ def _regionalize_kv_same(init):
     return True
 
 
-def _regionalize_kv_alike(a, b):
+def kv_alike(a, b):
     """Are `a` and `b` equal, tensors compared by value, dtype and device, through tuples and dicts?"""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
@@ -239,12 +239,12 @@ def _regionalize_kv_alike(a, b):
         )
     if isinstance(a, (tuple, dict)) and type(a) is type(b) and len(a) == len(b):
         if isinstance(a, dict):
-            return a.keys() == b.keys() and all(_regionalize_kv_alike(a[k], b[k]) for k in a)
-        return all(_regionalize_kv_alike(x, y) for x, y in zip(a, b, strict=True))
+            return a.keys() == b.keys() and all(kv_alike(a[k], b[k]) for k in a)
+        return all(kv_alike(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
-def _regionalize_kv_empty(args, kwargs):
+def kv_empty(args, kwargs):
     """Does the call hand a transformers `DynamicCache` whose layers hold nothing yet (a prompt's)?"""
     utils = sys.modules.get("transformers.cache_utils")
     dynamic = getattr(utils, "DynamicCache", None)

@@ -4,39 +4,39 @@ the structures of blocks, which their regions take so that one is never reused f
 import torch
 
 from .internals import (
-    _regionalize_base,
-    _regionalize_reuses,
-    _regionalize_tree_leaves,
-    _regionalize_tree_map_only,
+    base,
+    reuses,
+    tree_leaves,
+    tree_map_only,
 )
-from .state import _regionalize_process
+from .state import process
 
 
-def _regionalize_nested_region(fn):
+def nested_region(fn):
     """`fn` as a nested compile region that holds a variant per block where each reads its own integer:
     torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
     takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
     where torch takes it."""
-    if _regionalize_reuses():
+    if reuses():
         return torch.compiler.nested_compile_region(fn, max_reuse_entries=1024)
     return torch.compiler.nested_compile_region(fn)
 
 
-def _regionalize_nested(fn, label, extras=0):
+def nested(fn, label, extras=0):
     """`fn` as a nested compile region, its keyword arguments and tuples passed as positional arguments:
     Dynamo's check that a traced region serves another block is cheap where each argument is a tensor or
     a plain value, and otherwise flattens them with pytree as it traces each block (a second of a 32-layer
     Llama's start). `fn` returns a block's output, after `extras` tensors where it has them; the region
-    returns them packed (`_regionalize_pack`) and the call unpacked, a tensor that aliases an input or
-    another output copied (`_regionalize_unaliased`). The regions' code is named `label`, so that regions
+    returns them packed (`pack`) and the call unpacked, a tensor that aliases an input or
+    another output copied (`unaliased`). The regions' code is named `label`, so that regions
     of other blocks are not candidates for their reuse."""
 
     def as_given(self, structure, *args, **kwargs):
-        inputs = _regionalize_tree_leaves((args, kwargs))
-        return _regionalize_pack(_regionalize_unaliased(inputs, fn(self, *args, **kwargs)), extras)
+        inputs = tree_leaves((args, kwargs))
+        return pack(unaliased(inputs, fn(self, *args, **kwargs)), extras)
 
     as_given.__code__ = as_given.__code__.replace(co_name=f"{label}_as_given")
-    general = _regionalize_nested_region(as_given)
+    general = nested_region(as_given)
 
     def flat(self, structure, spec, *leaves):
         args, kwargs, at = [], {}, 0
@@ -48,10 +48,10 @@ def _regionalize_nested(fn, label, extras=0):
                 args.append(value)
             else:
                 kwargs[name] = value
-        return _regionalize_pack(_regionalize_unaliased(leaves, fn(self, *args, **kwargs)), extras)
+        return pack(unaliased(leaves, fn(self, *args, **kwargs)), extras)
 
     flat.__code__ = flat.__code__.replace(co_name=label)
-    flat_region = _regionalize_nested_region(flat)
+    flat_region = nested_region(flat)
 
     # Traced for every block: kept to a few instructions per argument.
     def call(self, *args, **kwargs):
@@ -70,19 +70,19 @@ def _regionalize_nested(fn, label, extras=0):
                 marks += 1
         text = ",".join(spec)
         if text.count(",") + text.count(":") + text.count("*") != marks:  # a ** name `spec` cannot hold
-            return _regionalize_unpack(general(self, structure, *args, **kwargs), extras)
-        return _regionalize_unpack(flat_region(self, structure, text, *leaves), extras)
+            return unpack(general(self, structure, *args, **kwargs), extras)
+        return unpack(flat_region(self, structure, text, *leaves), extras)
 
     return call
 
 
-def _regionalize_copy(tensor):
+def contiguous_copy(tensor):
     """A contiguous copy: with torch.clone's default (preserve_format) of a slice, Inductor computed other
     values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13)."""
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
-def _regionalize_unaliased(inputs, value):
+def unaliased(inputs, value):
     """`value`, a region's output, with a copy of each tensor that shares memory with one of `inputs` or
     with another tensor of `value` (contiguous, but an input handed on keeps its strides); the others as
     they are. Dynamo compiles no region whose outputs alias (T5's layers return the position bias they
@@ -91,23 +91,23 @@ def _regionalize_unaliased(inputs, value):
     Both slices are copied, not only the second, and an input handed on keeps its strides: the next
     block, handed other strides than the first, would be traced again. Memory shared other than through
     a view still fails the compile, and the owner's retry then copies every output (`copies` of
-    `_regionalize_region`)."""
+    `Region.copies`)."""
 
-    given = [_regionalize_base(t) for t in inputs if isinstance(t, torch.Tensor)]
-    made = [_regionalize_base(t) for t in _regionalize_tree_leaves(value) if isinstance(t, torch.Tensor)]
+    given = [base(t) for t in inputs if isinstance(t, torch.Tensor)]
+    made = [base(t) for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
     def own(tensor):
-        root = _regionalize_base(tensor)
+        root = base(tensor)
         if any(tensor is other for other in inputs):  # handed on: the next block takes this one's strides
             return tensor.clone()
         if any(root is other for other in given) or sum(root is other for other in made) > 1:
-            return _regionalize_copy(tensor)
+            return contiguous_copy(tensor)
         return tensor
 
-    return _regionalize_tree_map_only(torch.Tensor, own, value)
+    return tree_map_only(torch.Tensor, own, value)
 
 
-def _regionalize_shape(blocks):
+def name_structures(blocks):
     """Name the structure of each of `blocks`: the classes of its modules, which its regions take as an
     argument; whether a name changed. Dynamo (torch 2.13) reuses a region traced for one block for
     another whose submodule is of another class, where the first reads nothing of it that the second
@@ -117,14 +117,14 @@ def _regionalize_shape(blocks):
     changed = False
     for block in blocks:
         classes = tuple(type(m) for m in block.modules())
-        structures = _regionalize_process.structures
+        structures = process.structures
         name = structures.setdefault(classes, f"structure {len(structures)}")
         changed |= block.__dict__.get("_regionalize_structure") != name
         block.__dict__["_regionalize_structure"] = name
     return changed
 
 
-def _regionalize_pack(value, extras):
+def pack(value, extras):
     """What a region returns for `value`, a block's output after `extras` tensors. Dynamo reuses a region
     only if it returns a tensor or a sequence of tensors, so a tensor, or without extras a sequence of
     tensors, is returned as it is (nothing added to a call). Other outputs (a tuple holding None, an
@@ -132,11 +132,11 @@ def _regionalize_pack(value, extras):
     static where the outputs' are symbolic, so the caller's trace reads it for free. An output that could
     be taken for a marker is always returned after one."""
     front, out = (value[:extras], value[extras]) if extras else ((), value)
-    if isinstance(out, torch.Tensor) and not _regionalize_marked(out):
+    if isinstance(out, torch.Tensor) and not marked(out):
         return (*front, out) if extras else out
     sequence = type(out) in (tuple, list)
     tensors = sequence and all(isinstance(t, torch.Tensor) for t in out)
-    if tensors and not extras and not (out and _regionalize_marked(out[0])):
+    if tensors and not extras and not (out and marked(out[0])):
         return out
     items = out if sequence else (out,)
     if all(t is None or isinstance(t, torch.Tensor) for t in items):
@@ -149,13 +149,13 @@ def _regionalize_pack(value, extras):
     return (*front, marker, *parts)
 
 
-def _regionalize_unpack(result, extras):
-    """The block's output (after `extras` tensors) that `_regionalize_pack` returned as `result`."""
+def unpack(result, extras):
+    """The block's output (after `extras` tensors) that `pack` returned as `result`."""
     if extras:
         front, rest = result[:extras], result[extras:]
-        if not _regionalize_marked(rest[0]):
+        if not marked(rest[0]):
             return (*front, rest[0])
-    elif type(result) in (tuple, list) and result and _regionalize_marked(result[0]):
+    elif type(result) in (tuple, list) and result and marked(result[0]):
         front, rest = (), result
     else:
         return result
@@ -168,8 +168,8 @@ def _regionalize_unpack(result, extras):
     return (*front, out) if extras else out
 
 
-def _regionalize_marked(tensor):
-    """Is `tensor` a marker of `_regionalize_pack`: no elements, uint8, its shape starting (0, 82)?"""
+def marked(tensor):
+    """Is `tensor` a marker of `pack`: no elements, uint8, its shape starting (0, 82)?"""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() < 3:
         return False
     return tensor.shape[0] == 0 and tensor.shape[1] == 82

@@ -5,56 +5,56 @@ import warnings
 
 import torch
 
-from .around import _regionalize_handoff, _regionalize_opaque, _regionalize_outside, _regionalize_owned
-from .bypass import _regionalize_direct, _regionalize_guard_filter
-from .frames import _regionalize_caller, _regionalize_frame
-from .graphs import _regionalize_graphable, _regionalize_kept
+from .around import handoff, is_opaque, outside, owned
+from .bypass import bypassed, guard_filter
+from .frames import caller, new_frame
+from .graphs import graphable, kept
 from .internals import (
-    _regionalize_aliasing,
-    _regionalize_backend_failed,
-    _regionalize_compiled_call,
-    _regionalize_compiling,
-    _regionalize_counters,
-    _regionalize_cpu_check,
-    _regionalize_inductor_pieces,
-    _regionalize_module_call,
-    _regionalize_set_compiled_call,
-    _regionalize_submodules,
-    _regionalize_traced,
-    _regionalize_why,
+    backend_failed,
+    compiled_call,
+    compiling,
+    counters,
+    cpu_check,
+    inductor_pieces,
+    is_aliasing,
+    module_call,
+    set_compiled_call,
+    submodules,
+    traced,
+    why_failed,
 )
 from .kv import (
-    _regionalize_kv_growing,
-    _regionalize_kv_holds,
-    _regionalize_layer_idx,
+    kv_growing,
+    kv_holds,
+    layer_idx,
 )
-from .nested import _regionalize_reuses, _regionalize_shape
+from .nested import name_structures, reuses
 from .outer import (
-    _regionalize_holds_owners,
-    _regionalize_mostly_stages,
-    _regionalize_refuse,
-    _regionalize_take,
-    _regionalize_takes,
+    holds_owners,
+    mostly_stages,
+    refuse,
+    take,
+    takes,
 )
-from .per_block import _regionalize_graph_modes, _regionalize_per_block, _regionalize_per_call
-from .pieces import _regionalize_pieces
-from .plan import _regionalize_per_block_plan, _regionalize_plan
-from .regions import _regionalize_region_of, _RegionalizeRegion
-from .stack import _regionalize_fresh_stack
-from .state import _regionalize_process, _RegionalizeForm, _RegionalizeOwner, _RegionalizePlan
-from .static import _regionalize_static_checked
+from .per_block import graph_modes, per_block, per_call_reason
+from .pieces import pieces_backend
+from .plan import per_block_plan, plan_for
+from .regions import Region, region_of
+from .stack import fresh_stack
+from .state import Form, OwnerState, Plan, process
+from .static import static_checked
 from .threads import (
-    _regionalize_call,
-    _regionalize_locked,
-    _regionalize_setup_lock,
-    _regionalize_torch_warnings,
+    locked,
+    setup_lock,
+    this_call,
+    torch_warnings,
 )
 
 
-def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
+def register_block(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole: the block traced
     once and stamped out, a call one compiled frame. Where torch reuses no traced region (2.11) the owner's
-    graph is compiled in pieces, each distinct block once (`_regionalize_pieces`); per block
+    graph is compiled in pieces, each distinct block once (`pieces_backend`); per block
     (`block.compile()`) where the owner cannot be compiled whole, with another backend than Inductor there,
     and on torch without nested compile regions. Blocks that update a transformers cache
     (`cache_index="layer_idx"`, the attribute their update takes) are regions taking their layer's tensors,
@@ -64,59 +64,57 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
     CUDA graph (no grad, no hooks, CUDA tensors), the others per block. `guard_bypass` ("filter" or
     "depyf") applies to the owner's frame. The forms' figures: docs/compile-forms.md."""
     # Models built in two threads at once: a class's `forward` made a region once, the hook set once.
-    with _regionalize_setup_lock:
+    with setup_lock:
         if guard_bypass == "filter":
             compile_kwargs["options"] = {
                 **compile_kwargs.get("options", {}),
-                "guard_filter_fn": _regionalize_guard_filter,
+                "guard_filter_fn": guard_filter,
             }
         state = owner.__dict__.get("_regionalize_owner")
         direct = guard_bypass == "depyf"
         inner = block.__dict__.get("_regionalize_owner")
-        if inner is None and _regionalize_holds_owners(block):  # a region would inline them
-            return _regionalize_refuse(owner, _regionalize_entry)
+        if inner is None and holds_owners(block):  # a region would inline them
+            return refuse(owner, entry)
         if inner is not None:  # a stage, the owner of blocks: an owner of owners (`outer.py`)
-            if not _regionalize_takes(owner, inner, compile_kwargs, direct):
-                return _regionalize_refuse(owner, _regionalize_entry)
-            state = state or _RegionalizeOwner([], compile_kwargs, direct)
-            return _regionalize_take(owner, block, state, _regionalize_blocks, compile_kwargs)
+            if not takes(owner, inner, compile_kwargs, direct):
+                return refuse(owner, entry)
+            state = state or OwnerState([], compile_kwargs, direct)
+            return take(owner, block, state, register_block, compile_kwargs)
         if state is None:
-            state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner([], compile_kwargs, direct)
+            state = owner.__dict__["_regionalize_owner"] = OwnerState([], compile_kwargs, direct)
         state.blocks.append(block)
-        if _regionalize_process.replaced is None:  # never removed: compiled frames that traced it guard on it
-            _regionalize_process.replaced = 0
-            torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
+        if process.replaced is None:  # never removed: compiled frames that traced it guard on it
+            process.replaced = 0
+            torch.nn.modules.module.register_module_module_registration_hook(registered)
         if not hasattr(torch.compiler, "nested_compile_region"):
-            state.plan = _regionalize_per_block_plan("this torch has no nested compile regions", True)
+            state.plan = per_block_plan("this torch has no nested compile regions", True)
         elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-            state.plan = _regionalize_per_block_plan(
-                "the eager backend cannot differentiate nested regions", True
-            )
-        if state.plan.form is _RegionalizeForm.PER_BLOCK:
-            _regionalize_per_block(owner)
+            state.plan = per_block_plan("the eager backend cannot differentiate nested regions", True)
+        if state.plan.form is Form.PER_BLOCK:
+            per_block(owner)
             return
-        handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
+        handing = is_opaque(state) or cache_index  # `handoff`: what may be handed over
         if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
-            type(owner).forward = _regionalize_owned(type(owner).forward)
+            type(owner).forward = owned(type(owner).forward)
         # Compiled by its first call, once it holds all its parameters.
-        if _regionalize_compiled_call(owner) is None:
-            _regionalize_set_compiled_call(owner, _regionalize_entry(owner, None))
+        if compiled_call(owner) is None:
+            set_compiled_call(owner, entry(owner, None))
         cls = type(block)
         if cache_index or not nested:  # traced in the owner's frame until its first call says how
             block.__dict__["_regionalize_layer"] = None
             state.indexed.append((block, cache_index))
         block.__dict__.setdefault("_regionalize_structure", None)  # set up: its class's region serves it
-        if _regionalize_region_of(cls) is None:  # the class's forward is not made a region yet
-            region = cls._regionalize_region = _RegionalizeRegion(cls.forward)
+        if region_of(cls) is None:  # the class's forward is not made a region yet
+            region = cls._regionalize_region = Region(cls.forward)
             cls.forward = region.forward
 
 
-def _regionalize_registered(
+def registered(
     module,
     name,
     submodule,
-    process=_regionalize_process,
-    modules=_regionalize_submodules,
+    process=process,
+    modules=submodules,
     compiling=torch.compiler.is_compiling,
 ):
     """A global hook on every submodule assignment, counting those that replace one: a block's structure
@@ -129,8 +127,8 @@ def _regionalize_registered(
         process.replaced += 1
 
 
-def _regionalize_owner_compiled(owner, compile_kwargs):
-    """Compile the owner whole, its calls routed through `_regionalize_owner_call` (with its guards skipped
+def owner_compiled(owner, compile_kwargs):
+    """Compile the owner whole, its calls routed through `owner_call` (with its guards skipped
     under `guard_bypass="depyf"`), and return what that call runs.
 
     Compiled as a function of the owner's class and the shapes, dtypes and devices of its parameters, not its
@@ -144,104 +142,104 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     of the owner's code (`frames.py`)."""
     cls = type(owner)
     shapes = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in owner.named_parameters())
-    frames = _regionalize_process.owner_frames.setdefault(cls, {})
+    frames = process.owner_frames.setdefault(cls, {})
     frame = frames.get(shapes)
     if frame is None:  # in the globals of the owner's code (`frames.py`)
-        frame = frames[shapes] = _regionalize_frame(cls, "forward")
+        frame = frames[shapes] = new_frame(cls, "forward")
     state = owner.__dict__["_regionalize_owner"]
-    if state.plan.form is _RegionalizeForm.PIECES:  # `_regionalize_pieces`
+    if state.plan.form is Form.PIECES:  # `pieces_backend`
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
         dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
         classes = {type(block) for block in state.blocks}
-        dynamo["backend"] = _regionalize_pieces(classes, state, compile_kwargs.get("mode"), options)
+        dynamo["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
         compiler = torch.compile(frame, **dynamo, fullgraph=True)
     else:
         compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
     whole = functools.partial(compiler, owner)
     if state.direct:
-        whole = _regionalize_direct(owner, whole, frame)
+        whole = bypassed(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
-    _regionalize_set_compiled_call(owner, _regionalize_entry(owner, whole))
+    set_compiled_call(owner, entry(owner, whole))
     return whole
 
 
-def _regionalize_entry(owner, whole):
-    """The owner's calls: opaque to a compile around them where `_regionalize_opaque`."""
-    opaque = _regionalize_opaque(owner.__dict__["_regionalize_owner"])
-    return functools.partial(_regionalize_opaque_call if opaque else _regionalize_owner_call, owner, whole)
+def entry(owner, whole):
+    """The owner's calls: opaque to a compile around them where `is_opaque`."""
+    opaque = is_opaque(owner.__dict__["_regionalize_owner"])
+    return functools.partial(opaque_call if opaque else owner_call, owner, whole)
 
 
-def _regionalize_owner_call(owner, whole, *args, **kwargs):
+def owner_call(owner, whole, *args, **kwargs):
     """A call of `owner`, where the warnings filter makes no warning an error; otherwise with torch's own
     warnings kept at Python's default. torch warns as it compiles (a deprecation, on 2.11 and 2.13), and
     under `filterwarnings = error` the first call would raise it and the owner fall back for a reason not
     its own. Warnings of other modules (the model's) stay errors. A call that a compile around the model
-    traces and hands over (`_regionalize_handoff`) breaks its graph here."""
-    if _regionalize_handoff(owner, args, kwargs):
-        return _regionalize_outside(owner, args, kwargs)
+    traces and hands over (`handoff`) breaks its graph here."""
+    if handoff(owner, args, kwargs):
+        return outside(owner, args, kwargs)
     if not any(action == "error" for action, *_ in warnings.filters):
-        return _regionalize_owner_serve(owner, whole, args, kwargs)
-    if _regionalize_traced():  # Dynamo's trace, which takes `catch_warnings` but no lock
+        return owner_serve(owner, whole, args, kwargs)
+    if traced():  # Dynamo's trace, which takes `catch_warnings` but no lock
         with warnings.catch_warnings():
             warnings.filterwarnings("default", module=r"torch(\.|$)")
-            return _regionalize_owner_serve(owner, whole, args, kwargs)
-    with _regionalize_torch_warnings:
-        return _regionalize_owner_serve(owner, whole, args, kwargs)
+            return owner_serve(owner, whole, args, kwargs)
+    with torch_warnings:
+        return owner_serve(owner, whole, args, kwargs)
 
 
-_regionalize_opaque_call = torch.compiler.disable(_regionalize_owner_call)
+opaque_call = torch.compiler.disable(owner_call)
 
 
-@_regionalize_fresh_stack
-def _regionalize_owner_serve(owner, whole, args, kwargs):
+@fresh_stack
+def owner_serve(owner, whole, args, kwargs):
     state = owner.__dict__["_regionalize_owner"]
-    if state.inner and not state.settled and not _regionalize_mostly_stages(owner, state):
-        _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)  # a form: no warning
+    if state.inner and not state.settled and not mostly_stages(owner, state):
+        locked(refuse, owner, entry)  # a form: no warning
         state = owner.__dict__.get("_regionalize_owner")
         if state is None:  # no blocks of its own: each stage compiled whole at its call
-            return _regionalize_module_call(owner)(*args, **kwargs)
+            return module_call(owner)(*args, **kwargs)
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
-    graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_call.handed is owner
+    graphs = state.kwargs.get("mode") in graph_modes or this_call.handed is owner
     if (
         not state.settled
-        or state.version != _regionalize_process.replaced
-        or (state.plan.form is _RegionalizeForm.PIECES and state.first != [_regionalize_first(owner)])
+        or state.version != process.replaced
+        or (state.plan.form is Form.PIECES and state.first != [first_parameter(owner)])
         or whole is None  # called before another thread's first call, which set the owner up, compiled it
     ):
-        whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
+        whole = locked(owner_setup, owner, whole, graphs)
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return _regionalize_module_call(owner)(*args, **kwargs)
-    per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
+            return module_call(owner)(*args, **kwargs)
+    per_call = None if graphs else per_call_reason(state, args, kwargs)
     if per_call is not None:
         setattr(state, per_call, True)
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
-    looking = not state.growing and per_call is None and not _regionalize_traced()
-    if looking and _regionalize_kv_growing(args, kwargs) is not False:
+    looking = not state.growing and per_call is None and not traced()
+    if looking and kv_growing(args, kwargs) is not False:
         state.growing = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (where a full compile's are exact). Under no_grad the owner runs whole.
     if (
-        state.plan.form in (_RegionalizeForm.PER_BLOCK, _RegionalizeForm.ALONE)
+        state.plan.form in (Form.PER_BLOCK, Form.ALONE)
         or per_call is not None
         or torch.is_grad_enabled()
-        or (graphs and not _regionalize_graphable(owner, args, kwargs))
+        or (graphs and not graphable(owner, args, kwargs))
     ):
-        return _regionalize_per_block(owner)(*args, **kwargs)
-    skips = _regionalize_counters()["inductor"] if graphs else {}
+        return per_block(owner)(*args, **kwargs)
+    skips = counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
     planned = state.plan
-    _regionalize_call.tracing = "flat" if planned.form is _RegionalizeForm.PIECES else True
-    _regionalize_call.graphing = graphs
+    this_call.tracing = "flat" if planned.form is Form.PIECES else True
+    this_call.graphing = graphs
     try:
-        out = _regionalize_run_whole(owner, state, whole, args, kwargs)
+        out = run_whole(owner, state, whole, args, kwargs)
     finally:
-        _regionalize_call.tracing = _regionalize_call.graphing = False
+        this_call.tracing = this_call.graphing = False
     if state.plan is not planned:
-        _regionalize_fell_back(owner, state)
-    if state.plan.form is _RegionalizeForm.PER_BLOCK:
+        fell_back(owner, state)
+    if state.plan.form is Form.PER_BLOCK:
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return _regionalize_module_call(owner)(*args, **kwargs)
-        return _regionalize_per_block(owner)(*args, **kwargs)
+            return module_call(owner)(*args, **kwargs)
+        return per_block(owner)(*args, **kwargs)
     if not graphs:
         return out
     if skips.get("cudagraph_skips", 0) > before and not state.skipped:
@@ -249,76 +247,76 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
-            stacklevel=_regionalize_caller(),
+            stacklevel=caller(),
         )
-    return out if state.plan.form is _RegionalizeForm.PIECES else _regionalize_kept(out, args, kwargs)
+    return out if state.plan.form is Form.PIECES else kept(out, args, kwargs)
 
 
-def _regionalize_owner_setup(owner, whole, graphs):
+def owner_setup(owner, whole, graphs):
     """Set the owner up on its first call, and compile it again where its blocks or its parameters changed
     since; return the compiled frame its calls run. Under the set-up lock: a thread whose first call waited
     on another's takes the frame that one compiled, not the None its call was made with."""
     state = owner.__dict__["_regionalize_owner"]
-    entry = _regionalize_compiled_call(owner)
-    if not _regionalize_traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
+    entry = compiled_call(owner)
+    if not traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
         whole = entry.args[1]
     if not state.settled:  # by the first call, every module of the model is built and set up
         state.settled = True
         inductor = state.kwargs.get("backend", "inductor") == "inductor"
-        parameter = _regionalize_first(owner)  # its first parameter's (dtype, device), None without one
+        parameter = first_parameter(owner)  # its first parameter's (dtype, device), None without one
         if inductor and parameter is not None and parameter[1].type == "cpu":
-            _regionalize_cpu_check()  # while Dynamo traces
+            cpu_check()  # while Dynamo traces
         indexed = state.indexed
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
-        kv = kv and all(_regionalize_region_of(type(b)).name for b, _ in indexed)
-        if kv and _regionalize_process.kv is None:
-            _regionalize_process.kv = _regionalize_kv_holds()
-            _regionalize_process.static = _regionalize_static_checked()
-        kv = kv and _regionalize_process.kv
+        kv = kv and all(region_of(type(b)).name for b, _ in indexed)
+        if kv and process.kv is None:
+            process.kv = kv_holds()
+            process.static = static_checked()
+        kv = kv and process.kv
         for block, attribute in indexed if kv else ():
-            block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
-        _regionalize_process.reusing = _regionalize_reuses()
-        if state.plan.form is not _RegionalizeForm.PER_BLOCK:  # not one its registration took
-            state.plan = _regionalize_plan(owner, state, graphs, inductor)
-        whole = _regionalize_owner_compiled(owner, state.kwargs)  # its parameters all there by now
+            block.__dict__["_regionalize_layer"] = layer_idx(block, attribute)
+        process.reusing = reuses()
+        if state.plan.form is not Form.PER_BLOCK:  # not one its registration took
+            state.plan = plan_for(owner, state, graphs, inductor)
+        whole = owner_compiled(owner, state.kwargs)  # its parameters all there by now
         if state.plan.fallback:
-            _regionalize_fell_back(owner, state)
-    if state.version != _regionalize_process.replaced:  # a submodule replaced somewhere since the last call
-        renamed = _regionalize_shape(state.blocks) and state.version is not None
+            fell_back(owner, state)
+    if state.version != process.replaced:  # a submodule replaced somewhere since the last call
+        renamed = name_structures(state.blocks) and state.version is not None
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
-            whole = _regionalize_owner_compiled(owner, state.kwargs)
-        state.version = _regionalize_process.replaced  # once compiled: other threads' checks skip the lock
+            whole = owner_compiled(owner, state.kwargs)
+        state.version = process.replaced  # once compiled: other threads' checks skip the lock
     # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
     # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
     # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
     # parameter's new dtype or device.
-    if state.plan.form is _RegionalizeForm.PIECES and state.first != [first := _regionalize_first(owner)]:
+    if state.plan.form is Form.PIECES and state.first != [first := first_parameter(owner)]:
         if state.first:  # known, and changed since
-            whole = _regionalize_owner_compiled(owner, state.kwargs)
+            whole = owner_compiled(owner, state.kwargs)
         state.first = [first]
     return whole
 
 
-def _regionalize_fell_back(owner, state):
+def fell_back(owner, state):
     """Warn that `owner` takes a fallback (`state.plan`): in pieces where its blocks cannot be regions,
     else per block, where an owner of owners gives its stages their blocks back, each compiled whole."""
     name, plan = type(owner).__name__, state.plan
-    if plan.form is _RegionalizeForm.PIECES:
+    if plan.form is Form.PIECES:
         message = f"{name}'s {plan.reason.removeprefix('its ')}; it is compiled whole in pieces instead"
     else:
         instead = "its stages own their blocks" if state.inner else "its blocks are compiled one by one"
         message = f"{name} cannot be compiled whole ({plan.reason}); {instead} instead"
-    warnings.warn(f"regionalize: {message}", stacklevel=_regionalize_caller())
-    if state.inner and plan.form is _RegionalizeForm.PER_BLOCK:
-        _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)
+    warnings.warn(f"regionalize: {message}", stacklevel=caller())
+    if state.inner and plan.form is Form.PER_BLOCK:
+        locked(refuse, owner, entry)
 
 
-def _regionalize_first(owner):
+def first_parameter(owner):
     first = next(owner.parameters(), None)
     return None if first is None else (first.dtype, first.device)
 
 
-def _regionalize_run_whole(owner, state, whole, args, kwargs):
+def run_whole(owner, state, whole, args, kwargs):
     """The owner's compiled frame run, or None with a per-block plan when it cannot be compiled: a graph
     break in a region, a Dynamo or Inductor error, the recompile limit (a frame that fails to compile has
     run nothing yet). Three failures are retried first: regions whose outputs alias (each block then
@@ -334,12 +332,12 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
         try:
             return whole(*args, **kwargs)
         except Exception as error:
-            if not _regionalize_compiling(error):
+            if not compiling(error):
                 raise  # raised by the compiled code as it ran: the original raises it too
-            why = _regionalize_why(error)
-            aliasing = _regionalize_aliasing(error)
-            backend = _regionalize_backend_failed(error)  # traced, failed in the backend
-        classes = {_regionalize_region_of(type(block)) for block in state.blocks} - {None}
+            why = why_failed(error)
+            aliasing = is_aliasing(error)
+            backend = backend_failed(error)  # traced, failed in the backend
+        classes = {region_of(type(block)) for block in state.blocks} - {None}
         uncopied = [region for region in classes if not region.copies]
         regions = [b for b, _ in state.indexed if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
@@ -350,18 +348,18 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
             for block in regions:
                 block.__dict__["_regionalize_layer"] = False
         elif (
-            state.plan.form is _RegionalizeForm.WHOLE
+            state.plan.form is Form.WHOLE
             and not backend
             and state.kwargs.get("backend", "inductor") == "inductor"
-            and _regionalize_inductor_pieces()
+            and inductor_pieces()
         ):
             reason = f"its blocks cannot be nested regions ({why})"
             state.plan, state.first = (
-                _RegionalizePlan(_RegionalizeForm.PIECES, reason, fallback=True),
-                [_regionalize_first(owner)],
+                Plan(Form.PIECES, reason, fallback=True),
+                [first_parameter(owner)],
             )
-            _regionalize_call.tracing = "flat"
-            whole = _regionalize_owner_compiled(owner, state.kwargs)
+            this_call.tracing = "flat"
+            whole = owner_compiled(owner, state.kwargs)
         else:
-            state.plan = _regionalize_per_block_plan(why, True)
+            state.plan = per_block_plan(why, True)
             return None

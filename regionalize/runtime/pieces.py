@@ -8,28 +8,28 @@ import threading
 import torch
 
 from .internals import (
-    _regionalize_counters,
-    _regionalize_inductor_pieces,
-    _regionalize_op_arguments,
-    _regionalize_static_marked,
-    _regionalize_sym_expr,
-    _regionalize_sym_hint,
-    _regionalize_tree_leaves,
-    _regionalize_writes,
+    counters,
+    inductor_pieces,
+    op_arguments,
+    static_marked,
+    sym_expr,
+    sym_hint,
+    tree_leaves,
+    writes,
 )
-from .per_block import _regionalize_graph_modes
-from .static import _regionalize_on_graph_device
-from .threads import _regionalize_call
+from .per_block import graph_modes
+from .static import on_graph_device
+from .threads import this_call
 
 # Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
 # making room for a new one: transformers' `generate` makes a new StaticCache every call.
-_regionalize_graph_limit = 8
+graph_limit = 8
 # The most ops of a stretch between blocks run as traced rather than compiled: an embedding, a patch
 # embedding (6 ops), a final norm (8). Figures: docs/results/forward/stochastic-depth.md.
-_regionalize_traced_ops = 8
+traced_ops = 8
 
 
-def _regionalize_pieces(classes, state, mode, options):
+def pieces_backend(classes, state, mode, options):
     """A Dynamo backend for an owner whose blocks are of `classes`. Dynamo traces the owner and its blocks
     whole and guards every line of it, as a full compile does (the Python between the blocks included). Its
     graph is split where a block's nodes begin and end (their module stack names the block); pieces alike
@@ -37,7 +37,7 @@ def _regionalize_pieces(classes, state, mode, options):
     compiled piece, so Inductor compiles a block once, not once a layer: where region reuse is missing,
     this replaces it (the figures: docs/form-torch-versions.md). A call is one Dynamo frame and
     one call of each piece, where the per-block form makes a frame a block, whose entry alone costs more.
-    In CUDA graphs the call is one CUDA graph (`_RegionalizeGraphs`). `state` gets the counts, for the
+    In CUDA graphs the call is one CUDA graph (`Graphs`). `state` gets the counts, for the
     form verify reports."""
 
     # Key -> the frame's `ShapeEnv`, the symbols and the compiled piece of each piece compiled under that
@@ -45,21 +45,19 @@ def _regionalize_pieces(classes, state, mode, options):
     pieces = {}
 
     def backend(graph, example_inputs):
-        split, blocks = _regionalize_split(graph, classes)
+        split, blocks = split_graph(graph, classes)
         a_call = len(list(split.children()))  # before the pieces replace the split's modules
-        mutated, ungraphable, traced = _regionalize_pieces_compiled(
-            split, blocks, example_inputs, pieces, mode, options
-        )
+        mutated, ungraphable, traced = pieces_compiled(split, blocks, example_inputs, pieces, mode, options)
         compiled = sum(map(len, pieces.values()))
         traced = f", {traced} run as traced" if traced else ""
         state.pieces = f"{a_call} a call, {compiled} compiled in all{traced}"
-        always = mode in _regionalize_graph_modes
-        return _RegionalizeGraphs(split, example_inputs, mutated, not ungraphable, always)
+        always = mode in graph_modes
+        return Graphs(split, example_inputs, mutated, not ungraphable, always)
 
     return backend
 
 
-def _regionalize_split(graph, classes):
+def split_graph(graph, classes):
     """`graph` split in order: a piece per stretch of nodes inside one block, or outside all. Returns the
     split graph and the names of its pieces inside a block."""
     names = {f"{c.__module__}.{c.__qualname__}" for c in classes}
@@ -74,31 +72,31 @@ def _regionalize_split(graph, classes):
             if block is not None:
                 blocks.add(f"submod_{segment}")  # split_module's name for the piece
         parts[node] = segment
-    split_module = _regionalize_inductor_pieces().split_module
+    split_module = inductor_pieces().split_module
     return split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
 
 
-def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
+def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
     """Compile `split`'s pieces in place; `pieces` maps what makes pieces alike to the compiled one. A
-    stretch outside the `blocks` pieces of at most `_regionalize_traced_ops` ops runs as traced: Inductor's
+    stretch outside the `blocks` pieces of at most `traced_ops` ops runs as traced: Inductor's
     compile of it would cost about a second on a CPU (a C++ build) and save next to nothing a call. Returns
     the positions of the inputs that the graph writes to, whether it holds an op that a CUDA graph cannot
     replay (`Ungraphable`), and how many pieces run as traced. Each piece's inputs are those Dynamo
     recorded; where a CUDA graph may replay the call, which needs the writes and the ops, or a piece lacks
     them, the pieces run on fake copies of `example_inputs` instead, and learn them so."""
-    tools = _regionalize_inductor_pieces()
+    tools = inductor_pieces()
     fake = tools.fake_mode(example_inputs)
     patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
     traced = []
 
     def compile_piece(target, args):
         piece = getattr(split, target)
-        if target not in blocks and _regionalize_ops(piece) <= _regionalize_traced_ops:
+        if target not in blocks and op_count(piece) <= traced_ops:
             traced.append(target)
             compiled = piece.forward
         else:
-            key, symbols = _regionalize_piece_key(piece, args)
-            compiled = _regionalize_alike(pieces.get(key, ()), symbols, fake.shape_env)
+            key, symbols = piece_key(piece, args)
+            compiled = alike(pieces.get(key, ()), symbols, fake.shape_env)
             if compiled is None:
                 compiled = tools.compile_fx(piece, list(args), config_patches=patches)
                 pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
@@ -108,15 +106,15 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
         split.__dict__[target] = compiled
 
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    recorded = None if any(map(_regionalize_on_graph_device, tensors)) else _regionalize_recorded(split)
+    recorded = None if any(map(on_graph_device, tensors)) else recorded_inputs(split)
     if recorded is not None:  # off the GPU: no CUDA graph, so neither the writes nor the ops matter
         for target, args in recorded:
             compile_piece(target, args)
         return set(), False, len(traced)
-    return (*_regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece), len(traced))
+    return (*pieces_faked(split, example_inputs, tools, fake, compile_piece), len(traced))
 
 
-def _regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece):
+def pieces_faked(split, example_inputs, tools, fake, compile_piece):
     """Run `split` on fake copies of `example_inputs`, compiling each piece with `compile_piece` as it is
     reached; return the positions of the inputs that the graph writes to, and whether it holds an op that
     a CUDA graph cannot replay."""
@@ -129,11 +127,11 @@ def _regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if torch.Tag.nondeterministic_seeded in func.tags and _regionalize_draws(func, args, kwargs):
+            if torch.Tag.nondeterministic_seeded in func.tags and draws(func, args, kwargs):
                 ungraphable.append(func)
             out = func(*args, **kwargs)
-            made = _regionalize_tree_leaves(out)
-            if any(isinstance(t, torch.Tensor) and not _regionalize_on_graph_device(t) for t in made):
+            made = tree_leaves(out)
+            if any(isinstance(t, torch.Tensor) and not on_graph_device(t) for t in made):
                 ungraphable.append(func)
             return out
 
@@ -147,15 +145,13 @@ def _regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece)
     with fake:
         real = [isinstance(x, torch.Tensor) and not isinstance(x, tools.fake_tensor) for x in example_inputs]
         inputs = [fake.from_tensor(x) if r else x for x, r in zip(example_inputs, real, strict=True)]
-        versions = [_regionalize_writes(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+        versions = [writes(x) if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
-    mutated = {
-        i for i, x in enumerate(inputs) if versions[i] is not None and _regionalize_writes(x) != versions[i]
-    }
+    mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and writes(x) != versions[i]}
     return mutated, bool(ungraphable)
 
 
-def _regionalize_recorded(split):
+def recorded_inputs(split):
     """Each piece of `split` with its inputs as Dynamo recorded them while it traced (the example values
     its placeholders keep, which the split copies from the graph's), in the order the pieces run; None
     where a piece lacks one."""
@@ -170,28 +166,28 @@ def _regionalize_recorded(split):
     return recorded
 
 
-def _regionalize_ops(piece):
+def op_count(piece):
     """The ops of `piece`, a piece of Dynamo's graph: its calls, an item or a size taken counted as none."""
     calls = [n for n in piece.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     return sum(n.target not in (operator.getitem, "size") for n in calls)
 
 
-def _regionalize_draws(func, args, kwargs):
+def draws(func, args, kwargs):
     """Does `func`, an op that may draw random numbers, draw any here: not a dropout of probability 0 or
     out of training (attention's among them, which every call of torch's scaled dot product makes)."""
-    given = _regionalize_op_arguments(func, args, kwargs)
+    given = op_arguments(func, args, kwargs)
     p = given.get("dropout_p", given.get("p"))
     return given.get("train", True) is not False and not (isinstance(p, (int, float)) and p == 0)
 
 
-def _regionalize_piece_key(piece, args):
+def piece_key(piece, args):
     """What makes two pieces one compiled piece: their nodes, their inputs' sizes, layouts and dtypes, and
     which of their inputs share memory (a piece compiled for an input passed twice reads it once), sizes
     that are symbols named in their order of appearance. Returns that and the piece's symbols in that
     order, each with the `SymInt` among its inputs that is the symbol alone (None where none is): each
     layer's cache length is a symbol of its own. The key is None for a piece holding a constant
     (`get_attr`), which is its own."""
-    tools = _regionalize_inductor_pieces()
+    tools = inductor_pieces()
     index, nodes = {}, []
     for node in piece.graph.nodes:
         if node.op == "get_attr":
@@ -204,7 +200,7 @@ def _regionalize_piece_key(piece, args):
     def named(value):
         if not isinstance(value, torch.SymInt):
             return repr(value)
-        expr = _regionalize_sym_expr(value)
+        expr = sym_expr(value)
         if expr.is_Symbol and symbols.get(expr) is None:
             symbols[expr] = value
         for symbol in sorted(expr.free_symbols, key=str):
@@ -230,7 +226,7 @@ def _regionalize_piece_key(piece, args):
     return (tuple(nodes), inputs, shared), symbols
 
 
-def _regionalize_alike(candidates, symbols, sizes):
+def alike(candidates, symbols, sizes):
     """The compiled piece among `candidates` (the sizes, symbols and compiled piece of each piece of this
     one's key) whose symbols are this piece's, or can be made so: each pair with one value now, which the
     frame then guards equal (a call with other values compiles again). A piece with symbols is shared
@@ -240,7 +236,7 @@ def _regionalize_alike(candidates, symbols, sizes):
         if symbols and theirs_sizes is not sizes:
             continue
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
-        hint = _regionalize_sym_hint
+        hint = sym_hint
         if not all(a is not None and b is not None and hint(a) is not None for a, b in pairs):
             continue
         # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
@@ -249,13 +245,13 @@ def _regionalize_alike(candidates, symbols, sizes):
     return None
 
 
-class _RegionalizeGraphs:
+class Graphs:
     """A compiled frame's graph, served as one CUDA graph a call, captured on the second call of each
     set of fixed-input addresses and sizes (the first runs it as it is: Triton's tuning and any lazy set-up
     happen outside a capture). Its inputs are fixed (parameters, tensors at addresses marked static, such
     as a `StaticCache`'s, and any it writes to) or copied into the graph's own before each replay; a fixed
     input at another address is a new capture, as is another size of a dynamic one; the frame keeps
-    `_regionalize_graph_limit` graphs, the least recently replayed giving way to a new one, so a service
+    `graph_limit` graphs, the least recently replayed giving way to a new one, so a service
     whose requests each bring a new cache keeps its graphs. Its outputs are copied out of the graph's
     memory: the next replay overwrites it. Run without a graph: with autograd, off the GPU, where it draws
     random numbers or computes off the GPU, where an input it copies in shares memory with one it writes,
@@ -272,14 +268,14 @@ class _RegionalizeGraphs:
             for i in tensors
             if i in mutated
             or isinstance(example_inputs[i], torch.nn.Parameter)
-            or _regionalize_static_marked(example_inputs[i])
+            or static_marked(example_inputs[i])
         ]
         self.copied = [i for i in tensors if i not in self.fixed]
         self.mutated = sorted(mutated)
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
 
     def __call__(self, *args):
-        if not (self.graphable and (self.always or _regionalize_call.graphing)) or torch.is_grad_enabled():
+        if not (self.graphable and (self.always or this_call.graphing)) or torch.is_grad_enabled():
             return self.run(*args)
         # One thread's call at a time: every call's inputs are copied into the same buffers, and its
         # outputs out of the same memory.
@@ -303,7 +299,7 @@ class _RegionalizeGraphs:
         for i, buffer in buffers:
             buffer.copy_(args[i])
         replay()
-        _regionalize_counters()["regionalize"]["cuda_graphs_replayed"] += 1
+        counters()["regionalize"]["cuda_graphs_replayed"] += 1
         # Copied out of the graph's memory, which the next replay writes; but a fixed input or a view of
         # one, memory the graph writes in place, the caller's own.
         return tuple(x.clone() if copy else x for x, copy in outputs)
@@ -313,23 +309,23 @@ class _RegionalizeGraphs:
         writes to (its copy would not see the write)."""
         for i in self.copied:
             x = args[i]
-            if not _regionalize_on_graph_device(x) or x.untyped_storage().data_ptr() in written:
+            if not on_graph_device(x) or x.untyped_storage().data_ptr() in written:
                 return False
         return True
 
     def captured(self, key, args):
         """The graph for `key`, captured on its second call, else None: the call runs as it is."""
-        if not all(_regionalize_on_graph_device(args[i]) for i in self.fixed):
+        if not all(on_graph_device(args[i]) for i in self.fixed):
             return None
         written = {args[i].untyped_storage().data_ptr() for i in self.mutated}
         if not self.servable(args, written):
             return None
         if key not in self.warm:
             self.warm[key] = None
-            if len(self.warm) > 4 * _regionalize_graph_limit:  # the keys seen, the oldest forgotten
+            if len(self.warm) > 4 * graph_limit:  # the keys seen, the oldest forgotten
                 del self.warm[next(iter(self.warm))]
             return None
-        if len(self.graphs) >= _regionalize_graph_limit:
+        if len(self.graphs) >= graph_limit:
             # Its memory in the pool the graphs share is free between its replays, as every graph's is.
             del self.graphs[next(iter(self.graphs))]
         buffers = [(i, torch.empty_like(args[i]).copy_(args[i])) for i in self.copied]
@@ -337,13 +333,13 @@ class _RegionalizeGraphs:
         for i, buffer in buffers:
             inputs[i] = buffer
         try:
-            replay, outputs = _regionalize_capture(self.run, inputs, self)
+            replay, outputs = capture(self.run, inputs, self)
         except Exception:  # an op a CUDA graph cannot hold: this frame runs without one
             self.graphable = False
-            _regionalize_counters()["inductor"]["cudagraph_skips"] += 1
+            counters()["inductor"]["cudagraph_skips"] += 1
             return None
         # What verify counts, beside the graphs of torch's CUDA-graph trees.
-        _regionalize_counters()["regionalize"]["cuda_graphs_captured"] += 1
+        counters()["regionalize"]["cuda_graphs_captured"] += 1
         fixed = {args[i].untyped_storage().data_ptr() for i in self.fixed}
         outputs = [
             (x, isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in fixed) for x in outputs
@@ -352,7 +348,7 @@ class _RegionalizeGraphs:
         return graph
 
 
-def _regionalize_capture(run, inputs, graphs):
+def capture(run, inputs, graphs):
     """`run(*inputs)` captured as a CUDA graph in the memory pool `graphs` shares among its graphs (one
     graph's memory is free again once its outputs are copied out), returned as its replay and its
     outputs. The capture runs nothing on the GPU: the replay does the call's work."""

@@ -1,38 +1,38 @@
 """A block class's `forward` as nested compile regions that Dynamo traces once and reuses for every block
-(`_RegionalizeRegion`), and blocks of such a class compiled one by one with their cache stood in for."""
+(`Region`), and blocks of such a class compiled one by one with their cache stood in for."""
 
 import inspect
 
 import torch
 
 from .frames import (
-    _regionalize_in_globals,
-    _regionalize_installed,
-    _regionalize_model_globals,
-    _RegionalizeOrEager,
+    OrEager,
+    globals_of,
+    in_globals,
+    installed,
 )
-from .internals import _regionalize_compiling, _regionalize_traced, _regionalize_tree_map_only
+from .internals import compiling, traced, tree_map_only
 from .kv import (
-    _regionalize_encoder_decoder_kv,
-    _regionalize_kv_layer,
-    _regionalize_kv_length,
-    _regionalize_kv_pair,
-    _regionalize_kv_past,
-    _regionalize_kv_store,
-    _RegionalizeLayerKV,
+    LayerKV,
+    encoder_decoder_kv,
+    kv_layer,
+    kv_length,
+    kv_pair,
+    kv_past,
+    kv_store,
 )
-from .nested import _regionalize_copy, _regionalize_nested
-from .state import _regionalize_process
+from .nested import contiguous_copy, nested
+from .state import process
 from .static import (
-    _regionalize_static_layer,
-    _regionalize_static_made_names,
-    _regionalize_static_run,
-    _regionalize_static_setup,
+    set_up_static_layer,
+    static_layer,
+    static_made_names,
+    static_run,
 )
-from .threads import _regionalize_call
+from .threads import this_call
 
 
-def _regionalize_kv_name(forward):
+def kv_name(forward):
     """The parameter of a block's `forward` that takes a transformers cache, and its position after `self`."""
     forward = inspect.unwrap(forward)
     names = list(inspect.signature(getattr(forward, "_regionalize_forward", forward)).parameters)
@@ -40,36 +40,36 @@ def _regionalize_kv_name(forward):
     return name, names.index(name) - 1 if name else 0
 
 
-def _regionalize_plain(value):
+def plain_value(value):
     """Is `value` a tensor, a plain value, or a tuple, list or dict of those (nothing that holds state)?"""
     if isinstance(value, (tuple, list)):
-        return all(_regionalize_plain(v) for v in value)
+        return all(plain_value(v) for v in value)
     if isinstance(value, dict):
-        return all(_regionalize_plain(v) for v in value.values())
+        return all(plain_value(v) for v in value.values())
     return value is None or isinstance(value, (torch.Tensor, int, float, bool, str))
 
 
-def _regionalize_expect(holds, what):
+def expect(holds, what):
     """Checked while a region is traced, so raised before anything ran: the owner's retry then traces the
     caches layer by layer."""
     if not holds:
         raise RuntimeError(f"regionalize: a block {what}")
 
 
-def _regionalize_body(block, *args, __body=None, **kwargs):
-    """A region's body as a frame of its own (`_RegionalizeRegion.bodies`)."""
+def body_template(block, *args, __body=None, **kwargs):
+    """A region's body as a frame of its own (`Region.bodies`)."""
     return __body(block, *args, **kwargs)
 
 
-def _regionalize_renamed(body, name):
+def renamed(body, name):
     """`body`, a bound method, as a function with code of its own named `name`: Dynamo keeps compiled code,
     and its recompile limit, per code object, so each block class compiles its own frames."""
-    function = _regionalize_in_globals(_regionalize_body, globals(), name)
+    function = in_globals(body_template, globals(), name)
     function.__kwdefaults__ = {"__body": body}
     return function
 
 
-def _regionalize_region_forward(self, *args, __region=None, **kwargs):
+def region_forward(self, *args, __region=None, **kwargs):
     """The `forward` a block class takes (its region's `call`): a function, its region a default, so that
     nothing installed on the user's class is a closure. A module of the class that no owner set up (no
     structure named) runs as the original."""
@@ -78,39 +78,39 @@ def _regionalize_region_forward(self, *args, __region=None, **kwargs):
     return __region.call(self, args, kwargs)
 
 
-def _regionalize_whole(self, *args, __plain=None, **kwargs):
+def whole_template(self, *args, __plain=None, **kwargs):
     """The body of a block's frame compiled on its own, made in the globals of the block's code."""
     return __plain(self, *args, **kwargs)
 
 
-class _RegionalizeRegion:
+class Region:
     """A block class's `forward` (`plain`) as nested compile regions while an owner is traced whole, itself
     otherwise. A cache that its parameter `name` (at `position` after `self`) takes is stood in for: the
     regions take its layer's tensors (`keyed`, `writing` for an encoder-decoder cache's first write,
     `static_setup` and `static` for a `StaticCache`'s layer). With `copies` the region returns copies of all
-    its tensors: the owner's retry where outputs alias in a way `_regionalize_unaliased` does not see."""
+    its tensors: the owner's retry where outputs alias in a way `unaliased` does not see."""
 
     def __init__(self, plain):
         self.plain, self.copies, self.made = plain, False, None
-        self.name, self.position = _regionalize_kv_name(plain)
+        self.name, self.position = kv_name(plain)
         self.label = label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
-        self.region = _regionalize_nested(plain, label)
-        self.region_copied = _regionalize_nested(self.copied, f"{label}_copied")
+        self.region = nested(plain, label)
+        self.region_copied = nested(self.copied, f"{label}_copied")
         self.regions = (
-            _regionalize_nested(self.keyed, f"{label}_keyed", extras=2),
-            _regionalize_nested(self.writing, f"{label}_writing", extras=4),
-            _regionalize_nested(self.static_setup, f"{label}_static_setup", extras=3),
-            _regionalize_nested(self.static, f"{label}_static"),
+            nested(self.keyed, f"{label}_keyed", extras=2),
+            nested(self.writing, f"{label}_writing", extras=4),
+            nested(self.static_setup, f"{label}_static_setup", extras=3),
+            nested(self.static, f"{label}_static"),
         )
-        self.forward = _regionalize_installed(_regionalize_region_forward, plain, __region=self)
+        self.forward = installed(region_forward, plain, __region=self)
 
     def call(self, block, args, kwargs):
         """A call of a block an owner set up."""
-        if _regionalize_call.tracing in (False, "flat"):
-            # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
-            frames = None if _regionalize_traced() else _regionalize_process.block_frames.get(block)
+        if this_call.tracing in (False, "flat"):
+            # Compiled per block (`block_compiled`), the block runs eagerly and calls its frames.
+            frames = None if traced() else process.block_frames.get(block)
             if frames is None:
-                if _regionalize_call.tracing:
+                if this_call.tracing:
                     return self.flat(block, args, kwargs)
                 return self.plain(block, *args, **kwargs)
             return self.stood_in(block, args, kwargs, *frames)
@@ -124,7 +124,7 @@ class _RegionalizeRegion:
 
     def copied(self, block, *args, **kwargs):
         out = self.plain(block, *args, **kwargs)
-        return _regionalize_tree_map_only(torch.Tensor, _regionalize_copy, out)
+        return tree_map_only(torch.Tensor, contiguous_copy, out)
 
     def handed(self, args, kwargs):
         """The slot of the cache among `args` (None: in `kwargs`, or not handed), and the cache."""
@@ -138,7 +138,7 @@ class _RegionalizeRegion:
         contiguous ones after it, would be compiled again for the token after."""
         index = block.__dict__.get("_regionalize_layer")
         cache = self.handed(args, kwargs)[1] if type(index) is int else None
-        layer = None if cache is None else _regionalize_kv_layer(cache, index)
+        layer = None if cache is None else kv_layer(cache, index)
         fresh = layer is not None and not layer.is_initialized
         out = self.plain(block, *args, **kwargs)
         if fresh:
@@ -154,37 +154,33 @@ class _RegionalizeRegion:
         return (self.copied if self.copies else self.plain)(block, *args, **kwargs)
 
     def keyed(self, block, keys, values, slot, *args, **kwargs):
-        cache = _RegionalizeLayerKV(keys, values)
+        cache = LayerKV(keys, values)
         out = self.run(block, cache, slot, args, kwargs)
-        _regionalize_expect(cache.updates == 1, f"updated its cache {cache.updates} times, not once")
+        expect(cache.updates == 1, f"updated its cache {cache.updates} times, not once")
         return cache.keys, cache.values, out
 
     def writing(self, block, keys, values, written, slot, *args, **kwargs):
         """An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its
         flag."""
-        own, cross = _RegionalizeLayerKV(keys, values), _RegionalizeLayerKV(None, None)
-        cache = _regionalize_encoder_decoder_kv(own, cross, written)
+        own, cross = LayerKV(keys, values), LayerKV(None, None)
+        cache = encoder_decoder_kv(own, cross, written)
         out = self.run(block, cache, slot, args, kwargs)
         flags = cache.is_updated.set
-        _regionalize_expect(
-            own.updates == 1 and cross.updates == 1, "updated its caches other than as assumed"
-        )
-        _regionalize_expect(
-            flags and all(flag is True for flag in flags), "did not set its cross-attention flag"
-        )
+        expect(own.updates == 1 and cross.updates == 1, "updated its caches other than as assumed")
+        expect(flags and all(flag is True for flag in flags), "did not set its cross-attention flag")
         return own.keys, own.values, cross.keys, cross.values, out
 
-    def static(self, block, spec, slot, *args, _regionalize_state, **kwargs):
-        """A `StaticCache`'s layer, written in place (`_regionalize_static_run`)."""
+    def static(self, block, spec, slot, *args, layer_state, **kwargs):
+        """A `StaticCache`'s layer, written in place (`static_run`)."""
         run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
-        return _regionalize_static_run(spec, _regionalize_state, run)[0]
+        return static_run(spec, layer_state, run)[0]
 
-    def static_setup(self, block, spec, slot, *args, _regionalize_state, **kwargs):
+    def static_setup(self, block, spec, slot, *args, layer_state, **kwargs):
         """A `StaticCache`'s layer on its first update: the region sets up a stand-in and returns what that
         left, which sets the layer up outside it."""
         run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
-        out, layer = _regionalize_static_run(spec, _regionalize_state, run)
-        return (*(getattr(layer, name) for name in _regionalize_static_made_names), out)
+        out, layer = static_run(spec, layer_state, run)
+        return (*(getattr(layer, name) for name in static_made_names), out)
 
     def stood_in(self, block, args, kwargs, regions, uncached, traced):
         """The call of a block that updates a cache, through `regions` where its layer is stood in for;
@@ -194,7 +190,7 @@ class _RegionalizeRegion:
         # unless nothing this call hands it can be a cache (BART's encoder layers build the attention
         # class its decoder layers' caches are indexed in); False when that failed to compile.
         index = block.__dict__["_regionalize_layer"]
-        if index is None and _regionalize_plain((*args, *kwargs.values())):
+        if index is None and plain_value((*args, *kwargs.values())):
             return uncached(block, *args, **kwargs)
         if index is None or index is False:
             return traced(block, *args, **kwargs)
@@ -209,7 +205,7 @@ class _RegionalizeRegion:
         except Exception as error:
             # A block's own frame (the per-block form) that cannot be compiled with the stand-in has run
             # nothing: the block is compiled as it is from now on. In the owner's frame its retry decides.
-            if _regionalize_call.tracing or not _regionalize_compiling(error):
+            if this_call.tracing or not compiling(error):
                 raise
             block.__dict__["_regionalize_layer"] = False
             return traced(block, *args, **kwargs)
@@ -220,10 +216,10 @@ class _RegionalizeRegion:
         # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
         # traced for every layer all the same, and cost more than the layers traced as they are
         # (docs/form-caches.md, Static caches).
-        served = _regionalize_process.reusing or not _regionalize_call.tracing
-        static = _regionalize_static_layer(cache, index) if served else None
-        pair = None if static else _regionalize_kv_pair(cache, index)
-        layer = static[0] if static else _regionalize_kv_layer(cache, index) if pair is None else pair[0]
+        served = process.reusing or not this_call.tracing
+        static = static_layer(cache, index) if served else None
+        pair = None if static else kv_pair(cache, index)
+        layer = static[0] if static else kv_layer(cache, index) if pair is None else pair[0]
         written = None if pair is None else cache.is_updated.get(index)
         # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
         # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, decoded
@@ -241,12 +237,12 @@ class _RegionalizeRegion:
         else:
             args = (*args[:slot], None, *args[slot + 1 :])
         keyed, writing, static_setup, static_kept = regions
-        past = None if static else _regionalize_kv_past(layer)
-        _regionalize_call.standing_in = not _regionalize_call.tracing
+        past = None if static else kv_past(layer)
+        this_call.standing_in = not this_call.tracing
         try:
             if static:
                 region = static_kept if layer.is_initialized else static_setup
-                result = region(block, static[1][0], slot, *args, _regionalize_state=static[1][1], **kwargs)
+                result = region(block, static[1][0], slot, *args, layer_state=static[1][1], **kwargs)
             elif pair is None:
                 keys, values, out = keyed(block, *past, slot, *args, **kwargs)
             else:
@@ -254,49 +250,49 @@ class _RegionalizeRegion:
                     block, *past, written, slot, *args, **kwargs
                 )
         finally:
-            _regionalize_call.standing_in = False
+            this_call.standing_in = False
         if static:
             if layer.is_initialized:
                 return result
-            _regionalize_static_setup(layer, result[:-1])
+            set_up_static_layer(layer, result[:-1])
             return result[-1]
-        init = _regionalize_process.kv
+        init = process.kv
         if pair is not None:
-            _regionalize_kv_store(pair[1], cross_keys, cross_values, 0, init)
+            kv_store(pair[1], cross_keys, cross_values, 0, init)
             cache.is_updated[index] = True
-        _regionalize_kv_store(layer, keys, values, _regionalize_kv_length(past), init)
+        kv_store(layer, keys, values, kv_length(past), init)
         return out
 
     def bodies(self):
         """The regions' bodies, each with code of its own, and the block's frame compiled on its own in the
-        globals of its code: what `_regionalize_block_compiled` compiles for a block of this class, made
+        globals of its code: what `block_compiled` compiles for a block of this class, made
         once, so that the blocks of the class share their frames."""
         if self.made is None:
             names = ("keyed", "writing", "static_setup", "static")
-            bodies = tuple(_regionalize_renamed(getattr(self, n), f"{self.label}_{n}") for n in names)
-            model_globals = _regionalize_model_globals(self.plain) or globals()
-            whole = _regionalize_in_globals(_regionalize_whole, model_globals, self.label)
+            bodies = tuple(renamed(getattr(self, n), f"{self.label}_{n}") for n in names)
+            model_globals = globals_of(self.plain) or globals()
+            whole = in_globals(whole_template, model_globals, self.label)
             whole.__kwdefaults__ = {"__plain": self.plain}
             self.made = bodies, whole
         return self.made
 
 
-def _regionalize_region_of(cls):
+def region_of(cls):
     """The region a block class's `forward` was made, or None."""
     return cls.__dict__.get("_regionalize_region")
 
 
-def _regionalize_block_compiled(block, compile_kwargs):
+def block_compiled(block, compile_kwargs):
     """Compile `block`, whose cache a stand-in serves, one by one: the block runs eagerly and its cache is
     read and written there, and the rest is one compiled frame per call, shared by the blocks of its
     class, as the region would be. Compiled as it is (`block.compile()`), the block's frame breaks its
     graph around each cache update: two frames a block, each call's entry paid twice. A frame that cannot
     be compiled whole with the stand-in falls back to the block's own code compiled (`stood_in`)."""
-    region = _regionalize_region_of(type(block))
+    region = region_of(type(block))
     bodies, whole = region.bodies()
     full = {**compile_kwargs, "fullgraph": True}
     compiled = torch.compile(whole, **compile_kwargs)
-    frame = _RegionalizeOrEager(compiled, region.plain, whole.__code__, type(block))
+    frame = OrEager(compiled, region.plain, whole.__code__, type(block))
     (keyed, writing, static_setup, static) = (torch.compile(body, **full) for body in bodies)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
-    _regionalize_process.block_frames[block] = (keyed, writing, static_setup, static), frame, frame
+    process.block_frames[block] = (keyed, writing, static_setup, static), frame, frame

@@ -3,10 +3,10 @@
 import sys
 
 # The stack slots an owner's call adds to its frame, 128 KiB: more than a chunk of 16 KiB holds.
-_regionalize_chunk_slots = 16384
+chunk_slots = 16384
 
 
-def _regionalize_fresh_stack(fn):
+def fresh_stack(fn):
     """`fn`, its frame at the base of a chunk of Python's frame stack of its own, in which every frame of its
     call fits. CPython 3.11 and 3.12 keep a thread's frames in chunks of 16 KiB and free a chunk as soon as
     the frame at its base returns (python/cpython issue 142183): where an owner's deep call (Dynamo's,
@@ -15,5 +15,5 @@ def _regionalize_fresh_stack(fn):
     one mapping a call, the slots never written. The figures: docs/results/torch-versions/stack-depths.md."""
     if sys.version_info >= (3, 11):
         code = fn.__code__
-        fn.__code__ = code.replace(co_stacksize=code.co_stacksize + _regionalize_chunk_slots)
+        fn.__code__ = code.replace(co_stacksize=code.co_stacksize + chunk_slots)
     return fn

@@ -5,21 +5,21 @@ import sys
 
 import torch
 
-from .internals import _regionalize_static_marked
-from .kv import _regionalize_kv_alike
-from .state import _regionalize_process
+from .internals import static_marked
+from .kv import kv_alike
+from .state import process
 
 # What a layer's first update leaves as tensors: the region that sets the layer up returns them.
-_regionalize_static_made_names = ("keys", "values", "cumulative_length")
+static_made_names = ("keys", "values", "cumulative_length")
 
 
-def _regionalize_static_made(utils):
+def static_made(utils):
     """The classes of the stand-ins: for the cache, a `StaticCache` (as blocks ask, `isinstance`) whose
     `update` reaches its one layer and which has nothing else, so that a block reading anything more of it
     fails closed; for a layer, a subclass of its class set up from the state a region takes, whose update
     is transformers' own."""
 
-    class _RegionalizeStaticKV(utils.StaticCache):
+    class StaticKV(utils.StaticCache):
         def __init__(self, layer):
             self.static_layer, self.updates = layer, 0
 
@@ -28,7 +28,7 @@ def _regionalize_static_made(utils):
             return self.static_layer.update(key_states, value_states, *args, **kwargs)
 
     def layer_class(base):
-        class _RegionalizeStaticLayer(base):
+        class StaticLayer(base):
             def __init__(self, spec, values):
                 for item, value in zip(spec.split(","), values, strict=True):
                     name, _, kind = item.partition(":")
@@ -38,12 +38,12 @@ def _regionalize_static_made(utils):
                         value = getattr(torch, value)
                     setattr(self, name, value)
 
-        return _RegionalizeStaticLayer
+        return StaticLayer
 
-    return _RegionalizeStaticKV, {base.__qualname__: layer_class(base) for base in (utils.StaticLayer,)}
+    return StaticKV, {base.__qualname__: layer_class(base) for base in (utils.StaticLayer,)}
 
 
-def _regionalize_static_state(layer, names):
+def static_state(layer, names):
     """A layer's attributes `names` as a region takes them: a spec naming its class and them, and their
     values, tensors and plain values as they are, devices and dtypes by name. None where one is of another
     kind. Read by name, not through `vars`, which torch 2.11's Dynamo cannot trace in the owner's frame:
@@ -66,79 +66,78 @@ def _regionalize_static_state(layer, names):
     return ";".join((type(layer).__qualname__, ",".join(spec))), tuple(values)
 
 
-def _regionalize_static_cache(cache):
+def static_cache(cache):
     """Is `cache` a transformers `StaticCache`, not offloading, in a process whose stand-ins are checked?"""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "StaticCache", None):
         return False
-    return not cache.offloading and bool(_regionalize_process.static)
+    return not cache.offloading and bool(process.static)
 
 
-def _regionalize_static_class(layer):
+def static_class(layer):
     """The class of the stand-ins for `layer`, where a region can stand in for a layer of its class."""
-    stand_in = _regionalize_process.static[1].get(type(layer).__qualname__)
+    stand_in = process.static[1].get(type(layer).__qualname__)
     return stand_in if stand_in is not None and stand_in.__base__ is type(layer) else None
 
 
-def _regionalize_static_layer(cache, index):
+def static_layer(cache, index):
     """The layer of a transformers `StaticCache` that a region can stand in for, and its state, else None."""
-    if not _regionalize_static_cache(cache) or len(cache.layers) <= index:
+    if not static_cache(cache) or len(cache.layers) <= index:
         return None
     layer = cache.layers[index]
-    stand_in = _regionalize_static_class(layer)
+    stand_in = static_class(layer)
     if stand_in is None:
         return None
-    state = _regionalize_static_state(layer, stand_in._regionalize_names[layer.is_initialized])
+    state = static_state(layer, stand_in._regionalize_names[layer.is_initialized])
     return None if state is None else (layer, state)
 
 
-def _regionalize_static_handed(args, kwargs):
+def static_handed(args, kwargs):
     """Does the call hand a transformers `StaticCache` whose every layer a region can stand in for?"""
     return any(
-        _regionalize_static_cache(value)
-        and all(_regionalize_static_class(layer) is not None for layer in value.layers)
+        static_cache(value) and all(static_class(layer) is not None for layer in value.layers)
         for value in (*args, *kwargs.values())
     )
 
 
-def _regionalize_on_graph_device(tensor):
+def on_graph_device(tensor):
     """Is `tensor` where CUDA graphs run: what a static cache's layers and a capture in pieces ask of their
     tensors. Read from its device, which a fake tensor reports too, as Dynamo traces. (The owner routes a
-    call by its arguments' `is_cuda`, `_regionalize_graphable`.)"""
+    call by its arguments' `is_cuda`, `graphable`.)"""
     return tensor.device.type == "cuda"
 
 
-def _regionalize_static_graphable(cache):
+def static_graphable(cache):
     """Can a CUDA graph take `cache`, a call's argument: a transformers `StaticCache` whose layers a region
     stands in for, every one set up, its tensors on the GPU at addresses marked static
     (Dynamo's `mark_static_address`, as transformers' own `lazy_initialization` marks them outside a
     compile). A graph replays the writes into those same tensors, as the original writes them. A layer
     not set up yet (the prompt, where `generate` made the cache) would make its tensors inside the graph,
     where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
-    if not _regionalize_static_cache(cache):
+    if not static_cache(cache):
         return False
     for layer in cache.layers:
-        if _regionalize_static_class(layer) is None or not layer.is_initialized:
+        if static_class(layer) is None or not layer.is_initialized:
             return False
-        for name in _regionalize_static_made_names:
+        for name in static_made_names:
             tensor = getattr(layer, name)
-            if not (_regionalize_on_graph_device(tensor) and _regionalize_static_marked(tensor)):
+            if not (on_graph_device(tensor) and static_marked(tensor)):
                 return False
     return True
 
 
-def _regionalize_static_setup(layer, made):
+def set_up_static_layer(layer, made):
     """Set up `layer` on its first update, which a region ran on a stand-in: transformers' own
     `lazy_initialization`, then the tensors the stand-in's update left (`made`) copied in."""
     layer.lazy_initialization(made[0], made[1])
-    for name, value in zip(_regionalize_static_made_names, made, strict=True):
+    for name, value in zip(static_made_names, made, strict=True):
         getattr(layer, name).copy_(value)
 
 
-def _regionalize_static_run(spec, values, run):
+def static_run(spec, values, run):
     """`run(stand_in)`, a stand-in for the cache of a layer whose state is `spec` and `values`, as a region
     runs it: the layer's tensors written in place by transformers' own update; and that stand-in's layer."""
-    made, classes = _regionalize_process.static
+    made, classes = process.static
     name, _, spec = spec.partition(";")
     stand_in = made(classes[name](spec, values))
     out = run(stand_in)
@@ -147,14 +146,14 @@ def _regionalize_static_run(spec, values, run):
     return out, stand_in.static_layer
 
 
-def _regionalize_static_checked():
+def static_checked():
     """The stand-ins' classes, where they leave transformers' `StaticCache` as its own update does, else
     False. Checked once, eagerly, on small tensors: a prompt, then tokens, through a region's two ways
     (setting a layer up, then writing it in place)."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
-        made = _regionalize_static_made(utils)
-        _regionalize_process.static = made
+        made = static_made(utils)
+        process.static = made
         for made_class in made[1].values():
             base = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
@@ -165,22 +164,18 @@ def _regionalize_static_checked():
                 names.setdefault(True, tuple(vars(real)))
                 made_class._regionalize_names = names
                 fresh = not mine.is_initialized
-                state = _regionalize_static_state(mine, names[mine.is_initialized])
-                returned, stand_in = _regionalize_static_run(*state, lambda c, new=new: c.update(*new, 0))
+                state = static_state(mine, names[mine.is_initialized])
+                returned, stand_in = static_run(*state, lambda c, new=new: c.update(*new, 0))
                 if fresh:
-                    _regionalize_static_setup(
-                        mine, [getattr(stand_in, n) for n in _regionalize_static_made_names]
-                    )
-                elif any(
-                    getattr(stand_in, n) is not getattr(mine, n) for n in _regionalize_static_made_names
-                ):
+                    set_up_static_layer(mine, [getattr(stand_in, n) for n in static_made_names])
+                elif any(getattr(stand_in, n) is not getattr(mine, n) for n in static_made_names):
                     return False
-                if not _regionalize_kv_alike(expected, returned):
+                if not kv_alike(expected, returned):
                     return False
-                if not _regionalize_kv_alike(vars(real), vars(mine)):
+                if not kv_alike(vars(real), vars(mine)):
                     return False
     except Exception:  # no transformers, or another one
         return False
     finally:
-        _regionalize_process.static = None
+        process.static = None
     return made

@@ -7,10 +7,10 @@ frames, what a probe found) is set up under one lock."""
 import threading
 import warnings
 
-from .internals import _regionalize_traced
+from .internals import traced
 
 
-class _RegionalizeCall(threading.local):
+class Call(threading.local):
     """This thread's call: set while it runs, its defaults in every other thread. Read while Dynamo traces
     an owner or a compile around it, as attributes: Dynamo traces an attribute of a `threading.local` on
     torch 2.11 to 2.15, not item access on it, and its guards then read the attribute in the calling
@@ -18,7 +18,7 @@ class _RegionalizeCall(threading.local):
 
     def __init__(self):
         # True while an owner runs whole: block forwards are nested regions then; "flat" where its graph is
-        # compiled in pieces (`_regionalize_pieces`), its blocks traced as they are.
+        # compiled in pieces (`pieces_backend`), its blocks traced as they are.
         self.tracing = False
         self.standing_in = False  # True while a block's own frame runs with its cache stood in for
         # Set while the owner serves a call in CUDA graphs: in the default form, only a call a compile
@@ -27,24 +27,24 @@ class _RegionalizeCall(threading.local):
         self.handed = None  # the owner a compile around the model handed its call to, while it runs
 
 
-_regionalize_call = _RegionalizeCall()
+this_call = Call()
 
 
 # Held while an owner or its blocks are set up or compiled again, and a block's class made regions: two
 # threads' first calls would otherwise both set up (one of them with no compiled frame yet).
-_regionalize_setup_lock = threading.RLock()
+setup_lock = threading.RLock()
 
 
-def _regionalize_locked(run, *args):
+def locked(run, *args):
     """`run(*args)` under the set-up lock; as it is while Dynamo traces it (a compile around the model
     traces the owner's call), which holds Dynamo's own compile lock and would break its graph at a lock."""
-    if _regionalize_traced():
+    if traced():
         return run(*args)
-    with _regionalize_setup_lock:
+    with setup_lock:
         return run(*args)
 
 
-class _RegionalizeTorchWarnings:
+class TorchWarnings:
     """torch's warnings at Python's default while any thread's owner call is under way. One
     `catch_warnings` a call would not do: it saves and restores the whole filter list, so two threads'
     overlapping calls would restore each other's, leaving the filter on. The first call in saves it, the
@@ -69,4 +69,4 @@ class _RegionalizeTorchWarnings:
                 self.saved = None
 
 
-_regionalize_torch_warnings = _RegionalizeTorchWarnings()
+torch_warnings = TorchWarnings()

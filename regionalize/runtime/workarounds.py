@@ -13,9 +13,9 @@ from collections.abc import Callable
 import torch
 
 from .internals import (
-    _regionalize_cpu_check_available,
-    _regionalize_imports_inlined_modules,
-    _regionalize_reuses,
+    cpu_check_available,
+    imports_inlined_modules,
+    reuses,
 )
 
 
@@ -37,7 +37,7 @@ class Workaround:
 
 def _reuse_limit_low() -> bool:
     """Does torch's nested region keep fewer variants a block class than a deep stack has layers?"""
-    if not _regionalize_reuses():
+    if not reuses():
         return False
     default = inspect.signature(torch.compiler.nested_compile_region).parameters["max_reuse_entries"].default
     return isinstance(default, int) and default < 1024
@@ -65,7 +65,7 @@ def _compiling_seen_across_threads() -> bool:
 
 
 def _regions_not_reused() -> bool:
-    return not _regionalize_reuses()
+    return not reuses()
 
 
 WORKAROUNDS = (
@@ -76,7 +76,7 @@ WORKAROUNDS = (
         "`spec_from_file_location`, `runpy.run_path` or `exec` does not have.",
         "2.11 to 2.13",
         "pytorch/pytorch#181243 (fixed in 2.14 by pytorch/pytorch#184653)",
-        _regionalize_imports_inlined_modules,
+        imports_inlined_modules,
         "when torch 2.13 leaves the supported range",
     ),
     Workaround(
@@ -99,7 +99,7 @@ WORKAROUNDS = (
     ),
     Workaround(
         "compiling in another thread",
-        "`_regionalize_traced` asks Dynamo's tracing context of the thread too (`internals.py`): "
+        "`traced` asks Dynamo's tracing context of the thread too (`internals.py`): "
         "`torch.compiler.is_compiling()` reads one flag of the process, set while any thread compiles.",
         "2.13 to 2.15",
         "not filed: found serving a model from several threads",
@@ -139,7 +139,7 @@ WORKAROUNDS = (
         "flags while it tries them, and a kernel built meanwhile took the flag into its cache key.",
         "2.11 to 2.15",
         "not filed: found restarting transformers' ConvNeXt",
-        _regionalize_cpu_check_available,
+        cpu_check_available,
         "when Inductor checks the CPU once, ahead of compiling, without changing shared flags",
     ),
 )
