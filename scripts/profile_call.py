@@ -49,23 +49,23 @@ sys.path.insert(0, sys.argv[1])
 import torch, models, transformers.models.swin.modeling_swin as swin
 import regionalize
 from regionalize.runtime import owner, pieces
-from regionalize.runtime.stack import _regionalize_chunk_slots
+from regionalize.runtime.stack import chunk_slots
 rounds, forms = int(sys.argv[2]), sys.argv[3:]
 torch.set_grad_enabled(False)
 # "unchunked" runs the owner's call as a frame of its usual size, swapped in for its rounds only.
-chunked = owner._regionalize_owner_serve.__code__
-big = chunked.co_stacksize > _regionalize_chunk_slots  # not where this Python opens no chunk (3.10)
-unchunked = chunked.replace(co_stacksize=chunked.co_stacksize - _regionalize_chunk_slots) if big else chunked
+chunked = owner.owner_serve.__code__
+big = chunked.co_stacksize > chunk_slots  # not where this Python opens no chunk (3.10)
+unchunked = chunked.replace(co_stacksize=chunked.co_stacksize - chunk_slots) if big else chunked
 
 
 # "stretches" compiles the short stretches between blocks (the patch mergings), which the default runs as
 # traced; the setting is read when the owner compiles, at the form's first call.
-traced = pieces._regionalize_traced_ops
+traced = pieces.traced_ops
 
 
 def swapped(form):
-    owner._regionalize_owner_serve.__code__ = unchunked if form == "unchunked" else chunked
-    pieces._regionalize_traced_ops = 0 if form == "stretches" else traced
+    owner.owner_serve.__code__ = unchunked if form == "unchunked" else chunked
+    pieces.traced_ops = 0 if form == "stretches" else traced
 
 
 def built(form):

@@ -36,7 +36,7 @@ SHOWN = (
     ("Dynamo's trace of the owner, the compile inside it", "symbolic_convert.py", "(run)"),
     ("the backend: compiled code loaded from the cache", "output_graph.py", "(compile_and_call_fx_graph)"),
     ("AOTAutograd cache loads", "autograd_cache.py", "(try_load)"),
-    ("the pieces compiled: their keys and cache loads", "pieces.py", "(_regionalize_pieces_compiled)"),
+    ("the pieces compiled: their keys and cache loads", "pieces.py", "(pieces_compiled)"),
     ("building the guards", "_dynamo/guards.py", "(__init__)"),
 )
 
@@ -53,12 +53,12 @@ if form == "full":
 else:
     import regionalize.runtime.owner as owner
     if form == "regions":
-        owner._regionalize_constants = lambda blocks: None
+        owner.differing_constants = lambda blocks: None
     if form == "unchecked":
-        owner._regionalize_cpu_check = lambda: None
+        owner.cpu_check = lambda: None
     if form == "fake-run":
         import regionalize.runtime.pieces as pieces
-        pieces._regionalize_recorded = lambda split: None
+        pieces.recorded_inputs = lambda split: None
     regionalize.compile_regions(model)
 # torch.compile's own imports paid before the clock by every form, as verify's workers do: a full
 # compile pays them as the model is built, the runtime at the owner's first call.

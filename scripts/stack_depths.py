@@ -6,7 +6,7 @@ CPython keeps a thread's frames in 16 KiB chunks and frees a chunk as soon as th
 maps and unmaps memory every time, and takes a page fault. The default rewrite makes one Python call a block
 (its compiled subgraph), a full compile none: until runtime 19, at some depths the default paid that once a
 block (at half of them for Qwen2's decode). Since, an owner's call opens a chunk of its own
-(`_regionalize_fresh_stack`), and this scan shows whether any depth still costs a block's call a fault.
+(`fresh_stack`), and this scan shows whether any depth still costs a block's call a fault.
 
 For each interpreter and each model, one process builds the model in both forms, then at each depth (0 to
 `--depths` - 1 extra frames of about 120 bytes, every `--step`th) times `--calls` calls of each form in turn

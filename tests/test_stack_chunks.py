@@ -1,4 +1,4 @@
-"""An owner's call opens a chunk of Python's frame stack of its own (`_regionalize_fresh_stack`), so the
+"""An owner's call opens a chunk of Python's frame stack of its own (`fresh_stack`), so the
 calls it makes a block cost the same wherever its caller's stack stands. On CPython 3.11 and 3.12 a call
 whose frame straddles a chunk's end maps memory and takes a page fault each time (python/cpython issue
 142183): at some depths of the caller, once a block."""

@@ -268,7 +268,7 @@ def test_the_cpu_checks_thread_imports_nothing() -> None:
             gained.extend(sorted(set(sys.modules) - before))
 
         isa.valid_vec_isa_list = watched
-        internals._regionalize_cpu_check().join(timeout=120)
+        internals.cpu_check().join(timeout=120)
         print(gained)
         """
     )

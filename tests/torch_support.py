@@ -18,7 +18,7 @@ needs_reuse = pytest.mark.skipif(
 
 
 def emulated(run: Any, inputs: list[Any], graphs: Any) -> tuple[Any, Any]:
-    """The runtime's CUDA-graph capture (`_regionalize_capture`) where the CPU stands in for the GPU: what
+    """The runtime's CUDA-graph capture (`capture`) where the CPU stands in for the GPU: what
     the call writes is put back (a capture runs nothing); the replay runs the call on the inputs it was
     captured with and writes its results into the outputs it made then."""
     before = [x.clone() if isinstance(x, torch.Tensor) else None for x in inputs]

@@ -155,7 +155,7 @@ def _probe(subject: Subject, options: Options) -> dict[str, ClassGraphs]:
     """Build the per-block rewrite with `options`, call it once, count graphs per compiled block class.
 
     Blocks of a class held at other widths in the model compile with static shapes, as the runtime's
-    per-block fallback compiles them (`_regionalize_static`): `block.compile()` alone compiled Swin's
+    per-block fallback compiles them (`static_options`): `block.compile()` alone compiled Swin's
     second width again with dynamic shapes, and Inductor's CPU code generation stayed in sympy for over 15
     minutes, so tune never finished."""
     changes = {"form": "per-block", "never": options.never, "always": options.always}
