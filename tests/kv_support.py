@@ -4,10 +4,11 @@ modeling files rewritten by the codemod."""
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import runtime_support
 
 from regionalize.codemod import transform_source
 from regionalize.shared.options import Options
@@ -16,10 +17,7 @@ _names = itertools.count()
 
 
 def load(source: str) -> ModuleType:
-    module = ModuleType(f"kv_regions_{next(_names)}")
-    sys.modules[module.__name__] = module
-    exec(compile(source, module.__name__, "exec"), module.__dict__)
-    return module
+    return runtime_support.load(source, "kv_regions")
 
 
 def rewritten(original: ModuleType, options: Options | None = None) -> tuple[ModuleType, str]:

@@ -9,9 +9,9 @@ once); the CUDA tests run where there is a GPU.
 from __future__ import annotations
 
 import copy
-import itertools
 import operator
 import pickle
+import re
 import subprocess
 import sys
 import types
@@ -21,7 +21,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import runtime_support
 import torch
+from runtime_support import runtime_of
 from torch_support import needs_reuse
 
 from regionalize.bench.accounting import recording, served_forms
@@ -52,15 +54,12 @@ class Model(nn.Module):
             x = block(x)
         return x * settings.scale if settings is not None else x
 """
-_names = itertools.count()
 
 
 def load(source: str) -> ModuleType:
-    """A fresh module each time: the helper marks the block class, which must not leak between tests."""
-    module = ModuleType(f"reduce_overhead_{next(_names)}")
-    sys.modules[module.__name__] = module  # as an import would: pickle finds classes by their module
-    exec(compile(source, module.__name__, "exec"), module.__dict__)
-    return module
+    """A fresh module each time, with a runtime copy of its own: the runtime marks the block class, which
+    must not leak between tests."""
+    return runtime_support.load(source, "reduce_overhead")
 
 
 GRAPHS: list[torch.fx.GraphModule] = []
@@ -80,7 +79,7 @@ def build(
     options = Options(**{"mode": "reduce-overhead", **settings})
     rewritten = transform_source(source, options)
     assert rewritten.status == "success"
-    assert "regionalize.compile_region(*self.layers, owner=self" in rewritten.code
+    assert re.search(r"regionalize\.compile_region\(\*self\.\w+, owner=self", rewritten.code)
     torch.manual_seed(0)
     model = load(rewritten.code).Model().to(device).eval()
     twin = load(source).Model().to(device).eval()
@@ -90,8 +89,9 @@ def build(
 
 def graphed_spy(model: torch.nn.Module) -> list[int]:
     """Count the calls that reach the owner's whole compiled frame (compiled by the owner's first call)."""
-    module, state, calls = sys.modules[type(model).__module__], model.__dict__["_regionalize_owner"], []
-    run = module.run_whole
+    runtime, state, calls = runtime_of(model), model.__dict__["_regionalize_owner"], []
+    owner = runtime.package.owner
+    run = owner.run_whole
 
     def counted_run(owner: Any, given: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -100,7 +100,7 @@ def graphed_spy(model: torch.nn.Module) -> list[int]:
 
         return run(owner, given, counted if given is state else whole, args, kwargs)
 
-    module.run_whole = counted_run
+    owner.run_whole = counted_run
     return calls
 
 
@@ -191,7 +191,7 @@ def test_default_form_matches_eager_across_shapes_modes_grad_and_a_changed_float
 
 
 def test_only_errors_raised_while_compiling_are_fallen_back_from() -> None:
-    runtime = load(transform_source(SOURCE, Options()).code)
+    runtime = runtime_of(load(transform_source(SOURCE, Options()).code))
     compiling = runtime.compiling
     assert compiling(torch._dynamo.exc.Unsupported("a graph break"))
     assert compiling(torch._dynamo.exc.FailOnRecompileLimitHit("limit"))
@@ -373,7 +373,7 @@ def test_only_a_failed_trace_is_retried_in_pieces(failure: str) -> None:
     # A trace that failed in a region may pass inline; a backend that failed on the traced graph would
     # most likely fail on its pieces too, so the blocks are compiled one by one at once.
     model, twin = build(mode="default")
-    runtime, state = sys.modules[type(model).__module__], model.__dict__["_regionalize_owner"]
+    runtime, state = runtime_of(model), model.__dict__["_regionalize_owner"]
     error = torch._dynamo.exc.Unsupported("in a region") if failure == "trace" else BackendFailed("raised:")
 
     def whole(*args: Any, **kwargs: Any) -> Any:
@@ -384,7 +384,7 @@ def test_only_a_failed_trace_is_retried_in_pieces(failure: str) -> None:
         with torch.no_grad():
             out = runtime.run_whole(model, state, whole, (x,), {})
     finally:
-        runtime._regionalize_tracing[0] = False
+        runtime.this_call.tracing = False
     if failure == "trace":
         assert state.plan.form.value == "whole, in pieces" and state.plan.fallback
         assert "in a region" in state.plan.reason

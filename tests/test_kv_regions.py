@@ -5,11 +5,11 @@ layer, and what the cache holds afterwards is what the original's holds.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from typing import Any
 
 import pytest
+from runtime_support import runtime_of
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -225,7 +225,7 @@ def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch:
     """The cache layers' update is checked once against what the regions assume; a transformers whose
     layers keep something else is not stood in for, and the blocks are traced in the owner's frame."""
     model, twin = pair()
-    check = sys.modules[type(model).__module__].kv_holds  # the runtime, inline in a lone file
+    check = runtime_of(model).kv_holds
     assert check()
     plain_update = DynamicLayer.update
 
@@ -251,7 +251,7 @@ def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
     layer as transformers' own update does. A transformers whose `lazy_initialization` sets more has its
     layers set up through it, and they are still stood in for."""
     model, _ = pair()
-    assert sys.modules[type(model).__module__].kv_holds().__name__ == "kv_init"
+    assert runtime_of(model).kv_holds().__name__ == "kv_init"
     plain = DynamicLayer.lazy_initialization
 
     def noting_the_width(self: Any, key_states: Any, value_states: Any) -> None:
@@ -260,7 +260,7 @@ def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
 
     monkeypatch.setattr(DynamicLayer, "lazy_initialization", noting_the_width)
     model, twin = pair()
-    assert sys.modules[type(model).__module__].kv_holds().__name__ == "kv_lazy"
+    assert runtime_of(model).kv_holds().__name__ == "kv_lazy"
     made: list[Any] = []  # the twin's cache, then the model's
     account = against_twin(model, twin, lambda: made.append(DynamicCache()) or made[-1])
     assert all(layer.width == 8 for layer in made[1].layers)

@@ -5,11 +5,11 @@ region sets up a stand-in, and the layer is set up from what it left, outside th
 
 from __future__ import annotations
 
-import sys
 import warnings
 from typing import Any
 
 import pytest
+from runtime_support import runtime_of
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -73,7 +73,7 @@ def test_a_static_cache_that_transformers_changed_is_traced_layer_by_layer(
     written in place): one that rebinds them is not stood in for, and its blocks are traced in the
     owner's frame, with the original's results."""
     model, twin = pair()
-    check = sys.modules[type(model).__module__].static_checked
+    check = runtime_of(model).static_checked
     assert check()
     plain_update = StaticLayer.update
 
@@ -127,7 +127,7 @@ def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_region
     if not reuse:
         request.getfixturevalue("without_reuse")
     model, twin = pair(options=Options(mode="reduce-overhead"))
-    stand_in_gpu(monkeypatch, sys.modules[type(model).__module__])  # the runtime, inline in a lone file
+    stand_in_gpu(monkeypatch, runtime_of(model))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CUDA graphs skipped: the tensors are the CPU's
         account = against_twin(model, twin, lambda: static_cache(early=True), lengths=(5, 1, 1))
@@ -256,11 +256,11 @@ def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_
     the next replay); once they are set up outside a compile (transformers marks their addresses static);
     not where a layer holds a tensor at an unmarked address, nor for another cache."""
     model, _ = pair()
-    runtime = sys.modules[type(model).__module__]  # the runtime, inline in a lone file
+    runtime = runtime_of(model)
     monkeypatch.setattr(runtime.process, "static", runtime.static_checked())
     cache = static_cache(early=True)
     assert not runtime.static_graphable(cache)  # on the CPU: no CUDA graph
-    monkeypatch.setattr(runtime, "on_graph_device", lambda tensor: True)
+    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: True)
     assert runtime.static_graphable(cache)
     assert not runtime.static_graphable(static_cache())  # the prompt sets its layers up
     cache.layers[3].keys = cache.layers[3].keys.clone()
@@ -277,16 +277,16 @@ def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_g
     with the original's tokens. Traced through instead (before runtime 14), the conditions were read in
     that compile's trace, came out false, and every token took the per-block path."""
     model, twin = llama_pair(Options(mode="reduce-overhead"))
-    runtime = type(model.model.layers[0]).forward.__globals__  # the package's copy, which the blocks call
+    runtime = runtime_of(model)
     stand_in_gpu(monkeypatch, runtime)
     graphed: list[int] = []
-    run_whole = runtime["run_whole"]
+    run_whole = runtime.run_whole
 
     def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         graphed.append(1)
         return run_whole(owner, state, whole, args, kwargs)
 
-    monkeypatch.setitem(runtime, "run_whole", counted_run)
+    runtime.patch(monkeypatch, "run_whole", counted_run)
     config = transformers.CompileConfig(backend="aot_eager")
     config._compile_all_devices = True  # generate compiles only on a GPU otherwise
     model.generation_config.compile_config = config
@@ -304,7 +304,7 @@ def test_outputs_of_a_cuda_graph_are_copies_but_the_callers_cache() -> None:
     """A replay writes its outputs' memory again: the caller keeps copies of tensors and of objects the
     call made, but the cache it handed in is its own, written in place as the original writes it."""
     model, _ = pair()
-    kept = sys.modules[type(model).__module__].kept
+    kept = runtime_of(model).kept
     cache, made, hidden = static_cache(early=True), DynamicCache(), torch.ones(2)
     out = kept(BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache), (), {"cache": cache})
     assert out.past_key_values is cache
@@ -327,14 +327,14 @@ def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_ca
     model, twin = model.cuda(), twin.cuda()
     graphed: list[int] = []
     owner = model.model
-    runtime = type(owner.layers[0]).forward.__globals__  # the package's copy, which the blocks call
-    run_whole = runtime["run_whole"]
+    runtime = runtime_of(model)
+    run_whole = runtime.run_whole
 
     def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
         graphed.append(1)
         return run_whole(owner, state, whole, args, kwargs)
 
-    monkeypatch.setitem(runtime, "run_whole", counted_run)
+    runtime.patch(monkeypatch, "run_whole", counted_run)
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).cuda()
     mask = torch.ones_like(ids)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:

@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 import pytest
+from runtime_support import runtime_of
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -354,7 +355,7 @@ def llama_on(device: Any, monkeypatch: pytest.MonkeyPatch, options: Options) -> 
     model, twin = llama_pair(options)
     model, twin = model.to(device), twin.to(device)
     if device.type == "cpu":
-        stand_in_gpu(monkeypatch, type(model.model.layers[0]).forward.__globals__)  # the package's runtime
+        stand_in_gpu(monkeypatch, runtime_of(model))
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
     return model, twin, ids, torch.ones_like(ids)
 
@@ -432,24 +433,24 @@ def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.M
     """Only a call that a compile around the model traces (not the owner's own trace), with a StaticCache
     on the GPU, and only where the owner is in pieces: not a DynamicCache's, nor one off the GPU."""
     model, _, ids, mask = llama_on(torch.device("cpu"), monkeypatch, Options())
-    runtime = type(model.model.layers[0]).forward.__globals__
+    runtime = runtime_of(model)
     owner = model.model
     with torch.no_grad():
         model.generate(ids, attention_mask=mask, disable_compile=True, **SETTINGS)  # the owner settles
     cache = StaticCache(config=model.config, max_cache_len=16)
     cache.early_initialization(batch_size=1, num_heads=2, head_dim=8, dtype=torch.float32, device="cpu")
     embeds = torch.zeros(1, 1, 32)
-    handoff = runtime["handoff"]
+    handoff = runtime.handoff
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})  # not compiling
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": DynamicCache()})
-    monkeypatch.setitem(runtime, "on_graph_device", lambda tensor: False)
+    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: False)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
-    monkeypatch.setitem(runtime, "on_graph_device", lambda tensor: True)
-    monkeypatch.setattr(runtime["this_call"], "tracing", "flat")  # the owner's own trace
+    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: True)
+    monkeypatch.setattr(runtime.this_call, "tracing", "flat")  # the owner's own trace
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
-    monkeypatch.setattr(runtime["this_call"], "tracing", False)
-    whole = runtime["Plan"](runtime["Form"].WHOLE)  # nested regions reused
+    monkeypatch.setattr(runtime.this_call, "tracing", False)
+    whole = runtime.Plan(runtime.Form.WHOLE)  # nested regions reused
     monkeypatch.setattr(owner.__dict__["_regionalize_owner"], "plan", whole)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})

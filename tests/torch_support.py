@@ -36,10 +36,9 @@ def emulated(run: Any, inputs: list[Any], graphs: Any) -> tuple[Any, Any]:
 
 
 def stand_in_gpu(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
-    """The CPU standing in for the GPU for `runtime` (a copy of the runtime: its module, or its globals):
+    """The CPU standing in for the GPU for `runtime` (a `runtime_support.RuntimeCopy`):
     tensors report `is_cuda`, are where CUDA graphs run, and captures are `emulated`. Never a real capture
     of the CPU's work, which would replay nothing on a machine that has a GPU."""
-    space = runtime if isinstance(runtime, dict) else vars(runtime)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setitem(space, "on_graph_device", lambda tensor: True)
-    monkeypatch.setitem(space, "capture", emulated)
+    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: True)
+    runtime.patch(monkeypatch, "capture", emulated)
