@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.bench.served import PROMPT  # noqa: E402
 from regionalize.codemod import transform_source  # noqa: E402
+from regionalize.runtime import internals  # noqa: E402
 from regionalize.runtime.nested import reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
@@ -41,10 +43,11 @@ def test_region_reuse_is_detected_as_torch_has_it() -> None:
 
 
 @pytest.fixture
-def without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
+def without_reuse(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A torch whose nested regions are not reused, as 2.11's: its `nested_compile_region` takes no
     reuse limit."""
     if not reuses():
+        yield
         return
     region = torch.compiler.nested_compile_region
 
@@ -52,6 +55,9 @@ def without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
         return region(fn)
 
     monkeypatch.setattr(torch.compiler, "nested_compile_region", unreused)
+    internals.reuses.cache_clear()  # the installed runtime's probe, which a rewrite in the import form reads
+    yield
+    internals.reuses.cache_clear()
 
 
 def stack(options: Options | None = None) -> tuple[Any, Any]:

@@ -22,9 +22,9 @@ runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __nam
 
 
 def frame_name(base):
-    """A name for a compiled frame's code, unique in the process: Dynamo keys what it learns of a frame
-    (automatic dynamic shapes) by its code's name, file and line, which are this module's for every frame,
-    so two classes of one name (`Model` in two files) would share it."""
+    """A name for a compiled frame's code, unique in this copy of the runtime: Dynamo keys what it learns of
+    a frame (automatic dynamic shapes) by its code's name, file and line, which are the runtime's for every
+    frame, so two classes of one name (`Model` in two files) would share it."""
     name, taken = base, 0
     while name in process.frame_names:
         taken += 1
@@ -34,10 +34,12 @@ def frame_name(base):
 
 
 def new_frame(cls, kind):
-    """A new frame to compile for modules of `cls` (`module_frame`), named for the class and
-    `kind`, in the globals of the class's code."""
+    """A new frame to compile for modules of `cls` (`module_frame`), named for the class, its module and
+    `kind` (two copies of the runtime loaded from one file, each serving its own modules, name theirs
+    apart), in the globals of the class's code."""
     model_globals = globals_of(cls.forward) or globals()
-    return in_globals(module_frame, model_globals, frame_name(f"{cls.__name__}_{kind}"))
+    base = f"{cls.__module__}.{cls.__name__}_{kind}".replace(".", "_")
+    return in_globals(module_frame, model_globals, frame_name(base))
 
 
 def globals_of(function):
