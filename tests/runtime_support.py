@@ -67,11 +67,14 @@ def load(source: str, prefix: str) -> ModuleType:
 
 
 def runtime_of(model: Any) -> RuntimeCopy:
-    """The runtime copy that `model` (a module of a class `load` made, or such a loaded module) calls; for a
-    model of a package rewritten with `--vendor`, the package's copy its blocks call."""
+    """The runtime copy that `model` (a module of a class `load` made, or such a loaded module) calls; for
+    another rewritten model, the runtime its module binds: the package's copy with `--vendor`, else the
+    installed one."""
     name = model.__name__ if isinstance(model, ModuleType) else type(model).__module__
     if name in _copies:
         return _copies[name]
     regionalize = vars(sys.modules[name]).get("regionalize")
     assert isinstance(regionalize, ModuleType), name
+    if regionalize.__name__ == "regionalize":  # the import form: the installed package's runtime
+        return RuntimeCopy(importlib.import_module("regionalize.runtime"))
     return RuntimeCopy(regionalize)
