@@ -1,0 +1,216 @@
+"""`regionalize verify --manifest zoo.toml --ray [ADDRESS]`: the zoo's entries as Ray tasks, one report.
+
+Each entry is one task (`ray_task.verify_entry`) that runs today's fresh `python -m regionalize verify`
+process on a worker. A task reserves a whole GPU where the entry targets CUDA, or a whole node's CPUs
+otherwise, so that no two timings share a device; an entry's `ray` table may say otherwise. A task lost
+with its worker or node is submitted once more, then reported `crashed` with the cause. Ctrl-C cancels
+what is left and returns the rows done. Only this module and `ray_task` import Ray: the runtime, the
+codemod and a local run never do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regionalize.bench import ray_task
+from regionalize.bench.manifest import Entry
+from regionalize.bench.zoo import Row
+from regionalize.bench.zoo_board import Board
+
+INSTALL = 'error: --ray needs Ray: pip install "regionalize[ray]"'
+_ATTEMPTS = 2  # a lost worker costs one retry
+_POLL_S = 1.0
+
+
+class ClusterError(Exception):
+    """The cluster cannot run the manifest as written (no node big enough for an entry): one line."""
+
+
+@dataclass
+class _Job:
+    number: int
+    entry: Entry
+    options: dict[str, Any]
+    ref: Any = None
+    attempts: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+def run_zoo_ray(
+    entries: list[Entry], cwd: Path, reports: Path, progress: Callable[[str], None], address: str
+) -> tuple[list[Row | None], bool]:
+    """Verify every entry on the Ray cluster at `address` ("local" starts one, "auto" joins the running
+    one); reports[/NAME.txt] gets each one's report. Returns the rows in manifest order (None where Ctrl-C
+    came first) and whether it did."""
+    import ray
+
+    reports = reports.resolve()
+    reports.mkdir(parents=True, exist_ok=True)
+    _connect(ray, address)
+    try:
+        nodes = _nodes(ray)
+        progress(f"Ray at {address}: {_describe(nodes)}")
+        jobs = [_Job(n, e, _options(e, nodes)) for n, e in enumerate(entries, 1)]
+        return _run(ray, jobs, cwd, reports, progress)
+    finally:
+        ray.shutdown()  # a cluster started here stops with it; a joined one is only left
+
+
+def _connect(ray: Any, address: str) -> None:
+    import logging
+
+    started = address == "local"
+    # Workers' output is the entries' own, kept in their reports: not echoed to this terminal.
+    try:
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            include_dashboard=False if started else None,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ClusterError(f"cannot reach a Ray cluster at {address}: {_first_line(exc)}") from None
+
+
+def _nodes(ray: Any) -> list[dict[str, float]]:
+    return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+
+
+def _describe(nodes: list[dict[str, float]]) -> str:
+    cpus = sum(n.get("CPU", 0) for n in nodes)
+    gpus = sum(n.get("GPU", 0) for n in nodes)
+    return f"{len(nodes)} node{'s' * (len(nodes) != 1)}, {cpus:g} CPUs, {gpus:g} GPUs"
+
+
+def _options(entry: Entry, nodes: list[dict[str, float]]) -> dict[str, Any]:
+    """The task's resources: a GPU for a CUDA entry, else every CPU of the smallest node with CPUs; the
+    entry's ray table over that. Refuses what no node has, where Ray would wait for it forever."""
+    table = entry.settings.get("ray", {})
+    device = entry.settings.get("device", "auto")
+    cuda = device == "cuda" or (device == "auto" and any(n.get("GPU", 0) for n in nodes))
+    cpus = min((n["CPU"] for n in nodes if n.get("CPU", 0) > 0), default=1)
+    options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1} if cuda else {"num_gpus": 0, "num_cpus": cpus}
+    options |= {key: table[key] for key in ("num_cpus", "num_gpus", "resources") if key in table}
+    wanted = {"CPU": options["num_cpus"], "GPU": options["num_gpus"], **options.get("resources", {})}
+    if not any(all(n.get(k, 0) >= v for k, v in wanted.items() if v) for n in nodes):
+        asked = ", ".join(f"{v:g} {k}" for k, v in wanted.items() if v)
+        raise ClusterError(f"{entry.name} asks for {asked}, which no node of the cluster has")
+    if "working_dir" in table:
+        options["runtime_env"] = {"working_dir": table["working_dir"]}
+    return options
+
+
+def shipped(entry: Entry) -> tuple[Entry, bool]:
+    """The entry as a task sees it: with a working_dir, its paths inside that folder made relative, as the
+    folder is unpacked where the task runs (its current folder); and whether it ships one."""
+    root = entry.settings.get("ray", {}).get("working_dir")
+    if root is None:
+        return entry, False
+
+    def inside(value: str | None) -> str | None:
+        if value is None or not Path(value).is_absolute() or not Path(value).is_relative_to(root):
+            return value
+        return str(Path(value).relative_to(root))
+
+    home, sep, name = entry.factory.rpartition(":")
+    factory = f"{inside(home)}:{name}" if sep else entry.factory
+    moved = dataclasses.replace(
+        entry, model=inside(entry.model), rewritten=inside(entry.rewritten), factory=factory
+    )
+    return moved, True
+
+
+def _run(
+    ray: Any, jobs: list[_Job], cwd: Path, reports: Path, progress: Callable[[str], None]
+) -> tuple[list[Row | None], bool]:
+    from ray.util.queue import Queue
+
+    events = Queue(actor_options={"num_cpus": 0})  # workers tell what started where, and their steps
+    task = ray.remote(ray_task.verify_entry)
+    board = Board([job.entry.name for job in jobs], progress)
+    rows: list[Row | None] = [None] * len(jobs)
+    pending = {}
+    for job in jobs:
+        _submit(task, job, cwd, reports.name, events)
+        pending[job.ref] = job
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
+            board.events(events.get_nowait_batch(events.qsize()))
+            for ref in ready:
+                job = pending.pop(ref)
+                label = board.label(job.entry.name)
+                row = _collect(ray, job, reports, lambda line, label=label: progress(f"{label} {line}"))
+                if row is None:  # lost: submitted again
+                    _submit(task, job, cwd, reports.name, events)
+                    pending[job.ref] = job
+                    board.requeued(job.entry.name)
+                else:
+                    rows[job.number - 1] = row
+                    board.finished(job.entry.name, row)
+            board.tick()
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)  # kills the worker: its verify process dies with it
+        progress(f"interrupted: {len(pending)} entries cancelled")
+        return rows, True
+    finally:
+        events.shutdown()
+    return rows, False
+
+
+def _submit(task: Any, job: _Job, cwd: Path, reports_name: str, events: Any) -> None:
+    entry, ships = shipped(job.entry)
+    # Retries are this module's, not Ray's (max_retries=0): each is counted and its cause kept.
+    job.ref = task.options(max_retries=0, **job.options).remote(
+        entry, None if ships else str(cwd), reports_name, events
+    )
+    job.attempts += 1
+
+
+def _collect(ray: Any, job: _Job, reports: Path, progress: Callable[[str], None]) -> Row | None:
+    """The job's row, its report written here; None where its worker was lost and one try is left."""
+    try:
+        outcome: ray_task.Outcome = ray.get(job.ref)
+    except _lost_errors(ray) as exc:
+        cause = _first_line(exc)
+        job.lost.append(cause)
+        if job.attempts < _ATTEMPTS:
+            progress(f"worker lost ({cause}); trying once more")
+            return None
+        return _crashed(job, reports, f"worker lost twice: {'; then '.join(job.lost)}")
+    except ray.exceptions.RayError as exc:  # the task could not run at all: no retry would help
+        return _crashed(job, reports, f"task failed: {_first_line(exc)}")
+    (reports / f"{job.entry.name}.txt").write_text(outcome.report_text, encoding="utf-8")
+    row = outcome.row
+    if job.lost:
+        row.reason = "; ".join(filter(None, [row.reason, f"retried once after: {job.lost[0]}"]))
+    row.placement = (row.placement or {}) | {"attempts": job.attempts}
+    return row
+
+
+def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    e = ray.exceptions
+    return (
+        e.WorkerCrashedError,
+        e.NodeDiedError,
+        e.LocalRayletDiedError,
+        e.ObjectLostError,
+        e.OwnerDiedError,
+        e.OutOfMemoryError,  # Ray's memory monitor killed the worker: another node may have room
+    )
+
+
+def _crashed(job: _Job, reports: Path, reason: str) -> Row:
+    report = reports / f"{job.entry.name}.txt"
+    report.write_text(f"{job.entry.name}: crashed: {reason}\n", encoding="utf-8")
+    return Row(job.entry.name, "crashed", reason, 0.0, None, f"{reports.name}/{report.name}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".strip()
