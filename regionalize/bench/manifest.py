@@ -228,9 +228,9 @@ def _merged(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shipped(values: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """A ray table's working_dir made absolute against the manifest's folder, as model paths are."""
+    """A ray table's local working_dir made absolute against the manifest's folder, as model paths are."""
     table = values.get("ray", {})
-    if "working_dir" in table:
+    if "working_dir" in table and "://" not in table["working_dir"]:  # a URI is left as it is
         values["ray"] = table | {"working_dir": str((folder / table["working_dir"]).resolve())}
     return values
 

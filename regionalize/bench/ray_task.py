@@ -27,9 +27,24 @@ _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class Events(Protocol):
-    """The driver's event queue (a `ray.util.queue.Queue`): what started where, and the child's steps."""
+    """The driver's event mailbox (an actor handle of `EventBox`): what started where, and the steps."""
 
-    def put(self, item: Any) -> None: ...
+    put: Any  # an actor method: events.put.remote(item)
+
+
+class EventBox:
+    """A mailbox the driver empties; workers send to it without waiting for an answer: a Ray task blocked
+    in `ray.get` lends its CPUs out, and another entry would start beside it on the same node."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+
+    def take(self) -> list[Any]:
+        items, self.items = self.items, []
+        return items
 
 
 @dataclass
@@ -44,14 +59,13 @@ def verify_entry(entry: Entry, cwd: str | None, reports_name: str, events: Event
     """Run `entry` here; `cwd` is the manifest's folder where this node sees it, or None for the task's own
     folder (Ray's unpacked `working_dir` when the entry ships one)."""
     where = placement()
-    events.put((entry.name, "started", where))
+    events.put.remote((entry.name, "started", where))
     folder = Path(cwd) if cwd and Path(cwd).is_dir() else Path.cwd()
     with tempfile.TemporaryDirectory(prefix="regionalize-zoo-") as scratch:
         reports = Path(scratch) / reports_name
         reports.mkdir()
-        row = zoo.run_entry(
-            entry, folder, reports, lambda step: events.put((entry.name, "step", step)), _die_with_parent
-        )
+        steps = lambda step: events.put.remote((entry.name, "step", step))  # noqa: E731
+        row = zoo.run_entry(entry, folder, reports, steps, _die_with_parent)
         report_text = (reports / f"{entry.name}.txt").read_text(encoding="utf-8", errors="replace")
     row.placement = where | {"finished": time.time()}
     return Outcome(row, report_text)

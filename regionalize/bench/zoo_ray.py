@@ -50,7 +50,7 @@ def run_zoo_ray(
 
     reports = reports.resolve()
     reports.mkdir(parents=True, exist_ok=True)
-    _connect(ray, address)
+    _connect(ray, address, _job_folder(entries))
     try:
         nodes = _nodes(ray)
         progress(f"Ray at {address}: {_describe(nodes)}")
@@ -60,7 +60,23 @@ def run_zoo_ray(
         ray.shutdown()  # a cluster started here stops with it; a joined one is only left
 
 
-def _connect(ray: Any, address: str) -> None:
+def _job_folder(entries: list[Entry]) -> str | None:
+    """The one local working_dir the entries ship, if any. Ray uploads a local folder for a whole job
+    (`ray.init`), never for one task; a task's own working_dir must be a URI of an archive."""
+    folders = {w for e in entries if not _is_uri(w := e.settings.get("ray", {}).get("working_dir", "://"))}
+    if len(folders) > 1:
+        raise ClusterError(
+            f"the entries ship {len(folders)} local working_dir folders; Ray uploads one a run: give one "
+            "folder, or each entry a URI of an archive (s3://, gs://, https://...zip)"
+        )
+    return next(iter(folders), None)
+
+
+def _is_uri(value: str) -> bool:
+    return "://" in value
+
+
+def _connect(ray: Any, address: str, working_dir: str | None) -> None:
     import logging
 
     started = address == "local"
@@ -71,6 +87,7 @@ def _connect(ray: Any, address: str) -> None:
             log_to_driver=False,
             logging_level=logging.WARNING,
             include_dashboard=False if started else None,
+            runtime_env={"working_dir": working_dir} if working_dir else None,
         )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ClusterError(f"cannot reach a Ray cluster at {address}: {_first_line(exc)}") from None
@@ -99,17 +116,19 @@ def _options(entry: Entry, nodes: list[dict[str, float]]) -> dict[str, Any]:
     if not any(all(n.get(k, 0) >= v for k, v in wanted.items() if v) for n in nodes):
         asked = ", ".join(f"{v:g} {k}" for k, v in wanted.items() if v)
         raise ClusterError(f"{entry.name} asks for {asked}, which no node of the cluster has")
-    if "working_dir" in table:
+    if _is_uri(table.get("working_dir", "")):  # a local one is the job's (_job_folder)
         options["runtime_env"] = {"working_dir": table["working_dir"]}
     return options
 
 
-def shipped(entry: Entry) -> tuple[Entry, bool]:
-    """The entry as a task sees it: with a working_dir, its paths inside that folder made relative, as the
-    folder is unpacked where the task runs (its current folder); and whether it ships one."""
-    root = entry.settings.get("ray", {}).get("working_dir")
-    if root is None:
+def shipped(entry: Entry, manifest_folder: Path) -> tuple[Entry, bool]:
+    """The entry as a task sees it, and whether it ships its files. With a working_dir, Ray unpacks it as
+    the task's current folder: paths inside a local working_dir are made relative to it, and with a URI's
+    archive, paths relative to the manifest's folder are read inside the archive instead."""
+    shipped_dir = entry.settings.get("ray", {}).get("working_dir")
+    if shipped_dir is None:
         return entry, False
+    root = manifest_folder.resolve() if _is_uri(shipped_dir) else Path(shipped_dir)
 
     def inside(value: str | None) -> str | None:
         if value is None or not Path(value).is_absolute() or not Path(value).is_relative_to(root):
@@ -127,9 +146,7 @@ def shipped(entry: Entry) -> tuple[Entry, bool]:
 def _run(
     ray: Any, jobs: list[_Job], cwd: Path, reports: Path, progress: Callable[[str], None]
 ) -> tuple[list[Row | None], bool]:
-    from ray.util.queue import Queue
-
-    events = Queue(actor_options={"num_cpus": 0})  # workers tell what started where, and their steps
+    events = ray.remote(num_cpus=0)(ray_task.EventBox).remote()  # what started where, and the steps
     task = ray.remote(ray_task.verify_entry)
     board = Board([job.entry.name for job in jobs], progress)
     rows: list[Row | None] = [None] * len(jobs)
@@ -140,7 +157,7 @@ def _run(
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
-            board.events(events.get_nowait_batch(events.qsize()))
+            board.events(ray.get(events.take.remote()))
             for ref in ready:
                 job = pending.pop(ref)
                 label = board.label(job.entry.name)
@@ -159,12 +176,12 @@ def _run(
         progress(f"interrupted: {len(pending)} entries cancelled")
         return rows, True
     finally:
-        events.shutdown()
+        ray.kill(events)
     return rows, False
 
 
 def _submit(task: Any, job: _Job, cwd: Path, reports_name: str, events: Any) -> None:
-    entry, ships = shipped(job.entry)
+    entry, ships = shipped(job.entry, cwd)
     # Retries are this module's, not Ray's (max_retries=0): each is counted and its cause kept.
     job.ref = task.options(max_retries=0, **job.options).remote(
         entry, None if ships else str(cwd), reports_name, events
