@@ -59,14 +59,15 @@ def cluster() -> Iterator[str]:
     from ray.cluster_utils import Cluster
 
     made = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    session = made.head_node.get_session_dir_path()
     try:
-        workers = [made.add_node(num_cpus=1) for _ in range(2)]
+        for _ in range(2):
+            made.add_node(num_cpus=1)
         made.wait_for_nodes()
         yield made.address
     finally:
-        for node in workers:
-            made.remove_node(node, allow_graceful=False)
         made.shutdown()
+    assert session not in processes()  # every Ray process of the cluster is gone
 
 
 def zoo(folder: Path, body: str) -> Path:

@@ -60,6 +60,9 @@ def verify_entry(entry: Entry, cwd: str | None, reports_name: str, events: Event
     folder (Ray's unpacked `working_dir` when the entry ships one)."""
     where = placement()
     events.put.remote((entry.name, "started", where))
+    # Inductor compiles in as many processes as the machine has cores; the task has the CPUs it reserved
+    # (Ray sets OMP_NUM_THREADS to them likewise), so that entries side by side do not oversubscribe.
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, int(where["cpus"])))
     folder = Path(cwd) if cwd and Path(cwd).is_dir() else Path.cwd()
     with tempfile.TemporaryDirectory(prefix="regionalize-zoo-") as scratch:
         reports = Path(scratch) / reports_name
@@ -84,6 +87,7 @@ def placement() -> dict[str, Any]:
         "ip": ray.util.get_node_ip_address(),
         "pid": os.getpid(),
         "device": f"GPU {','.join(gpus)}" if gpus else f"CPU x{cpus:g}",
+        "cpus": cpus,
         "started": time.time(),
     } | torch_versions()
 

@@ -151,10 +151,10 @@ def _run(
     board = Board([job.entry.name for job in jobs], progress)
     rows: list[Row | None] = [None] * len(jobs)
     pending = {}
-    for job in jobs:
-        _submit(task, job, cwd, reports.name, events)
-        pending[job.ref] = job
     try:
+        for job in jobs:
+            _submit(task, job, cwd, reports.name, events)
+            pending[job.ref] = job
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
             board.events(ray.get(events.take.remote()))
