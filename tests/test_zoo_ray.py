@@ -20,7 +20,7 @@ import pytest
 from regionalize.bench import zoo_cluster
 from regionalize.bench.manifest import ManifestError, load
 from regionalize.bench.zoo import Row
-from regionalize.bench.zoo_ray import INSTALL, ClusterError, _options, shipped
+from regionalize.bench.zoo_ray import INSTALL, ClusterError, _job_folder, _options, shipped
 
 ray = pytest.importorskip("ray")
 MODELS = Path(__file__).parent / "models"
@@ -289,6 +289,14 @@ def test_a_ray_table_is_checked_and_a_working_dir_is_relative_to_the_manifest(tm
     assert entry.settings["ray"] == {"num_cpus": 2, "working_dir": root, "num_gpus": 1}
     moved, ships = shipped(entry, tmp_path)
     assert ships and moved.model == "net.py" and moved.factory == "f.py:make"
+    # Ray uploads a local folder for a whole run: two are refused, a URI is each task's own.
+    other = dataclasses.replace(entry, settings={"ray": {"working_dir": str(tmp_path)}})
+    with pytest.raises(ClusterError, match="the entries ship 2 local working_dir folders"):
+        _job_folder([entry, other])
+    remote = dataclasses.replace(entry, settings={"ray": {"working_dir": "s3://zoo/ship.zip"}})
+    assert _job_folder([entry, remote]) == root and _job_folder([remote]) is None
+    assert _options(remote, [{"CPU": 2.0}])["runtime_env"] == {"working_dir": "s3://zoo/ship.zip"}
+    assert shipped(remote, tmp_path)[0].model == "ship/net.py"  # read inside the archive
     unshipped = dataclasses.replace(entry, settings={k: v for k, v in entry.settings.items() if k != "ray"})
     assert entry.verify_args(Path("o.json")) == unshipped.verify_args(
         Path("o.json")

@@ -21,6 +21,7 @@ class Board:
         self.state = dict.fromkeys(names, "queued")
         self.started: dict[str, float] = {}
         self.where: dict[str, str] = {}
+        self.nodes: dict[str, str] = {}  # each running entry's Ray node id
         self.said = time.monotonic()
 
     def label(self, name: str) -> str:
@@ -33,6 +34,7 @@ class Board:
                 self.state[name] = "running"
                 self.started[name] = time.monotonic()
                 self.where[name] = node_name(value)
+                self.nodes[name] = value["node"]
                 self.progress(f"{self.label(name)} started on {self.where[name]} ({value['device']})")
                 self.summary()
             elif kind == "step" and self.state.get(name) == "running":

@@ -37,7 +37,8 @@ class _Job:
     options: dict[str, Any]
     ref: Any = None
     attempts: int = 0
-    lost: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # why each attempt was lost
+    lost_on: list[str] = field(default_factory=list)  # and on which Ray node
 
 
 def run_zoo_ray(
@@ -162,7 +163,8 @@ def _run(
                 job = pending.pop(ref)
                 label = board.label(job.entry.name)
                 row = _collect(ray, job, reports, lambda line, label=label: progress(f"{label} {line}"))
-                if row is None:  # lost: submitted again
+                if row is None:  # lost: submitted again, preferably on another node
+                    job.lost_on += [board.nodes[job.entry.name]] if job.entry.name in board.nodes else []
                     _submit(task, job, cwd, reports.name, events)
                     pending[job.ref] = job
                     board.requeued(job.entry.name)
@@ -183,10 +185,20 @@ def _run(
 def _submit(task: Any, job: _Job, cwd: Path, reports_name: str, events: Any) -> None:
     entry, ships = shipped(job.entry, cwd)
     # Retries are this module's, not Ray's (max_retries=0): each is counted and its cause kept.
-    job.ref = task.options(max_retries=0, **job.options).remote(
+    job.ref = task.options(max_retries=0, **job.options, **_elsewhere(job.lost_on)).remote(
         entry, None if ships else str(cwd), reports_name, events
     )
     job.attempts += 1
+
+
+def _elsewhere(nodes: list[str]) -> dict[str, Any]:
+    """After a lost attempt: prefer any node but the ones it was lost on (a soft preference: where no
+    other node has room, the same node serves)."""
+    if not nodes:
+        return {}
+    from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
+
+    return {"scheduling_strategy": NodeLabelSchedulingStrategy({}, soft={"ray.io/node-id": NotIn(*nodes)})}
 
 
 def _collect(ray: Any, job: _Job, reports: Path, progress: Callable[[str], None]) -> Row | None:
