@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ HANG = "import time\n\n\ndef make():\n    time.sleep(600)\n"
 KILLER = """
 import os
 import signal
+import socket
 from pathlib import Path
 
 MARKER = {marker!r}
@@ -244,6 +246,17 @@ def test_without_ray_ray_is_one_line_on_how_to_install_it(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-c", blocked, *argv[1:]], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.splitlines() == [INSTALL] and done.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo.toml"]  # nothing else happened
+
+
+def test_an_address_nothing_answers_at_is_one_error_line(tmp_path: Path) -> None:
+    manifest = zoo(tmp_path, f'[[model]]\nname = "a"\nmodel = "{MODELS / "stack.py"}"\nfactory = "make"\n')
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = verify(manifest, tmp_path / "out", "--ray", f"127.0.0.1:{port}")
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: cannot reach a Ray cluster at 127.0.0.1:{port}: Connection refused"
+    ]
 
 
 def test_the_runtime_codemod_and_a_local_run_never_import_ray(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ codemod and a local run never do.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from regionalize.bench.zoo_board import Board
 INSTALL = 'error: --ray needs Ray: pip install "regionalize[ray]"'
 _ATTEMPTS = 2  # a lost worker costs one retry
 _POLL_S = 1.0
+_CONNECT_S = 10.0
 
 
 class ClusterError(Exception):
@@ -77,10 +79,22 @@ def _is_uri(value: str) -> bool:
     return "://" in value
 
 
+def _reachable(address: str) -> None:
+    """A HOST:PORT that answers, checked in seconds: ray.init retries an unreachable one for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # local, auto, or a URI: ray.init's own checks are quick
+    try:
+        socket.create_connection((host, int(port)), timeout=_CONNECT_S).close()
+    except OSError as exc:
+        raise ClusterError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
 def _connect(ray: Any, address: str, working_dir: str | None) -> None:
     import logging
 
     started = address == "local"
+    _reachable(address)
     # Workers' output is the entries' own, kept in their reports: not echoed to this terminal.
     try:
         ray.init(
