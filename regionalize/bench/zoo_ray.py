@@ -66,7 +66,8 @@ def run_zoo_ray(
 def _job_folder(entries: list[Entry]) -> str | None:
     """The one local working_dir the entries ship, if any. Ray uploads a local folder for a whole job
     (`ray.init`), never for one task; a task's own working_dir must be a URI of an archive."""
-    folders = {w for e in entries if not _is_uri(w := e.settings.get("ray", {}).get("working_dir", "://"))}
+    shipped_dirs = (entry.settings.get("ray", {}).get("working_dir") for entry in entries)
+    folders = {folder for folder in shipped_dirs if folder and not _is_uri(folder)}
     if len(folders) > 1:
         raise ClusterError(
             f"the entries ship {len(folders)} local working_dir folders; Ray uploads one a run: give one "
