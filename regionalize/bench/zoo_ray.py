@@ -101,7 +101,7 @@ def _connect(ray: Any, address: str, working_dir: str | None) -> None:
         ray.init(
             address=address,
             log_to_driver=False,
-            logging_level=logging.WARNING,
+            logging_level=logging.ERROR,  # its own notices (token auth, ...) are not the zoo's
             include_dashboard=False if started else None,
             runtime_env={"working_dir": working_dir} if working_dir else None,
         )
