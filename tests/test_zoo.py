@@ -205,7 +205,7 @@ def test_manifest_refuses_per_model_flags(tmp_path: Path) -> None:
     result = CliRunner().invoke(verify, ["--manifest", str(manifest), "--style", "wrap"])
     assert result.exit_code == 2 and "style is set per model in the manifest" in result.output
     result = CliRunner().invoke(verify, [str(MODELS / "stack.py"), "--factory", "make", "--timeout", "3"])
-    assert result.exit_code == 2 and "--timeout go with --manifest" in result.output
+    assert result.exit_code == 2 and "--timeout, --ray and --resume go with --manifest" in result.output
 
 
 def test_a_bad_manifest_exits_2_with_one_error_line(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ Torch-free: the zoo runner only reads it and starts one `regionalize verify` pro
     workload = "generate"
     regionalize = { guard-bypass = "filter" }              # as [tool.regionalize]
     skip = ["per-block"]                                   # variants left out (--skip)
+    ray = { num_gpus = 1, working_dir = "." }              # with --ray only (docs/cluster.md)
 """
 
 from __future__ import annotations
@@ -75,6 +76,37 @@ def _skip(value: Any) -> list[str]:
     return list(value)
 
 
+def _number(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ValueError("must be a number, 0 or more")
+    return value
+
+
+def _resources(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a table of custom resource names and amounts")
+    return {config.string(name): _number(amount) for name, amount in value.items()}
+
+
+# What an entry's task reserves on a Ray cluster (`--ray`) and what it ships there; a local run has no use
+# for them. Spelled as Ray's own `.options()` and `runtime_env` keys, so that its docs apply.
+RAY_KEYS: dict[str, Callable[[Any], Any]] = {
+    "num_cpus": _number,
+    "num_gpus": _number,
+    "resources": _resources,
+    "working_dir": config.string,
+}
+
+
+def _ray(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table of {', '.join(RAY_KEYS)}")
+    unknown = sorted(set(value) - set(RAY_KEYS))
+    if unknown:
+        raise ValueError(f"has unknown key {unknown[0]!r} (known: {', '.join(RAY_KEYS)})")
+    return {key: RAY_KEYS[key](item) for key, item in value.items()}
+
+
 # Keys an entry (or [defaults]) may set, with their checks; spelled as the command-line flags.
 _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "timeout": config.positive_int,
@@ -88,6 +120,7 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "prompt-len": config.positive_int,
     "regionalize": _regionalize,
     "skip": _skip,
+    "ray": _ray,
 }
 _ENTRY_ONLY: dict[str, Callable[[Any], Any]] = {
     "name": config.string,
@@ -158,14 +191,14 @@ def load(path: Path) -> list[Entry]:
     unknown = set(data) - {"defaults", "model"}
     if unknown:
         raise ManifestError(f"{path}: unknown table {sorted(unknown)[0]!r} (known: [defaults], [[model]])")
-    defaults = _checked(data.get("defaults", {}), _SETTINGS, f"{path}: [defaults]")
+    defaults = _shipped(_checked(data.get("defaults", {}), _SETTINGS, f"{path}: [defaults]"), path.parent)
     models = data.get("model", [])
     if not isinstance(models, list) or not models:
         raise ManifestError(f"{path}: no [[model]] entries")
     entries: list[Entry] = []
     for number, raw in enumerate(models, 1):
         where = f"{path}: model {number}" + (f" ({raw['name']})" if isinstance(raw.get("name"), str) else "")
-        values = _checked(raw, _SETTINGS | _ENTRY_ONLY, where)
+        values = _shipped(_checked(raw, _SETTINGS | _ENTRY_ONLY, where), path.parent)
         for required in ("name", "factory"):
             if required not in values:
                 raise ManifestError(f"{where}: {required} is required")
@@ -186,9 +219,20 @@ def load(path: Path) -> list[Entry]:
 
 
 def _merged(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """An entry's settings over the defaults; its regionalize table over theirs, key by key."""
-    table = defaults.get("regionalize", {}) | values.get("regionalize", {})
-    return defaults | values | ({"regionalize": table} if table else {})
+    """An entry's settings over the defaults; its regionalize and ray tables over theirs, key by key."""
+    merged = defaults | values
+    for name in ("regionalize", "ray"):
+        table = defaults.get(name, {}) | values.get(name, {})
+        merged |= {name: table} if table else {}
+    return merged
+
+
+def _shipped(values: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A ray table's local working_dir made absolute against the manifest's folder, as model paths are."""
+    table = values.get("ray", {})
+    if "working_dir" in table and "://" not in table["working_dir"]:  # a URI is left as it is
+        values["ray"] = table | {"working_dir": str((folder / table["working_dir"]).resolve())}
+    return values
 
 
 def _checked(table: Any, checks: dict[str, Callable[[Any], Any]], where: str) -> dict[str, Any]:

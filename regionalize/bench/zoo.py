@@ -40,16 +40,21 @@ class Row:
     seconds: float
     result: dict[str, Any] | None
     report: str  # the entry's verify report and log, relative to the output folder
+    # With --ray: where it ran (zoo_ray.Placement's fields); with --resume: what the row was run for.
+    placement: dict[str, Any] | None = None
+    key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        row = {
             "name": self.name,
             "status": self.status,
             "reason": self.reason,
             "seconds": round(self.seconds, 1),
             "report": self.report,
-            "result": self.result,
         }
+        row |= {"key": self.key} if self.key else {}
+        row |= {"placement": self.placement} if self.placement else {}
+        return row | {"result": self.result}
 
 
 def run_zoo(entries: list[Entry], cwd: Path, reports: Path, progress: Callable[[str], None]) -> list[Row]:
@@ -60,13 +65,20 @@ def run_zoo(entries: list[Entry], cwd: Path, reports: Path, progress: Callable[[
     for number, entry in enumerate(entries, 1):
         label = f"[{number}/{len(entries)} {entry.name}]"
         progress(f"{label} started (timeout {entry.timeout} s)")
-        row = _run_entry(entry, cwd, reports, lambda step, label=label: progress(f"{label} {step}"))
+        row = run_entry(entry, cwd, reports, lambda step, label=label: progress(f"{label} {step}"))
         progress(f"{label} {row.status}{': ' + row.reason if row.reason else ''} ({row.seconds:.0f} s)")
         rows.append(row)
     return rows
 
 
-def _run_entry(entry: Entry, cwd: Path, reports: Path, progress: Callable[[str], None]) -> Row:
+def run_entry(
+    entry: Entry,
+    cwd: Path,
+    reports: Path,
+    progress: Callable[[str], None],
+    preexec_fn: Callable[[], None] | None = None,
+) -> Row:
+    """Verify one entry in a fresh process group; `preexec_fn` runs in the child before verify does."""
     json_path = reports / f"{entry.name}.json"
     json_path.unlink(missing_ok=True)
     report = reports / f"{entry.name}.txt"
@@ -88,6 +100,7 @@ def _run_entry(entry: Entry, cwd: Path, reports: Path, progress: Callable[[str],
             encoding="utf-8",
             errors="replace",
             start_new_session=True,
+            preexec_fn=preexec_fn,
         )
         assert child.stderr is not None
         pump = threading.Thread(target=_pump, args=(child.stderr, tail, progress), daemon=True)

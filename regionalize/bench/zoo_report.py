@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from regionalize.bench import zoo_cluster
 from regionalize.bench.machine import machine
 from regionalize.bench.served import ALONE, regions_text
 from regionalize.bench.zoo import Row
@@ -34,6 +35,7 @@ def write(rows: list[Row], manifest: Path, out: Path, stem: str) -> list[Path]:
 def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
     first = next((row.result for row in rows if row.result and row.result.get("device")), {})
     counts = collections.Counter(row.status for row in rows)
+    cluster = {"cluster": zoo_cluster.summary(rows)} if zoo_cluster.placed(rows) else {}
     return {
         "manifest": manifest.name,
         "device": first.get("device"),
@@ -42,18 +44,20 @@ def _meta(rows: list[Row], manifest: Path) -> dict[str, Any]:
         "runtime": VERSION,
         "machine": machine(),
         "counts": dict(counts),
-    }
+    } | cluster
 
 
 def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in meta["counts"].items())
     starts = measured(_STARTS, [row.result or {} for row in rows])
+    node = zoo_cluster.placed(rows)  # ran on Ray: where each row ran is a column of its own
     lines = [
         f"# regionalize verify --manifest {meta['manifest']}",
         "",
         f"{len(rows)} models: {counts}. Device {meta['device'] or '-'}, torch "
         f"{meta['torch_version'] or '-'}, regionalize runtime {meta['runtime']}; {meta['machine']}; "
         f"{meta['date']}.",
+        *zoo_cluster.lines(meta.get("cluster", {})),
         "",
         "*First call*: compile and run once (with a generation workload: the first token), in a fresh "
         "process after an unrelated warm-up compile, median over the fresh processes. *Per call*: steady "
@@ -67,11 +71,12 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
         "",
         f"| model | verdict | form | regions traced / reused | first call {_NAMES} | full / hierarchical "
         + "".join(f"| {label} full / hierarchical " for label, _ in starts)
-        + f"| per call eager / {_NAMES} | hierarchical / full | eager fallback | took |",
-        "|---|---|---|--:|--:|--:|" + "--:|" * len(starts) + "--:|--:|---|--:|",
+        + f"| per call eager / {_NAMES} | hierarchical / full | eager fallback | took |"
+        + (" node, device, versions |" if node else ""),
+        "|---|---|---|--:|--:|--:|" + "--:|" * len(starts) + "--:|--:|---|--:|" + ("---|" if node else ""),
     ]
     for row in rows:
-        lines.append(_table_row(row, starts))
+        lines.append(_table_row(row, starts) + (f" {zoo_cluster.cell(row)} |" if node else ""))
     notes = [f"- **{row.name}**: {row.status}: {row.reason}" for row in rows if row.reason]
     if notes:
         lines += ["", *notes]

@@ -49,6 +49,7 @@ MODEL may also be a module's dotted name (transformers.models.bert.modeling_bert
 
 With --manifest zoo.toml, every model the manifest lists is verified in its own process, one after
 another, each with a timeout; the results go to STEM.md, STEM.json and STEM.png (docs/verify.md).
+With --ray, the entries run as tasks on a Ray cluster instead, into the same report (docs/cluster.md).
 
 \b
 Exit status: 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the model could not be
@@ -152,6 +153,22 @@ model's status, a timeout or a crash counting as 2.
     help="Seconds per manifest entry before it is killed and reported (overrides the manifest).",
 )
 @click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="local",
+    metavar="[ADDRESS]",
+    help="With --manifest: run each entry as a Ray task, a whole GPU (CUDA) or a whole node's CPUs each "
+    "(docs/cluster.md). No ADDRESS starts a local cluster; auto joins the running one, as ray.init does. "
+    'Needs pip install "regionalize[ray]".',
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="With --manifest: keep the rows an earlier run left in the output folder for the same entries "
+    "and versions; run the rest.",
+)
+@click.option(
     "--skip",
     "skip",
     multiple=True,
@@ -181,6 +198,8 @@ def verify(
     manifest: str | None,
     out_dir: str | None,
     timeout: int | None,
+    ray_address: str | None,
+    resume: bool,
     skip: tuple[str, ...],
     **extra: Any,
 ) -> None:
@@ -193,11 +212,12 @@ def verify(
         overrides |= {"starts": list(starts)} if starts else {}
         overrides |= {"timeout": timeout} if timeout else {}
         overrides |= {"device": device} if device != "auto" else {}
-        sys.exit(run_manifest(manifest, out_dir, overrides, Progress(quiet, "zoo")))
+        progress = Progress(quiet, "zoo")
+        sys.exit(run_manifest(manifest, out_dir, overrides, progress, None, ray_address, resume))
     if factory is None:
         raise click.UsageError("give --factory (or --manifest)")
-    if out_dir or timeout:
-        raise click.UsageError("--out and --timeout go with --manifest")
+    if out_dir or timeout or ray_address or resume:
+        raise click.UsageError("--out, --timeout, --ray and --resume go with --manifest")
     # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
     local = [model] if model and Path(model).exists() else []
     options = flags.options(flags.settings(local, config_file, extra))
@@ -227,6 +247,7 @@ def verify(
 
 
 _WITH_MANIFEST = {"manifest", "out_dir", "timeout", "quick", "starts", "device", "quiet"}
+_WITH_MANIFEST |= {"ray_address", "resume"}
 
 
 def _manifest_only(context: click.Context) -> None:

@@ -142,35 +142,94 @@ def run_manifest(
     overrides: dict[str, Any],
     progress: Progress = QUIET,
     out: TextIO | None = None,
+    ray_address: str | None = None,
+    resume: bool = False,
 ) -> int:
     """Verify every model of a zoo manifest, each in its own process; write STEM.md/.json/.png.
 
-    `overrides` (e.g. {"quick": True, "timeout": 600}) win over the manifest's settings. Prints one line
+    `overrides` (e.g. {"quick": True, "timeout": 600}) win over the manifest's settings. `ray_address`
+    runs the entries as tasks on that Ray cluster ("local" starts one; docs/cluster.md); `resume` keeps
+    the rows an earlier run left in the output folder for the same entries and versions. Prints one line
     per model. Returns the worst row's status: 0 all pass, 1 a check failed, 2 an entry could not run
-    (error, timeout, crash) or the manifest is bad.
+    (error, timeout, crash), the manifest is bad, or the run was interrupted.
     """
-    from regionalize.bench import zoo, zoo_report
+    from regionalize.bench import zoo, zoo_report, zoo_resume
     from regionalize.bench.manifest import ManifestError, load
 
+    if ray_address is not None and not _has_ray():
+        return EXIT_ERROR
     stream = out or sys.stdout
     path = Path(manifest)
     try:
-        entries = load(path)
+        entries = [entry.with_settings(overrides) for entry in load(path)]
     except ManifestError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    entries = [entry.with_settings(overrides) for entry in entries]
     folder = Path(out_dir) if out_dir else path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    rows = zoo.run_zoo(entries, path.parent.resolve(), folder / f"{path.stem}-reports", progress)
-    width = max(len(row.name) for row in rows)
+    kept = _resumed(folder / f"{path.stem}.json", entries, progress) if resume else {}
+    todo = [entry for entry in entries if entry.name not in kept]
+    ran = _run_rows(todo, path, folder / f"{path.stem}-reports", progress, ray_address)
+    if isinstance(ran, int):
+        return ran
+    fresh, interrupted = ran
+    by_name = kept | {row.name: row for row in fresh if row is not None}
+    rows = [by_name[entry.name] for entry in entries if entry.name in by_name]
+    for entry in entries:
+        if entry.name in by_name:
+            by_name[entry.name].key = zoo_resume.entry_key(entry)
+    width = max((len(row.name) for row in rows), default=0)
     for row in rows:
         speedup = (row.result or {}).get("compile_speedup")
         figure = row.reason or "equivalent" + (_first_call(speedup) if speedup else "")
         print(f"{row.name:<{width}}  {row.status:<9}  {figure}", file=stream)
     written = zoo_report.write(rows, path, folder, path.stem)
     print("wrote " + ", ".join(str(p) for p in written), file=stream)
+    if interrupted:
+        print(f"interrupted: {len(rows)} of {len(entries)} entries done; --resume runs the rest", file=stream)
+        return EXIT_ERROR
     return max(zoo.EXIT[row.status] for row in rows)
+
+
+def _has_ray() -> bool:
+    """Whether Ray imports; if not, the one line saying how to install it."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        from regionalize.bench.zoo_ray import INSTALL
+
+        print(INSTALL, file=sys.stderr)
+        return False
+    return True
+
+
+def _resumed(results: Path, entries: list[Any], progress: Progress) -> dict[str, Any]:
+    from regionalize.bench import zoo_resume
+    from regionalize.bench.machine import torch_versions
+
+    kept = zoo_resume.earlier_rows(results, entries, torch_versions()["torch"])
+    progress(f"--resume: {len(kept)} of {len(entries)} rows kept from {results}")
+    return kept
+
+
+def _run_rows(
+    entries: list[Any], path: Path, reports: Path, progress: Progress, ray_address: str | None
+) -> tuple[list[Any], bool] | int:
+    """The entries' rows, here one after another or on Ray, and whether Ctrl-C cut the run short; or
+    the exit status where the cluster cannot run them (one `error:` line said why)."""
+    from regionalize.bench import zoo
+
+    if not entries:
+        return [], False
+    if ray_address is None:
+        return zoo.run_zoo(entries, path.parent.resolve(), reports, progress), False
+    from regionalize.bench.zoo_ray import ClusterError, run_zoo_ray
+
+    try:
+        return run_zoo_ray(entries, path.parent.resolve(), reports, progress, ray_address)
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _first_call(speedup: float) -> str:
