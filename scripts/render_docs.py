@@ -6,6 +6,10 @@
 - docs/torch-workarounds.md's table: from the runtime's list (scripts/docs_workarounds.py);
 - each page's first use of a glossary term, linked (scripts/docs_glossary.py).
 
+The figures a guide quotes inside its prose are not written here but checked: scripts/docs_quotes.py
+computes each quote from its results file, and this reports a quote a page no longer says, or a figure
+a page's prose gives without a source, which a person rewrites.
+
 Each generated block sits between `<!-- NAME: begin ... -->` and `<!-- NAME: end -->`; the tests compare
 the pages with what this writes. Run it after a benchmark writes a results file or an option changes,
 and review the change with `git diff`. `--check` writes nothing and exits 1 where a page differs.
@@ -26,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import docs_configuration
 import docs_figures
 import docs_glossary
+import docs_quotes
 import docs_workarounds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +96,10 @@ def main() -> int:
                 page.write_text(new, encoding="utf-8")
     for page in stale:
         print(f"{'differs' if args.check else 'written'}: {page}")
-    return 1 if stale and args.check else 0
+    quoted = docs_quotes.problems()
+    for problem in quoted:
+        print(f"quote: {problem}")
+    return 1 if (stale and args.check) or quoted else 0
 
 
 if __name__ == "__main__":

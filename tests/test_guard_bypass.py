@@ -102,9 +102,8 @@ def test_bypass_matches_guarded_across_shape_mode_and_grad_changes(mode: str, fo
 
 
 def direct_table(block: torch.nn.Module) -> dict:
-    """The dispatcher's table of directly callable compiled code, read from its closure."""
-    cells = block._compiled_call_impl.__closure__ or ()
-    return next(c.cell_contents for c in cells if isinstance(c.cell_contents, dict))
+    """The dispatcher's table of directly callable compiled code."""
+    return block._compiled_call_impl.direct
 
 
 def test_dispatcher_calls_compiled_code_directly_and_respects_hooks() -> None:
@@ -153,8 +152,7 @@ def test_a_key_whose_compiled_code_is_not_found_keeps_the_guarded_path_and_is_se
 
 def owner_table(model: torch.nn.Module) -> dict:
     """The dispatcher's table of the owner's frame (hierarchical form), behind the runtime's owner call."""
-    dispatch = model._compiled_call_impl.args[1]
-    return next(c.cell_contents for c in dispatch.__closure__ or () if isinstance(c.cell_contents, dict))
+    return model._compiled_call_impl.args[1].direct
 
 
 @needs_reuse

@@ -1,87 +1,121 @@
-"""Figures the guides quote by hand from a results file, checked against that file: a table measured again
-with other figures fails here until the guide follows it (as tests/test_quoted_figures.py does for the
-README's rendered section and `--form`'s help)."""
+"""Figures the guides quote inside their prose, checked against the results files that hold them
+(scripts/docs_quotes.py): a table measured again with other figures fails here until the guide follows
+it, and a figure that a guide types with no source fails here too (as tests/test_quoted_figures.py does
+for the README's rendered section and `--form`'s help)."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import docs_quotes
+
+ROOT = docs_quotes.ROOT
+QUOTES = docs_quotes.quotes()
 
 
-def results(name: str) -> Any:
-    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+def page_text(page: Path) -> str:
+    return page.read_text(encoding="utf-8")
 
 
-def cuda_gpt() -> dict[str, dict[str, Any]]:
-    rows = results("cuda.json")["results"]
-    return {r["variant"]: r for r in rows if r["model"] == "gpt" and r["batch"] == 1}
+def quotes_of(page: Path) -> list[str]:
+    return [q.text for q in QUOTES if docs_quotes.DOCS / q.page == page]
 
 
-def library(model: str) -> dict[str, Any]:
-    return next(r for r in results("libraries.json")["results"] if r["model"] == model)
+@pytest.mark.parametrize("quote", QUOTES, ids=[f"{q.page}: {q.name}" for q in QUOTES])
+def test_the_guide_quotes_its_results_file(quote: docs_quotes.Quote) -> None:
+    assert (docs_quotes.RESULTS / quote.source).exists(), quote.source
+    said = docs_quotes.prose(page_text(docs_quotes.DOCS / quote.page))
+    assert quote.text in said, f"docs/{quote.page} should say {quote.text!r}, as {quote.source} gives it now"
 
 
-def cuda_quotes() -> list[tuple[str, str]]:
-    rows = cuda_gpt()
-    ours, full = rows["hierarchical_cuda_graphs"], rows["full_reduce_overhead"]
-    ms, full_ms = ours["ms_per_call"]["median"], full["ms_per_call"]["median"]
-    first, full_first = ours["first_call_s"], full["first_call_s"]
-    per_call = f"{ms:.2f} ms per call against {full_ms:.2f} ms"
-    return [
-        ("cuda-graphs.md", f"{per_call} ({ms / full_ms:.2f}x)"),
-        ("cuda-graphs.md", f"{first:.1f} s against {full_first:.1f} s, {full_first / first:.1f}x sooner"),
-        ("form-cuda-graphs.md", per_call),
-        ("compile-forms.md", f"{ms / full_ms:.2f}x full `reduce-overhead` per call"),
-    ]
+SOURCES = sorted({q.source for q in QUOTES if q.source.endswith(".json")})
 
 
-def library_quotes() -> list[tuple[str, str]]:
-    unet, swin = library("unet"), library("swin")
-    regions = unet["full"]["first_s"] / unet["compile_regions"]["first_s"]
-    first = swin["full"]["first_s"] / swin["regionalize"]["first_s"]
-    per_call = swin["regionalize"]["per_call_ms"] / swin["full"]["per_call_ms"]
-    return [
-        ("api.md", f"with the declaration read, {regions:.1f}x sooner"),
-        (
-            "patterns.md",
-            f"starts {first:.2f}x sooner than a full compile and takes {per_call:.2f}x its time per call",
-        ),
-    ]
+@pytest.mark.parametrize("source", SOURCES)
+def test_each_quoted_file_is_the_run_its_page_shows(source: str) -> None:
+    """A quoted results file is the run the page beside it shows (the page its script wrote from it):
+    every date and runtime the file records is on that page, so a quote never comes from another run
+    than the one a reader following the link sees."""
+    page = (docs_quotes.RESULTS / source).with_suffix(".md")
+    text = page_text(page)
+    dates, runtimes = docs_quotes.stamps(docs_quotes.results(source))
+    assert [d for d in dates if d not in text] == [], f"{page.name} shows no run of those dates"
+    assert [n for n in runtimes if not re.search(rf"runtime {n}\b", text)] == [], f"{page.name}: runtimes"
 
 
-QUOTES = cuda_quotes() + library_quotes()
+def test_a_file_of_another_run_fails() -> None:
+    """The check above can fail: a file whose run is dated other than its page's."""
+    data = docs_quotes.results("decode-static.json")
+    data["meta"]["date"], data["meta"]["runtime"] = "2026-01-01", 99
+    dates, runtimes = docs_quotes.stamps(data)
+    text = page_text(docs_quotes.RESULTS / "decode-static.md")
+    assert "2026-01-01" in dates and "2026-01-01" not in text
+    assert 99 in runtimes and "runtime 99" not in text
 
 
-def prose(page: str) -> str:
-    """The page's text with its glossary links read as their words, and its lines joined."""
-    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
-    return re.sub(r"\s+", " ", re.sub(r"\[([^\]]*)\]\(glossary\.md#[\w-]+\)", r"\1", text))
-
-
-@pytest.mark.parametrize(("page", "quote"), QUOTES, ids=[f"{page}: {quote[:30]}" for page, quote in QUOTES])
-def test_the_guide_quotes_its_results_file(page: str, quote: str) -> None:
-    assert quote in prose(page), f"docs/{page} should say {quote!r}, as its results file gives it now"
+@pytest.mark.parametrize("page", docs_quotes.pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_figure_of_the_prose_has_a_source(page: Path) -> None:
+    """A ratio, a time or a share in a page's prose is rendered or quoted from a results file; anything
+    else is a figure typed by hand, which no run can correct."""
+    loose = docs_quotes.unchecked(page_text(page), quotes_of(page))
+    assert not loose, (
+        f"{page.relative_to(ROOT)} gives figures no results file holds (quote them through "
+        f"scripts/docs_quotes.py, or say what they mean without them): {loose}"
+    )
 
 
 def test_a_quote_that_drifted_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A results file measured again (here: the CUDA-graph form a tenth slower a call) no longer matches."""
-    data = results("cuda.json")
+    """A results file measured again (here: the CUDA-graph form a tenth slower a call) no longer matches
+    the page, and the page's old figure is then one with no source."""
+    data = docs_quotes.results("cuda.json")
     for row in data["results"]:
         if row["variant"] == "hierarchical_cuda_graphs":
             row["ms_per_call"]["median"] *= 1.1
-    monkeypatch.setitem(
-        globals(),
-        "results",
-        lambda name: (
-            data if name == "cuda.json" else json.loads((RESULTS / name).read_text(encoding="utf-8"))
-        ),
+    real = docs_quotes.results
+
+    def measured_again(name: str) -> Any:
+        return data if name == "cuda.json" else real(name)
+
+    monkeypatch.setattr(docs_quotes, "results", measured_again)
+    quote = docs_quotes.cuda_quotes()[0]
+    page = docs_quotes.DOCS / quote.page
+    assert quote.text not in docs_quotes.prose(page_text(page))
+    assert docs_quotes.unchecked(page_text(page), [q.text for q in docs_quotes.cuda_quotes()])
+
+
+def test_a_figure_typed_by_hand_fails() -> None:
+    """A guide's quoted figure edited by hand, or a figure added without a source, is found."""
+    quote = next(q for q in QUOTES if q.page == "form-hierarchical.md")
+    page = docs_quotes.DOCS / quote.page
+    text = page_text(page)
+    first = docs_quotes.FIGURE.search(quote.text)
+    assert first is not None
+    edited = quote.text.replace(first[0], "9.99x", 1)
+    drifted = docs_quotes.prose(text).replace(quote.text, edited)
+    assert any("9.99x" in loose for loose in docs_quotes.unchecked(drifted, quotes_of(page)))
+    added = text + "\nThe first call came 2.5x sooner on a laptop.\n"
+    assert any("2.5x" in loose for loose in docs_quotes.unchecked(added, quotes_of(page)))
+
+
+def test_code_and_rendered_blocks_are_not_prose() -> None:
+    text = (
+        "Run `verify [ 31.5s]`.\n\n```console\n$ regionalize verify\nfull 13.76 s\n```\n\n"
+        "<!-- figures: begin -->\n2.0x\n<!-- figures: end -->\n"
     )
-    page, quote = cuda_quotes()[0]
-    assert quote not in prose(page)
+    assert docs_quotes.unchecked(text, []) == []
+    assert docs_quotes.unchecked("It took [1.5 s](results/x.md).", []) != []
+
+
+def test_the_results_pages_are_tables_their_scripts_wrote() -> None:
+    """The profiles' quotes read the table their script wrote: the first table, by its first column."""
+    rows = docs_quotes.table("forward/call-profile.md")
+    assert {"full", "default"} <= set(rows)
+    assert rows["full"]["against full"] == "-"
+    assert json.dumps(rows)  # plain strings, as written

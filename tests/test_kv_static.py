@@ -257,7 +257,7 @@ def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_
     not where a layer holds a tensor at an unmarked address, nor for another cache."""
     model, _ = pair()
     runtime = sys.modules[type(model).__module__]  # the runtime, inline in a lone file
-    monkeypatch.setattr(runtime, "_regionalize_static_kv", [runtime._regionalize_static_checked()])
+    monkeypatch.setattr(runtime._regionalize_process, "static", runtime._regionalize_static_checked())
     cache = static_cache(early=True)
     assert not runtime._regionalize_static_graphable(cache)  # on the CPU: no CUDA graph
     monkeypatch.setattr(runtime, "_regionalize_on_graph_device", lambda tensor: True)

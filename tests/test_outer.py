@@ -241,7 +241,7 @@ def test_a_module_holding_owners_is_not_made_a_region() -> None:
     top = nn.Sequential(Holder(Stage(8, 2, 0.0, True)), Holder(Stage(16, 2, 0.1, True)))
     regionalize.compile_region(*top, owner=top)
     assert owners(top) == {"0.stage": 2, "1.stage": 2}
-    assert "_regionalize_kv_param" not in Holder.__dict__  # its forward is no region
+    assert "_regionalize_region" not in Holder.__dict__  # its forward is no region
 
 
 @pytest.mark.parametrize("how", ["copy", "pickle"])

@@ -450,9 +450,9 @@ def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.M
     monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: False)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     monkeypatch.setitem(runtime, "_regionalize_on_graph_device", lambda tensor: True)
-    monkeypatch.setitem(runtime, "_regionalize_tracing", ["flat"])  # the owner's own trace
+    monkeypatch.setattr(runtime["_regionalize_call"], "tracing", "flat")  # the owner's own trace
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
-    monkeypatch.setitem(runtime, "_regionalize_tracing", [False])
+    monkeypatch.setattr(runtime["_regionalize_call"], "tracing", False)
     whole = runtime["_RegionalizePlan"](runtime["_RegionalizeForm"].WHOLE)  # nested regions reused
     monkeypatch.setattr(owner.__dict__["_regionalize_owner"], "plan", whole)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})

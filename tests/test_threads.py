@@ -15,7 +15,7 @@ import torch
 
 from regionalize.runtime.internals import _regionalize_reuses
 from regionalize.runtime.owner import _regionalize_blocks
-from regionalize.runtime.threads import _regionalize_standing_in, _regionalize_tracing
+from regionalize.runtime.threads import _regionalize_call
 
 THREADS = 4
 # torch 2.11, which reuses no traced region (owners per block or in pieces), crashed in Dynamo (a segfault
@@ -93,22 +93,22 @@ def test_a_flag_one_thread_sets_is_not_seen_by_another() -> None:
     barrier = threading.Barrier(2)
 
     def setting() -> tuple[Any, Any]:
-        _regionalize_tracing[0] = "flat"
-        _regionalize_standing_in[0] = True
+        _regionalize_call.tracing = "flat"
+        _regionalize_call.standing_in = True
         barrier.wait()  # the other thread reads now
         barrier.wait()
-        seen = _regionalize_tracing[0], _regionalize_standing_in[0]
-        _regionalize_tracing[0] = _regionalize_standing_in[0] = False
+        seen = _regionalize_call.tracing, _regionalize_call.standing_in
+        _regionalize_call.tracing = _regionalize_call.standing_in = False
         return seen
 
     def reading() -> tuple[Any, Any]:
         barrier.wait()
-        seen = _regionalize_tracing[0], _regionalize_standing_in[0]
+        seen = _regionalize_call.tracing, _regionalize_call.standing_in
         barrier.wait()
         return seen
 
     assert concurrently([setting, reading]) == [("flat", True), (False, False)]
-    assert (_regionalize_tracing[0], _regionalize_standing_in[0]) == (False, False)
+    assert (_regionalize_call.tracing, _regionalize_call.standing_in) == (False, False)
 
 
 @crashes_on_2_11

@@ -1,14 +1,13 @@
 """A compile around the model (transformers' `generate` compiles the forward itself where the cache is
 static): the owner calls that it serves itself, in CUDA graphs, rather than be traced through."""
 
-import functools
-
 import torch
 
+from .frames import _regionalize_installed
 from .per_block import _regionalize_graph_modes
 from .state import _RegionalizeForm
 from .static import _regionalize_on_graph_device, _regionalize_static_handed
-from .threads import _regionalize_handed, _regionalize_tracing
+from .threads import _regionalize_call
 
 
 def _regionalize_opaque(state):
@@ -24,7 +23,7 @@ def _regionalize_handoff(owner, args, kwargs):
     `mode="reduce-overhead"`). Traced through, the owner's calls per block were graphed between the
     blocks' frames, a graph a block a token, far slower than the owner in one graph of its own
     (docs/results/serving/README.md)."""
-    if not torch.compiler.is_compiling() or _regionalize_tracing[0]:  # not traced, or the owner's own trace
+    if not torch.compiler.is_compiling() or _regionalize_call.tracing:  # not traced, or the owner's own trace
         return False
     state = owner.__dict__.get("_regionalize_owner")
     if state is None:  # a stage whose blocks its outer owner took (`outer.py`): traced through
@@ -50,20 +49,21 @@ def _regionalize_owned(forward):
     docs/form-torch-versions.md). A compile around it with `fullgraph=True` raises at its graph
     break, as at any."""
 
-    @functools.wraps(forward)
-    def owned(self, *args, **kwargs):
-        if _regionalize_handoff(self, args, kwargs):
-            return _regionalize_outside(self, args, kwargs)
-        return forward(self, *args, **kwargs)
-
+    owned = _regionalize_installed(_regionalize_owned_forward, forward, __forward=forward)
     owned._regionalize_owned = True
     return owned
 
 
+def _regionalize_owned_forward(self, *args, __forward=None, **kwargs):
+    if _regionalize_handoff(self, args, kwargs):
+        return _regionalize_outside(self, args, kwargs)
+    return __forward(self, *args, **kwargs)
+
+
 @torch.compiler.disable
 def _regionalize_outside(owner, args, kwargs):
-    _regionalize_handed[0] = owner
+    _regionalize_call.handed = owner
     try:
         return owner(*args, **kwargs)
     finally:
-        _regionalize_handed[0] = None
+        _regionalize_call.handed = None

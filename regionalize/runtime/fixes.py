@@ -5,7 +5,7 @@ import torch
 
 from .frames import _regionalize_in_globals, _regionalize_model_globals
 from .internals import _regionalize_config_patch
-from .threads import _regionalize_standing_in, _regionalize_tracing
+from .threads import _regionalize_call
 
 
 def _regionalize_eager(call):
@@ -13,7 +13,7 @@ def _regionalize_eager(call):
     indexed by layer): traced in a block compiled on its own, it would give every block a graph of its
     own. Inside an owner compiled whole there is one frame, so it is traced there, and so it is where a
     block's own frame updates the stand-in for its cache, which takes no integer."""
-    if _regionalize_tracing[0] or _regionalize_standing_in[0]:
+    if _regionalize_call.tracing or _regionalize_call.standing_in:
         return call()
     return _regionalize_run(call)
 

@@ -9,21 +9,16 @@ the frames the runtime compiles take the globals of the model code they call: th
 the owner, the block's for a block compiled on its own where its module cannot be imported. Their bodies
 read no global, only their arguments and closure."""
 
+import functools
 import sys
 import types
 import warnings
-import weakref
 
-from .internals import _regionalize_compiling, _regionalize_why
+from .internals import _regionalize_compiling, _regionalize_module_frame, _regionalize_why
+from .state import _regionalize_process
 
-_regionalize_frame_names = set()  # every name a compiled frame took in this process
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.
 _regionalize_runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
-
-
-def _regionalize_module_call(self, *args, **kwargs):
-    """The body of a module's compiled frame: its call, hooks and all, as `module.compile()` compiles."""
-    return self._call_impl(*args, **kwargs)
 
 
 def _regionalize_frame_name(base):
@@ -31,19 +26,19 @@ def _regionalize_frame_name(base):
     (automatic dynamic shapes) by its code's name, file and line, which are this module's for every frame,
     so two classes of one name (`Model` in two files) would share it."""
     name, taken = base, 0
-    while name in _regionalize_frame_names:
+    while name in _regionalize_process.frame_names:
         taken += 1
         name = f"{base}_{taken}"
-    _regionalize_frame_names.add(name)
+    _regionalize_process.frame_names.add(name)
     return name
 
 
 def _regionalize_frame(cls, kind):
-    """A new frame to compile for modules of `cls` (`_regionalize_module_call`), named for the class and
+    """A new frame to compile for modules of `cls` (`_regionalize_module_frame`), named for the class and
     `kind`, in the globals of the class's code."""
     model_globals = _regionalize_model_globals(cls.forward) or globals()
     return _regionalize_in_globals(
-        _regionalize_module_call, model_globals, _regionalize_frame_name(f"{cls.__name__}_{kind}")
+        _regionalize_module_frame, model_globals, _regionalize_frame_name(f"{cls.__name__}_{kind}")
     )
 
 
@@ -70,6 +65,14 @@ def _regionalize_in_globals(function, model_globals, name=None):
     made.__qualname__ = name or function.__qualname__
     made.__kwdefaults__ = function.__kwdefaults__
     return made
+
+
+def _regionalize_installed(template, wrapped, **defaults):
+    """`template` standing in for `wrapped` on a user class: a copy whose keyword-only defaults carry what it
+    calls, not a closure, named and documented as `wrapped`, which its `__wrapped__` leads back to."""
+    made = types.FunctionType(template.__code__, template.__globals__, wrapped.__name__)
+    made.__kwdefaults__ = defaults
+    return functools.update_wrapper(made, wrapped)
 
 
 def _regionalize_importable(model_globals):
@@ -117,16 +120,13 @@ class _RegionalizeOrEager:
                 raise
             why = _regionalize_why(error)
         self.compiled = None
-        if self.cls not in _regionalize_warned:
-            _regionalize_warned.add(self.cls)
+        if self.cls not in _regionalize_process.warned:
+            _regionalize_process.warned.add(self.cls)
             warnings.warn(
                 f"regionalize: {self.cls.__name__} cannot be compiled ({why}); it runs eagerly",
                 stacklevel=_regionalize_caller(),
             )
         return self.eager(*args, **kwargs)
-
-
-_regionalize_warned = weakref.WeakSet()  # the block classes whose frames ran eagerly, warned once
 
 
 def _regionalize_failed_on_entry(error, code):

@@ -4,7 +4,12 @@ import copy
 
 import torch
 
-from .internals import _regionalize_global_hooks, _regionalize_tree_leaves, _regionalize_tree_map
+from .internals import (
+    _regionalize_global_hooks,
+    _regionalize_module_hooks,
+    _regionalize_tree_leaves,
+    _regionalize_tree_map,
+)
 from .static import _regionalize_static_graphable
 
 
@@ -26,7 +31,7 @@ def _regionalize_copied(value):
 def _regionalize_graphable(owner, args, kwargs):
     """Can one CUDA graph serve this call: no hooks, only CUDA tensors, plain values and static caches that
     a graph can take (`_regionalize_static_graphable`)."""
-    if owner._forward_hooks or owner._forward_pre_hooks or _regionalize_global_hooks(backward=False):
+    if any(_regionalize_module_hooks(owner, backward=False)) or _regionalize_global_hooks(backward=False):
         return False
     leaves = _regionalize_tree_leaves((args, kwargs))
     plain = (int, float, bool, str, type(None))

@@ -249,6 +249,48 @@ def _regionalize_global_hooks(backward=True):
     return hooks is None or any(hooks[: 4 if backward else 2])
 
 
+def _regionalize_module_hooks(module, backward=True):
+    """The hook dicts of `module` itself: forward ones, and backward ones unless `backward` is False."""
+    hooks = (module._forward_hooks, module._forward_pre_hooks)
+    return (*hooks, module._backward_hooks, module._backward_pre_hooks) if backward else hooks
+
+
+def _regionalize_compiled_call(module):
+    """What `module.compile()` set the module's calls to run (torch's `_compiled_call_impl`), or None."""
+    return module._compiled_call_impl
+
+
+def _regionalize_set_compiled_call(module, call):
+    """Make `module`'s calls run `call`, as `module.compile()` does; None undoes it."""
+    module._compiled_call_impl = call
+
+
+def _regionalize_base(tensor):
+    """The tensor whose memory `tensor` views (`_base`), else `tensor`: Dynamo knows it as it traces."""
+    return tensor if tensor._base is None else tensor._base
+
+
+def _regionalize_writes(tensor):
+    """How many times `tensor`'s memory was written in place (its version counter)."""
+    return tensor._version
+
+
+def _regionalize_module_frame(self, *args, **kwargs):
+    """The body of a module's compiled frame: its call, hooks and all, as `module.compile()` compiles. It
+    reads no global: its copies take the globals of the model's code (`frames.py`)."""
+    return self._call_impl(*args, **kwargs)
+
+
+def _regionalize_submodules(module):
+    """`module`'s submodules by name (`_modules`); reads no global (`_regionalize_registered`)."""
+    return module._modules
+
+
+def _regionalize_module_call(module):
+    """`module`'s call as torch runs it uncompiled, hooks and all (`_call_impl`)."""
+    return module._call_impl
+
+
 @functools.cache
 def _regionalize_inductor_pieces():
     """Probe: what compiling an owner's graph in pieces needs of torch's compiler (`_regionalize_pieces`):

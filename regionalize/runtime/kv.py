@@ -6,10 +6,7 @@ import sys
 import torch
 
 from .internals import _regionalize_mark_dynamic
-
-# Do transformers' cache layers update as the cache-updating regions assume? False if not, else how a layer
-# is set up on its first update (`_regionalize_kv_holds`).
-_regionalize_kv = [None]
+from .state import _regionalize_process
 
 
 class _RegionalizeLayerKV:
@@ -56,17 +53,12 @@ class _RegionalizeUpdated:
         self.set.append(value)
 
 
-# The class of the stand-ins for an `EncoderDecoderCache`, made eagerly by `_regionalize_kv_holds`: Dynamo
-# makes no class while it traces.
-_regionalize_encoder_decoder_class = [None]
-
-
 def _regionalize_encoder_decoder_kv(own, cross, written):
     """A stand-in for a block's layer of a transformers `EncoderDecoderCache`, holding stand-ins for its
     self- and cross-attention layers; an instance of that class, as blocks ask (`isinstance`). What it
     inherits reaches its caches through those stand-ins, which have nothing else, so it fails closed
     (`cross_attention_cache.layers[i]`, which a block reads once the keys are written, among them)."""
-    return _regionalize_encoder_decoder_class[0](own, cross, written)
+    return _regionalize_process.encoder_decoder(own, cross, written)
 
 
 def _regionalize_encoder_decoder_made(utils):
@@ -111,7 +103,7 @@ def _regionalize_kv_pair(cache, index):
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "EncoderDecoderCache", None):
         return None
-    if _regionalize_encoder_decoder_class[0] is None or type(cache.is_updated) is not dict:
+    if _regionalize_process.encoder_decoder is None or type(cache.is_updated) is not dict:
         return None
     own = _regionalize_kv_layer(cache.self_attention_cache, index)
     cross = _regionalize_kv_layer(cache.cross_attention_cache, index)
@@ -193,7 +185,7 @@ def _regionalize_kv_holds():
     ways = (_regionalize_kv_init, _regionalize_kv_lazy)
     init = next((init for init in ways if _regionalize_kv_same(init)), False)
     if init:
-        _regionalize_encoder_decoder_class[0] = _regionalize_encoder_decoder_checked()
+        _regionalize_process.encoder_decoder = _regionalize_encoder_decoder_checked()
     return init
 
 

@@ -3,7 +3,13 @@ the structures of blocks, which their regions take so that one is never reused f
 
 import torch
 
-from .internals import _regionalize_reuses, _regionalize_tree_leaves, _regionalize_tree_map_only
+from .internals import (
+    _regionalize_base,
+    _regionalize_reuses,
+    _regionalize_tree_leaves,
+    _regionalize_tree_map_only,
+)
+from .state import _regionalize_process
 
 
 def _regionalize_nested_region(fn):
@@ -87,14 +93,11 @@ def _regionalize_unaliased(inputs, value):
     a view still fails the compile, and the owner's retry then copies every output (`copies` of
     `_regionalize_region`)."""
 
-    def base(tensor):
-        return tensor if tensor._base is None else tensor._base
-
-    given = [base(t) for t in inputs if isinstance(t, torch.Tensor)]
-    made = [base(t) for t in _regionalize_tree_leaves(value) if isinstance(t, torch.Tensor)]
+    given = [_regionalize_base(t) for t in inputs if isinstance(t, torch.Tensor)]
+    made = [_regionalize_base(t) for t in _regionalize_tree_leaves(value) if isinstance(t, torch.Tensor)]
 
     def own(tensor):
-        root = base(tensor)
+        root = _regionalize_base(tensor)
         if any(tensor is other for other in inputs):  # handed on: the next block takes this one's strides
             return tensor.clone()
         if any(root is other for other in given) or sum(root is other for other in made) > 1:
@@ -102,9 +105,6 @@ def _regionalize_unaliased(inputs, value):
         return tensor
 
     return _regionalize_tree_map_only(torch.Tensor, own, value)
-
-
-_regionalize_structures = {}  # the classes of a block's modules -> the name its regions take for them
 
 
 def _regionalize_shape(blocks):
@@ -117,7 +117,8 @@ def _regionalize_shape(blocks):
     changed = False
     for block in blocks:
         classes = tuple(type(m) for m in block.modules())
-        name = _regionalize_structures.setdefault(classes, f"structure {len(_regionalize_structures)}")
+        structures = _regionalize_process.structures
+        name = structures.setdefault(classes, f"structure {len(structures)}")
         changed |= block.__dict__.get("_regionalize_structure") != name
         block.__dict__["_regionalize_structure"] = name
     return changed

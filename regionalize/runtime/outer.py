@@ -7,6 +7,7 @@ It takes every stage offered or none: a stage it cannot take, or a failure to co
 stages owners of their blocks again (`_regionalize_refuse`), as they were before it took them. Blocks of
 its own stay its own."""
 
+from .internals import _regionalize_set_compiled_call
 from .state import _RegionalizeForm
 
 
@@ -33,7 +34,7 @@ def _regionalize_take(owner, stage, state, register, kwargs):
     inner = stage.__dict__.pop("_regionalize_owner")
     owner.__dict__["_regionalize_owner"] = state
     state.inner.append((stage, inner))
-    stage._compiled_call_impl = None
+    _regionalize_set_compiled_call(stage, None)
     indexed = {id(held): attribute for held, attribute in inner.indexed}
     bypass = "depyf" if state.direct else None
     for held in inner.blocks:
@@ -52,13 +53,13 @@ def _regionalize_refuse(owner, entry):
     taken = {id(block) for _, inner in state.inner for block in inner.blocks}
     for stage, inner in state.inner:
         stage.__dict__["_regionalize_owner"] = inner
-        stage._compiled_call_impl = entry(stage, None)
+        _regionalize_set_compiled_call(stage, entry(stage, None))
     state.inner = []
     state.blocks = [block for block in state.blocks if id(block) not in taken]
     state.indexed = [(block, attribute) for block, attribute in state.indexed if id(block) not in taken]
     if not state.blocks:
         del owner.__dict__["_regionalize_owner"]
-        owner._compiled_call_impl = None
+        _regionalize_set_compiled_call(owner, None)
 
 
 def _regionalize_holds_owners(module):

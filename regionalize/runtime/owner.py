@@ -2,7 +2,6 @@
 
 import functools
 import warnings
-import weakref
 
 import torch
 
@@ -13,15 +12,18 @@ from .graphs import _regionalize_graphable, _regionalize_kept
 from .internals import (
     _regionalize_aliasing,
     _regionalize_backend_failed,
+    _regionalize_compiled_call,
     _regionalize_compiling,
     _regionalize_counters,
     _regionalize_cpu_check,
     _regionalize_inductor_pieces,
+    _regionalize_module_call,
+    _regionalize_set_compiled_call,
+    _regionalize_submodules,
     _regionalize_traced,
     _regionalize_why,
 )
 from .kv import (
-    _regionalize_kv,
     _regionalize_kv_growing,
     _regionalize_kv_holds,
     _regionalize_layer_idx,
@@ -37,21 +39,16 @@ from .outer import (
 from .per_block import _regionalize_graph_modes, _regionalize_per_block, _regionalize_per_call
 from .pieces import _regionalize_pieces
 from .plan import _regionalize_per_block_plan, _regionalize_plan
-from .regions import _regionalize_kv_name, _regionalize_region, _regionalize_reusing
+from .regions import _regionalize_region_of, _RegionalizeRegion
 from .stack import _regionalize_fresh_stack
-from .state import _RegionalizeForm, _RegionalizeOwner, _RegionalizePlan
-from .static import _regionalize_static_checked, _regionalize_static_kv
+from .state import _regionalize_process, _RegionalizeForm, _RegionalizeOwner, _RegionalizePlan
+from .static import _regionalize_static_checked
 from .threads import (
-    _regionalize_graphing,
-    _regionalize_handed,
+    _regionalize_call,
     _regionalize_locked,
     _regionalize_setup_lock,
     _regionalize_torch_warnings,
-    _regionalize_tracing,
 )
-
-_regionalize_frames = weakref.WeakKeyDictionary()  # owner class -> its parameter shapes -> function
-_regionalize_version = []  # submodules replaced anywhere, counted once a block is set up
 
 
 def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -86,8 +83,8 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         if state is None:
             state = owner.__dict__["_regionalize_owner"] = _RegionalizeOwner([], compile_kwargs, direct)
         state.blocks.append(block)
-        if not _regionalize_version:  # never removed: compiled frames that traced it guard on it
-            _regionalize_version.append(0)
+        if _regionalize_process.replaced is None:  # never removed: compiled frames that traced it guard on it
+            _regionalize_process.replaced = 0
             torch.nn.modules.module.register_module_module_registration_hook(_regionalize_registered)
         if not hasattr(torch.compiler, "nested_compile_region"):
             state.plan = _regionalize_per_block_plan("this torch has no nested compile regions", True)
@@ -101,22 +98,26 @@ def _regionalize_blocks(block, owner, nested=True, cache_index=None, guard_bypas
         handing = _regionalize_opaque(state) or cache_index  # `_regionalize_handoff`: what may be handed over
         if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
             type(owner).forward = _regionalize_owned(type(owner).forward)
-        if owner._compiled_call_impl is None:  # compiled by its first call, once it holds all its parameters
-            owner._compiled_call_impl = _regionalize_entry(owner, None)
+        # Compiled by its first call, once it holds all its parameters.
+        if _regionalize_compiled_call(owner) is None:
+            _regionalize_set_compiled_call(owner, _regionalize_entry(owner, None))
         cls = type(block)
         if cache_index or not nested:  # traced in the owner's frame until its first call says how
             block.__dict__["_regionalize_layer"] = None
             state.indexed.append((block, cache_index))
-        if "_regionalize_kv_param" not in cls.__dict__:  # the class's forward is not made a region yet
-            # The parameter that takes a transformers cache, or None: read once from the forward's signature.
-            cls._regionalize_kv_param = _regionalize_kv_name(cls.forward)
-            cls._regionalize_copies = [False]  # set when the block's outputs alias: _regionalize_run_whole
-            kv_param, copies = cls._regionalize_kv_param, cls._regionalize_copies
-            cls.forward = _regionalize_region(cls.forward, *kv_param, copies)
+        block.__dict__.setdefault("_regionalize_structure", None)  # set up: its class's region serves it
+        if _regionalize_region_of(cls) is None:  # the class's forward is not made a region yet
+            region = cls._regionalize_region = _RegionalizeRegion(cls.forward)
+            cls.forward = region.forward
 
 
 def _regionalize_registered(
-    module, name, submodule, counted=_regionalize_version, compiling=torch.compiler.is_compiling
+    module,
+    name,
+    submodule,
+    process=_regionalize_process,
+    modules=_regionalize_submodules,
+    compiling=torch.compiler.is_compiling,
 ):
     """A global hook on every submodule assignment, counting those that replace one: a block's structure
     may have changed (an adapter put on some layers after the first call), which its owner's compiled
@@ -124,8 +125,8 @@ def _regionalize_registered(
     block only. New names are not counted: transformers slices its layers into a new `ModuleList` on
     every call (`self.layers[: self.config.num_hidden_layers]`), and Dynamo traces this hook there, in
     any model. So it reads no globals, which Dynamo would look up in a module that may be gone."""
-    if not compiling() and module._modules.get(name, submodule) is not submodule:
-        counted[0] += 1
+    if not compiling() and modules(module).get(name, submodule) is not submodule:
+        process.replaced += 1
 
 
 def _regionalize_owner_compiled(owner, compile_kwargs):
@@ -143,7 +144,7 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     of the owner's code (`frames.py`)."""
     cls = type(owner)
     shapes = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in owner.named_parameters())
-    frames = _regionalize_frames.setdefault(cls, {})
+    frames = _regionalize_process.owner_frames.setdefault(cls, {})
     frame = frames.get(shapes)
     if frame is None:  # in the globals of the owner's code (`frames.py`)
         frame = frames[shapes] = _regionalize_frame(cls, "forward")
@@ -160,7 +161,7 @@ def _regionalize_owner_compiled(owner, compile_kwargs):
     if state.direct:
         whole = _regionalize_direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
-    owner._compiled_call_impl = _regionalize_entry(owner, whole)
+    _regionalize_set_compiled_call(owner, _regionalize_entry(owner, whole))
     return whole
 
 
@@ -198,18 +199,18 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
         _regionalize_locked(_regionalize_refuse, owner, _regionalize_entry)  # a form: no warning
         state = owner.__dict__.get("_regionalize_owner")
         if state is None:  # no blocks of its own: each stage compiled whole at its call
-            return owner._call_impl(*args, **kwargs)
+            return _regionalize_module_call(owner)(*args, **kwargs)
     # In CUDA graphs: in a CUDA-graph mode, or a call handed over by a compile around the model.
-    graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_handed[0] is owner
+    graphs = state.kwargs.get("mode") in _regionalize_graph_modes or _regionalize_call.handed is owner
     if (
         not state.settled
-        or state.version != _regionalize_version[0]
+        or state.version != _regionalize_process.replaced
         or (state.plan.form is _RegionalizeForm.PIECES and state.first != [_regionalize_first(owner)])
         or whole is None  # called before another thread's first call, which set the owner up, compiled it
     ):
         whole = _regionalize_locked(_regionalize_owner_setup, owner, whole, graphs)
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return owner._call_impl(*args, **kwargs)
+            return _regionalize_module_call(owner)(*args, **kwargs)
     per_call = None if graphs else _regionalize_per_call(state, args, kwargs)
     if per_call is not None:
         setattr(state, per_call, True)
@@ -229,17 +230,17 @@ def _regionalize_owner_serve(owner, whole, args, kwargs):
     skips = _regionalize_counters()["inductor"] if graphs else {}
     before = skips.get("cudagraph_skips", 0)
     planned = state.plan
-    _regionalize_tracing[0] = "flat" if planned.form is _RegionalizeForm.PIECES else True
-    _regionalize_graphing[0] = graphs
+    _regionalize_call.tracing = "flat" if planned.form is _RegionalizeForm.PIECES else True
+    _regionalize_call.graphing = graphs
     try:
         out = _regionalize_run_whole(owner, state, whole, args, kwargs)
     finally:
-        _regionalize_tracing[0] = _regionalize_graphing[0] = False
+        _regionalize_call.tracing = _regionalize_call.graphing = False
     if state.plan is not planned:
         _regionalize_fell_back(owner, state)
     if state.plan.form is _RegionalizeForm.PER_BLOCK:
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return owner._call_impl(*args, **kwargs)
+            return _regionalize_module_call(owner)(*args, **kwargs)
         return _regionalize_per_block(owner)(*args, **kwargs)
     if not graphs:
         return out
@@ -258,7 +259,7 @@ def _regionalize_owner_setup(owner, whole, graphs):
     since; return the compiled frame its calls run. Under the set-up lock: a thread whose first call waited
     on another's takes the frame that one compiled, not the None its call was made with."""
     state = owner.__dict__["_regionalize_owner"]
-    entry = owner._compiled_call_impl
+    entry = _regionalize_compiled_call(owner)
     if not _regionalize_traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
         whole = entry.args[1]
     if not state.settled:  # by the first call, every module of the model is built and set up
@@ -269,24 +270,24 @@ def _regionalize_owner_setup(owner, whole, graphs):
             _regionalize_cpu_check()  # while Dynamo traces
         indexed = state.indexed
         kv = bool(indexed) and all(attribute for _, attribute in indexed)
-        kv = kv and all(type(b)._regionalize_kv_param[0] for b, _ in indexed)
-        if kv and _regionalize_kv[0] is None:
-            _regionalize_kv[0] = _regionalize_kv_holds()
-            _regionalize_static_kv[0] = _regionalize_static_checked()
-        kv = kv and _regionalize_kv[0]
+        kv = kv and all(_regionalize_region_of(type(b)).name for b, _ in indexed)
+        if kv and _regionalize_process.kv is None:
+            _regionalize_process.kv = _regionalize_kv_holds()
+            _regionalize_process.static = _regionalize_static_checked()
+        kv = kv and _regionalize_process.kv
         for block, attribute in indexed if kv else ():
             block.__dict__["_regionalize_layer"] = _regionalize_layer_idx(block, attribute)
-        _regionalize_reusing[0] = _regionalize_reuses()
+        _regionalize_process.reusing = _regionalize_reuses()
         if state.plan.form is not _RegionalizeForm.PER_BLOCK:  # not one its registration took
             state.plan = _regionalize_plan(owner, state, graphs, inductor)
         whole = _regionalize_owner_compiled(owner, state.kwargs)  # its parameters all there by now
         if state.plan.fallback:
             _regionalize_fell_back(owner, state)
-    if state.version != _regionalize_version[0]:  # a submodule replaced somewhere since the last call
+    if state.version != _regionalize_process.replaced:  # a submodule replaced somewhere since the last call
         renamed = _regionalize_shape(state.blocks) and state.version is not None
         if renamed:  # compiled again, the direct calls of a guard bypass forgotten
             whole = _regionalize_owner_compiled(owner, state.kwargs)
-        state.version = _regionalize_version[0]  # once compiled: other threads' checks skip the lock
+        state.version = _regionalize_process.replaced  # once compiled: other threads' checks skip the lock
     # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
     # runs on after `.double()` or `.to()` changed them in place (a full compile then raises in an Inductor
     # kernel of the old dtype): an owner in pieces (2.11) takes a frame of its own for its first
@@ -338,11 +339,12 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
             why = _regionalize_why(error)
             aliasing = _regionalize_aliasing(error)
             backend = _regionalize_backend_failed(error)  # traced, failed in the backend
-        uncopied = [type(b)._regionalize_copies for b in state.blocks if not type(b)._regionalize_copies[0]]
+        classes = {_regionalize_region_of(type(block)) for block in state.blocks} - {None}
+        uncopied = [region for region in classes if not region.copies]
         regions = [b for b, _ in state.indexed if b.__dict__["_regionalize_layer"] is not False]
         if aliasing and uncopied:
-            for flag in uncopied:
-                flag[0] = True
+            for region in uncopied:
+                region.copies = True
         elif regions:
             state.kv = why
             for block in regions:
@@ -358,7 +360,7 @@ def _regionalize_run_whole(owner, state, whole, args, kwargs):
                 _RegionalizePlan(_RegionalizeForm.PIECES, reason, fallback=True),
                 [_regionalize_first(owner)],
             )
-            _regionalize_tracing[0] = "flat"
+            _regionalize_call.tracing = "flat"
             whole = _regionalize_owner_compiled(owner, state.kwargs)
         else:
             state.plan = _regionalize_per_block_plan(why, True)

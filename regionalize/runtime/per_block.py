@@ -3,7 +3,6 @@ block compiled on its own."""
 
 import functools
 import sys
-import weakref
 
 import torch
 
@@ -14,9 +13,10 @@ from .frames import (
     _regionalize_model_globals,
     _RegionalizeOrEager,
 )
+from .internals import _regionalize_compiled_call, _regionalize_module_call, _regionalize_set_compiled_call
 from .kv import _regionalize_kv_empty
-from .regions import _regionalize_block_compiled, _regionalize_block_frames
-from .state import _RegionalizeForm
+from .regions import _regionalize_block_compiled
+from .state import _regionalize_process, _RegionalizeForm
 from .static import _regionalize_static_handed
 from .threads import _regionalize_locked
 
@@ -28,7 +28,7 @@ def _regionalize_per_block(owner):
     state = owner.__dict__["_regionalize_owner"]
     if state.compiled < len(state.blocks):  # once per block, not on every training call
         _regionalize_locked(_regionalize_per_block_compile, owner, state)
-    return owner._call_impl
+    return _regionalize_module_call(owner)
 
 
 def _regionalize_per_block_compile(owner, state):
@@ -39,11 +39,11 @@ def _regionalize_per_block_compile(owner, state):
         kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graphs)}
         model = _regionalize_model(owner)
         for block in state.blocks:
-            if block in _regionalize_block_frames:
+            if block in _regionalize_process.block_frames:
                 continue
             if type(block.__dict__.get("_regionalize_layer")) is int:  # its cache stood in for
                 _regionalize_block_compiled(block, _regionalize_static(block, kwargs, model))
-            elif block._compiled_call_impl is None:
+            elif _regionalize_compiled_call(block) is None:
                 _regionalize_block_compile(block, _regionalize_static(block, kwargs, model), state.direct)
         state.compiled = len(state.blocks)
 
@@ -59,17 +59,15 @@ def _regionalize_block_compile(block, kwargs, direct):
     if model_globals is None or _regionalize_importable(model_globals):
         block.compile(**kwargs)
         if direct:
-            block._compiled_call_impl = _regionalize_direct(block, block._compiled_call_impl)
+            compiled = _regionalize_compiled_call(block)
+            _regionalize_set_compiled_call(block, _regionalize_direct(block, compiled))
         return
-    frame = _regionalize_class_frames.get(cls)
+    frame = _regionalize_process.class_frames.get(cls)
     if frame is None:
-        frame = _regionalize_class_frames[cls] = _regionalize_frame(cls, "call")
+        frame = _regionalize_process.class_frames[cls] = _regionalize_frame(cls, "call")
     compiled = functools.partial(torch.compile(frame, **kwargs), block)
-    call = _RegionalizeOrEager(compiled, block._call_impl, frame.__code__, cls)
-    block._compiled_call_impl = _regionalize_direct(block, call, frame) if direct else call
-
-
-_regionalize_class_frames = weakref.WeakKeyDictionary()  # a block class -> its frame
+    call = _RegionalizeOrEager(compiled, _regionalize_module_call(block), frame.__code__, cls)
+    _regionalize_set_compiled_call(block, _regionalize_direct(block, call, frame) if direct else call)
 
 
 def _regionalize_model(module):

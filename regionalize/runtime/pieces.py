@@ -15,10 +15,11 @@ from .internals import (
     _regionalize_sym_expr,
     _regionalize_sym_hint,
     _regionalize_tree_leaves,
+    _regionalize_writes,
 )
 from .per_block import _regionalize_graph_modes
 from .static import _regionalize_on_graph_device
-from .threads import _regionalize_graphing
+from .threads import _regionalize_call
 
 # Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
 # making room for a new one: transformers' `generate` makes a new StaticCache every call.
@@ -103,7 +104,7 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
                 pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
         # A plain attribute where the piece was (the split graph's code calls `self.<target>(...)`): a
         # module's call costs more than many a piece's work.
-        del split._modules[target]
+        delattr(split, target)
         split.__dict__[target] = compiled
 
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
@@ -112,6 +113,13 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
         for target, args in recorded:
             compile_piece(target, args)
         return set(), False, len(traced)
+    return (*_regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece), len(traced))
+
+
+def _regionalize_pieces_faked(split, example_inputs, tools, fake, compile_piece):
+    """Run `split` on fake copies of `example_inputs`, compiling each piece with `compile_piece` as it is
+    reached; return the positions of the inputs that the graph writes to, and whether it holds an op that
+    a CUDA graph cannot replay."""
     ungraphable = []
 
     class Ungraphable(tools.dispatch_mode):
@@ -139,10 +147,12 @@ def _regionalize_pieces_compiled(split, blocks, example_inputs, pieces, mode, op
     with fake:
         real = [isinstance(x, torch.Tensor) and not isinstance(x, tools.fake_tensor) for x in example_inputs]
         inputs = [fake.from_tensor(x) if r else x for x, r in zip(example_inputs, real, strict=True)]
-        versions = [x._version if isinstance(x, torch.Tensor) else None for x in inputs]
+        versions = [_regionalize_writes(x) if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
-    mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and x._version != versions[i]}
-    return mutated, bool(ungraphable), len(traced)
+    mutated = {
+        i for i, x in enumerate(inputs) if versions[i] is not None and _regionalize_writes(x) != versions[i]
+    }
+    return mutated, bool(ungraphable)
 
 
 def _regionalize_recorded(split):
@@ -269,7 +279,7 @@ class _RegionalizeGraphs:
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
 
     def __call__(self, *args):
-        if not (self.graphable and (self.always or _regionalize_graphing[0])) or torch.is_grad_enabled():
+        if not (self.graphable and (self.always or _regionalize_call.graphing)) or torch.is_grad_enabled():
             return self.run(*args)
         # One thread's call at a time: every call's inputs are copied into the same buffers, and its
         # outputs out of the same memory.

@@ -4,8 +4,7 @@
 from .constants import _regionalize_constants
 from .frames import _regionalize_model_globals, _regionalize_unimportable
 from .internals import _regionalize_imports_inlined_modules, _regionalize_inductor_pieces
-from .regions import _regionalize_reusing
-from .state import _RegionalizeForm, _RegionalizePlan
+from .state import _regionalize_process, _RegionalizeForm, _RegionalizePlan
 
 
 def _regionalize_plan(owner, state, graphs, inductor):
@@ -36,9 +35,9 @@ def _regionalize_form(state, graphs, inductor):
         return _RegionalizePlan(_RegionalizeForm.ALONE)
     if constants is not None:
         return _RegionalizePlan(_RegionalizeForm.PIECES if splits else _RegionalizeForm.PER_BLOCK, constants)
-    if not _regionalize_reusing[0] and splits:
+    if not _regionalize_process.reusing and splits:
         return _RegionalizePlan(_RegionalizeForm.PIECES, "this torch does not reuse a traced region")
-    if not (_regionalize_reusing[0] or graphs) and all(attribute for _, attribute in indexed):
+    if not (_regionalize_process.reusing or graphs) and all(attribute for _, attribute in indexed):
         why = "this torch does not reuse a traced region (torch 2.12 and later do)"
         return _regionalize_per_block_plan(why)
     return _RegionalizePlan(_RegionalizeForm.WHOLE)

@@ -1,16 +1,19 @@
-"""A block's `forward` as nested compile regions that Dynamo traces once and reuses for every block."""
+"""A block class's `forward` as nested compile regions that Dynamo traces once and reuses for every block
+(`_RegionalizeRegion`), and blocks of such a class compiled one by one with their cache stood in for."""
 
-import functools
 import inspect
-import weakref
 
 import torch
 
-from .frames import _regionalize_in_globals, _regionalize_model_globals, _RegionalizeOrEager
+from .frames import (
+    _regionalize_in_globals,
+    _regionalize_installed,
+    _regionalize_model_globals,
+    _RegionalizeOrEager,
+)
 from .internals import _regionalize_compiling, _regionalize_traced, _regionalize_tree_map_only
 from .kv import (
     _regionalize_encoder_decoder_kv,
-    _regionalize_kv,
     _regionalize_kv_layer,
     _regionalize_kv_length,
     _regionalize_kv_pair,
@@ -19,19 +22,14 @@ from .kv import (
     _RegionalizeLayerKV,
 )
 from .nested import _regionalize_copy, _regionalize_nested
+from .state import _regionalize_process
 from .static import (
     _regionalize_static_layer,
     _regionalize_static_made_names,
     _regionalize_static_run,
     _regionalize_static_setup,
 )
-from .threads import _regionalize_standing_in, _regionalize_tracing
-
-# Process-wide, as what it reads is: set by every owner's set-up, under the lock, to the same value.
-_regionalize_reusing = [True]  # `_regionalize_reuses()`, read eagerly as an owner settles: not while traced
-# Blocks compiled one by one that update a cache: the block -> its frames (`_regionalize_block_compiled`).
-# Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
-_regionalize_block_frames = weakref.WeakKeyDictionary()
+from .threads import _regionalize_call
 
 
 def _regionalize_kv_name(forward):
@@ -51,120 +49,178 @@ def _regionalize_plain(value):
     return value is None or isinstance(value, (torch.Tensor, int, float, bool, str))
 
 
-def _regionalize_region(plain, name, position, copies):
-    """`plain` (a block's forward) as a nested region while an owner is traced whole, itself otherwise.
-    A cache that its parameter `name` (at `position` after `self`) takes is stood in for. With `copies[0]`
-    the region returns copies of all its tensors: the owner's retry where outputs alias in a way that
-    `_regionalize_unaliased` does not see."""
-    label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
-    region = _regionalize_nested(plain, label)
+def _regionalize_expect(holds, what):
+    """Checked while a region is traced, so raised before anything ran: the owner's retry then traces the
+    caches layer by layer."""
+    if not holds:
+        raise RuntimeError(f"regionalize: a block {what}")
 
-    @functools.wraps(plain)
-    def copied(self, *args, **kwargs):
-        out = plain(self, *args, **kwargs)
+
+def _regionalize_body(block, *args, __body=None, **kwargs):
+    """A region's body as a frame of its own (`_RegionalizeRegion.bodies`)."""
+    return __body(block, *args, **kwargs)
+
+
+def _regionalize_renamed(body, name):
+    """`body`, a bound method, as a function with code of its own named `name`: Dynamo keeps compiled code,
+    and its recompile limit, per code object, so each block class compiles its own frames."""
+    function = _regionalize_in_globals(_regionalize_body, globals(), name)
+    function.__kwdefaults__ = {"__body": body}
+    return function
+
+
+def _regionalize_region_forward(self, *args, __region=None, **kwargs):
+    """The `forward` a block class takes (its region's `call`): a function, its region a default, so that
+    nothing installed on the user's class is a closure. A module of the class that no owner set up (no
+    structure named) runs as the original."""
+    if "_regionalize_structure" not in self.__dict__:
+        return __region.plain(self, *args, **kwargs)
+    return __region.call(self, args, kwargs)
+
+
+def _regionalize_whole(self, *args, __plain=None, **kwargs):
+    """The body of a block's frame compiled on its own, made in the globals of the block's code."""
+    return __plain(self, *args, **kwargs)
+
+
+class _RegionalizeRegion:
+    """A block class's `forward` (`plain`) as nested compile regions while an owner is traced whole, itself
+    otherwise. A cache that its parameter `name` (at `position` after `self`) takes is stood in for: the
+    regions take its layer's tensors (`keyed`, `writing` for an encoder-decoder cache's first write,
+    `static_setup` and `static` for a `StaticCache`'s layer). With `copies` the region returns copies of all
+    its tensors: the owner's retry where outputs alias in a way `_regionalize_unaliased` does not see."""
+
+    def __init__(self, plain):
+        self.plain, self.copies, self.made = plain, False, None
+        self.name, self.position = _regionalize_kv_name(plain)
+        self.label = label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
+        self.region = _regionalize_nested(plain, label)
+        self.region_copied = _regionalize_nested(self.copied, f"{label}_copied")
+        self.regions = (
+            _regionalize_nested(self.keyed, f"{label}_keyed", extras=2),
+            _regionalize_nested(self.writing, f"{label}_writing", extras=4),
+            _regionalize_nested(self.static_setup, f"{label}_static_setup", extras=3),
+            _regionalize_nested(self.static, f"{label}_static"),
+        )
+        self.forward = _regionalize_installed(_regionalize_region_forward, plain, __region=self)
+
+    def call(self, block, args, kwargs):
+        """A call of a block an owner set up."""
+        if _regionalize_call.tracing in (False, "flat"):
+            # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
+            frames = None if _regionalize_traced() else _regionalize_process.block_frames.get(block)
+            if frames is None:
+                if _regionalize_call.tracing:
+                    return self.flat(block, args, kwargs)
+                return self.plain(block, *args, **kwargs)
+            return self.stood_in(block, args, kwargs, *frames)
+        if "_regionalize_layer" not in block.__dict__:
+            return self.uncached(block, *args, **kwargs)
+        return self.stood_in(block, args, kwargs, self.regions, self.uncached, self.plain)
+
+    def uncached(self, block, *args, **kwargs):
+        """A block's call with no cache to stand in for, as a region."""
+        return (self.region_copied if self.copies else self.region)(block, *args, **kwargs)
+
+    def copied(self, block, *args, **kwargs):
+        out = self.plain(block, *args, **kwargs)
         return _regionalize_tree_map_only(torch.Tensor, _regionalize_copy, out)
 
-    region_copied = _regionalize_nested(copied, f"{label}_copied")
-
-    def plain_region(self, *args, **kwargs):  # a block without a cache to stand in for
-        return (region_copied if copies[0] else region)(self, *args, **kwargs)
-
-    def handed(args, kwargs):
+    def handed(self, args, kwargs):
         """The slot of the cache among `args` (None: in `kwargs`, or not handed), and the cache."""
-        slot = None if name in kwargs or len(args) <= position else position
-        return slot, kwargs.get(name) if slot is None else args[slot]
+        slot = None if self.name in kwargs or len(args) <= self.position else self.position
+        return slot, kwargs.get(self.name) if slot is None else args[slot]
 
-    def flat(self, args, kwargs):
+    def flat(self, block, args, kwargs):
         """The block traced as it is in an owner compiled in pieces. A `DynamicCache` layer that it fills
         first keeps its keys and values contiguous, as transformers' update leaves them in eager: compiled,
         they would keep the projection's transposed strides, and the next token's frame, compiled for
         contiguous ones after it, would be compiled again for the token after."""
-        index = self.__dict__.get("_regionalize_layer")
-        cache = handed(args, kwargs)[1] if type(index) is int else None
+        index = block.__dict__.get("_regionalize_layer")
+        cache = self.handed(args, kwargs)[1] if type(index) is int else None
         layer = None if cache is None else _regionalize_kv_layer(cache, index)
         fresh = layer is not None and not layer.is_initialized
-        out = plain(self, *args, **kwargs)
+        out = self.plain(block, *args, **kwargs)
         if fresh:
             layer.keys, layer.values = layer.keys.contiguous(), layer.values.contiguous()
         return out
 
-    def run(self, cache, slot, args, kwargs):
+    def run(self, block, cache, slot, args, kwargs):
+        """The block's own code, handed `cache` (a stand-in) where the call handed its cache."""
         if slot is None:
-            kwargs[name] = cache
+            kwargs[self.name] = cache
         else:
             args = (*args[:slot], cache, *args[slot + 1 :])
-        return (copied if copies[0] else plain)(self, *args, **kwargs)
+        return (self.copied if self.copies else self.plain)(block, *args, **kwargs)
 
-    # Checked while tracing, so raised before anything ran: the owner then traces the caches layer by layer.
-    def expect(holds, what):
-        if not holds:
-            raise RuntimeError(f"regionalize: a block {what}")
-
-    def body(self, keys, values, slot, *args, **kwargs):
+    def keyed(self, block, keys, values, slot, *args, **kwargs):
         cache = _RegionalizeLayerKV(keys, values)
-        out = run(self, cache, slot, args, kwargs)
-        expect(cache.updates == 1, f"updated its cache {cache.updates} times, not once")
+        out = self.run(block, cache, slot, args, kwargs)
+        _regionalize_expect(cache.updates == 1, f"updated its cache {cache.updates} times, not once")
         return cache.keys, cache.values, out
 
-    body.__code__ = body.__code__.replace(co_name=f"{label}_keyed")  # its own frame per class
-    keyed = _regionalize_nested(body, f"{label}_keyed", extras=2)
-
-    # An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its flag.
-    def body_writing(self, keys, values, written, slot, *args, **kwargs):
+    def writing(self, block, keys, values, written, slot, *args, **kwargs):
+        """An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its
+        flag."""
         own, cross = _RegionalizeLayerKV(keys, values), _RegionalizeLayerKV(None, None)
         cache = _regionalize_encoder_decoder_kv(own, cross, written)
-        out = run(self, cache, slot, args, kwargs)
+        out = self.run(block, cache, slot, args, kwargs)
         flags = cache.is_updated.set
-        expect(own.updates == 1 and cross.updates == 1, "updated its caches other than as assumed")
-        expect(flags and all(flag is True for flag in flags), "did not set its cross-attention flag")
+        _regionalize_expect(
+            own.updates == 1 and cross.updates == 1, "updated its caches other than as assumed"
+        )
+        _regionalize_expect(
+            flags and all(flag is True for flag in flags), "did not set its cross-attention flag"
+        )
         return own.keys, own.values, cross.keys, cross.values, out
 
-    body_writing.__code__ = body_writing.__code__.replace(co_name=f"{label}_writing")
-    writing = _regionalize_nested(body_writing, f"{label}_writing", extras=4)
+    def static(self, block, spec, slot, *args, _regionalize_state, **kwargs):
+        """A `StaticCache`'s layer, written in place (`_regionalize_static_run`)."""
+        run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
+        return _regionalize_static_run(spec, _regionalize_state, run)[0]
 
-    # A `StaticCache`'s layer, written in place (`_regionalize_static_run`); on its first update the region
-    # sets up a stand-in, and returns what that left, which sets the layer up outside it.
-    def body_static(self, spec, slot, *args, _regionalize_state, **kwargs):
-        return _regionalize_static_run(spec, _regionalize_state, lambda c: run(self, c, slot, args, kwargs))[
-            0
-        ]
-
-    def body_static_setup(self, spec, slot, *args, _regionalize_state, **kwargs):
-        out, layer = _regionalize_static_run(
-            spec, _regionalize_state, lambda c: run(self, c, slot, args, kwargs)
-        )
+    def static_setup(self, block, spec, slot, *args, _regionalize_state, **kwargs):
+        """A `StaticCache`'s layer on its first update: the region sets up a stand-in and returns what that
+        left, which sets the layer up outside it."""
+        run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
+        out, layer = _regionalize_static_run(spec, _regionalize_state, run)
         return (*(getattr(layer, name) for name in _regionalize_static_made_names), out)
 
-    body_static.__code__ = body_static.__code__.replace(co_name=f"{label}_static")
-    body_static_setup.__code__ = body_static_setup.__code__.replace(co_name=f"{label}_static_setup")
-    static = _regionalize_nested(body_static, f"{label}_static")
-    static_setup = _regionalize_nested(body_static_setup, f"{label}_static_setup", extras=3)
-
-    def whole(self, *args, **kwargs):
-        return plain(self, *args, **kwargs)
-
-    whole = _regionalize_in_globals(whole, _regionalize_model_globals(plain) or globals(), label)
-
-    def stood_in(self, args, kwargs, regions, uncached, traced):
-        """The call of a block that updates a cache, through `regions` (`keyed` or `writing` with its
-        layer's keys and values, the cache written here; `static_setup` or `static` with its layer's
-        state, written in place) where its layer is stood in for; else through `uncached` where the call
-        hands it no cache, and `traced` where the stand-in cannot serve."""
+    def stood_in(self, block, args, kwargs, regions, uncached, traced):
+        """The call of a block that updates a cache, through `regions` where its layer is stood in for;
+        else through `uncached` where the call hands it no cache, and `traced` where the stand-in cannot
+        serve."""
         # Its layer if a region stands in for it; None if none does, and then traced in the owner's frame
         # unless nothing this call hands it can be a cache (BART's encoder layers build the attention
         # class its decoder layers' caches are indexed in); False when that failed to compile.
-        index = self.__dict__["_regionalize_layer"]
+        index = block.__dict__["_regionalize_layer"]
         if index is None and _regionalize_plain((*args, *kwargs.values())):
-            return uncached(self, *args, **kwargs)
+            return uncached(block, *args, **kwargs)
         if index is None or index is False:
-            return traced(self, *args, **kwargs)
-        slot, cache = handed(args, kwargs)
+            return traced(block, *args, **kwargs)
+        slot, cache = self.handed(args, kwargs)
         if cache is None:
-            return uncached(self, *args, **kwargs)
+            return uncached(block, *args, **kwargs)
+        found = self.layer(cache, index)
+        if found is None:
+            return traced(block, *args, **kwargs)
+        try:
+            return self.through(regions, block, found, cache, index, slot, args, kwargs)
+        except Exception as error:
+            # A block's own frame (the per-block form) that cannot be compiled with the stand-in has run
+            # nothing: the block is compiled as it is from now on. In the owner's frame its retry decides.
+            if _regionalize_call.tracing or not _regionalize_compiling(error):
+                raise
+            block.__dict__["_regionalize_layer"] = False
+            return traced(block, *args, **kwargs)
+
+    def layer(self, cache, index):
+        """What stands in for `cache`'s layer `index`: (static, pair, layer, written), or None where a
+        region cannot stand in for it."""
         # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
         # traced for every layer all the same, and cost more than the layers traced as they are
         # (docs/form-caches.md, Static caches).
-        served = _regionalize_reusing[0] or not _regionalize_tracing[0]
+        served = _regionalize_process.reusing or not _regionalize_call.tracing
         static = _regionalize_static_layer(cache, index) if served else None
         pair = None if static else _regionalize_kv_pair(cache, index)
         layer = static[0] if static else _regionalize_kv_layer(cache, index) if pair is None else pair[0]
@@ -173,59 +229,61 @@ def _regionalize_region(plain, name, position, copies):
         # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, decoded
         # far slower than tracing them layer by layer, once (BART, docs/form-caches.md).
         if layer is None or (pair is not None and (written or pair[1].is_initialized)):
-            return traced(self, *args, **kwargs)  # a cache of another kind
-        given = args, kwargs
+            return None  # a cache of another kind
+        return static, pair, layer, written
+
+    def through(self, regions, block, found, cache, index, slot, args, kwargs):
+        """The call through `regions` (`keyed` or `writing` with its layer's keys and values, the cache
+        written here; `static_setup` or `static` with its layer's state, written in place)."""
+        static, pair, layer, written = found
         if slot is None:
-            kwargs = {**kwargs, name: None}
+            kwargs = {**kwargs, self.name: None}
         else:
             args = (*args[:slot], None, *args[slot + 1 :])
         keyed, writing, static_setup, static_kept = regions
-        init, past = _regionalize_kv[0], None if static else _regionalize_kv_past(layer)
-        _regionalize_standing_in[0] = not _regionalize_tracing[0]
+        past = None if static else _regionalize_kv_past(layer)
+        _regionalize_call.standing_in = not _regionalize_call.tracing
         try:
             if static:
                 region = static_kept if layer.is_initialized else static_setup
-                result = region(self, static[1][0], slot, *args, _regionalize_state=static[1][1], **kwargs)
+                result = region(block, static[1][0], slot, *args, _regionalize_state=static[1][1], **kwargs)
             elif pair is None:
-                keys, values, out = keyed(self, *past, slot, *args, **kwargs)
+                keys, values, out = keyed(block, *past, slot, *args, **kwargs)
             else:
                 keys, values, cross_keys, cross_values, out = writing(
-                    self, *past, written, slot, *args, **kwargs
+                    block, *past, written, slot, *args, **kwargs
                 )
-        except Exception as error:
-            # A block's own frame (the per-block form) that cannot be compiled with the stand-in has run
-            # nothing: the block is compiled as it is from now on. In the owner's frame its retry decides.
-            if _regionalize_tracing[0] or not _regionalize_compiling(error):
-                raise
-            self.__dict__["_regionalize_layer"] = False
-            return traced(self, *given[0], **given[1])
         finally:
-            _regionalize_standing_in[0] = False
+            _regionalize_call.standing_in = False
         if static:
             if layer.is_initialized:
                 return result
             _regionalize_static_setup(layer, result[:-1])
             return result[-1]
+        init = _regionalize_process.kv
         if pair is not None:
             _regionalize_kv_store(pair[1], cross_keys, cross_values, 0, init)
             cache.is_updated[index] = True
         _regionalize_kv_store(layer, keys, values, _regionalize_kv_length(past), init)
         return out
 
-    @functools.wraps(plain)
-    def forward(self, *args, **kwargs):
-        if _regionalize_tracing[0] in (False, "flat"):
-            # Compiled per block (`_regionalize_block_compiled`), the block runs eagerly and calls its frames.
-            frames = None if _regionalize_traced() else _regionalize_block_frames.get(self)
-            if frames is None:
-                return flat(self, args, kwargs) if _regionalize_tracing[0] else plain(self, *args, **kwargs)
-            return stood_in(self, args, kwargs, *frames)
-        if "_regionalize_layer" not in self.__dict__:
-            return plain_region(self, *args, **kwargs)
-        return stood_in(self, args, kwargs, (keyed, writing, static_setup, static), plain_region, plain)
+    def bodies(self):
+        """The regions' bodies, each with code of its own, and the block's frame compiled on its own in the
+        globals of its code: what `_regionalize_block_compiled` compiles for a block of this class, made
+        once, so that the blocks of the class share their frames."""
+        if self.made is None:
+            names = ("keyed", "writing", "static_setup", "static")
+            bodies = tuple(_regionalize_renamed(getattr(self, n), f"{self.label}_{n}") for n in names)
+            model_globals = _regionalize_model_globals(self.plain) or globals()
+            whole = _regionalize_in_globals(_regionalize_whole, model_globals, self.label)
+            whole.__kwdefaults__ = {"__plain": self.plain}
+            self.made = bodies, whole
+        return self.made
 
-    forward._regionalize_bodies = body, body_writing, body_static_setup, body_static, whole
-    return forward
+
+def _regionalize_region_of(cls):
+    """The region a block class's `forward` was made, or None."""
+    return cls.__dict__.get("_regionalize_region")
 
 
 def _regionalize_block_compiled(block, compile_kwargs):
@@ -234,10 +292,11 @@ def _regionalize_block_compiled(block, compile_kwargs):
     class, as the region would be. Compiled as it is (`block.compile()`), the block's frame breaks its
     graph around each cache update: two frames a block, each call's entry paid twice. A frame that cannot
     be compiled whole with the stand-in falls back to the block's own code compiled (`stood_in`)."""
-    forward = type(block).forward
-    *bodies, whole = forward._regionalize_bodies
+    region = _regionalize_region_of(type(block))
+    bodies, whole = region.bodies()
     full = {**compile_kwargs, "fullgraph": True}
     compiled = torch.compile(whole, **compile_kwargs)
-    frame = _RegionalizeOrEager(compiled, forward.__wrapped__, whole.__code__, type(block))
-    frames = tuple(torch.compile(body, **full) for body in bodies), frame, frame
-    _regionalize_block_frames[block] = frames
+    frame = _RegionalizeOrEager(compiled, region.plain, whole.__code__, type(block))
+    (keyed, writing, static_setup, static) = (torch.compile(body, **full) for body in bodies)
+    # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
+    _regionalize_process.block_frames[block] = (keyed, writing, static_setup, static), frame, frame

@@ -1,7 +1,8 @@
-"""What the runtime keeps on an owner: its plan (the form it takes, and why), its set-up, and what its calls
-found."""
+"""What the runtime keeps: on an owner, its plan (the form it takes, and why), its set-up and what its calls
+found; for the process, what its probes found once."""
 
 import enum
+import weakref
 
 import torch
 
@@ -61,3 +62,41 @@ class _RegionalizeOwner:
         self.kv = self.pieces = self.version = None
         self.static = self.prompt = self.settled = self.growing = self.skipped = False
         self.compiled = 0
+
+
+class _RegionalizeProcess:
+    """What holds for the whole process, found once by the first owner's set-up (under the set-up lock,
+    eagerly) and read by every owner and region after, while Dynamo traces them too: one record rather
+    than a flag a module."""
+
+    # Does torch reuse a traced region for another block (`_regionalize_reuses`)?
+    reusing: bool
+    # Do transformers' cache layers update as the cache-updating regions assume? False if not, else how a
+    # layer is set up on its first update; None until checked (`_regionalize_kv_holds`).
+    kv: object
+    # The class of the stand-ins for an `EncoderDecoderCache`, made eagerly as `kv` is checked (Dynamo makes
+    # no class while it traces); None where transformers' cache is not as they assume.
+    encoder_decoder: type | None
+    # A StaticCache's stand-ins: (the cache's class, its layer classes by name), False where they do not
+    # leave it as transformers' own update does, None until checked (`_regionalize_static_checked`).
+    static: object
+    # Submodules replaced anywhere, counted once a block is set up (`_regionalize_registered`); None before.
+    replaced: int | None
+    # What the runtime compiled, kept for the process, weakly where keyed by a class or module:
+    owner_frames: weakref.WeakKeyDictionary  # an owner class -> its parameter shapes -> its frame's function
+    class_frames: weakref.WeakKeyDictionary  # a block class -> its frame, compiled on its own
+    block_frames: weakref.WeakKeyDictionary  # a block compiled on its own, its cache stood in for -> frames
+    structures: dict  # the classes of a block's modules -> the name its regions take for them
+    frame_names: set  # every name a compiled frame took
+    warned: weakref.WeakSet  # the block classes whose frames ran eagerly, warned once
+
+    __slots__ = tuple(__annotations__)
+
+    def __init__(self):
+        self.reusing, self.kv, self.encoder_decoder, self.static, self.replaced = True, None, None, None, None
+        self.owner_frames, self.class_frames = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
+        self.block_frames, self.warned = weakref.WeakKeyDictionary(), weakref.WeakSet()
+        self.structures, self.frame_names = {}, set()
+
+
+_regionalize_process = _RegionalizeProcess()

@@ -7,10 +7,8 @@ import torch
 
 from .internals import _regionalize_static_marked
 from .kv import _regionalize_kv_alike
+from .state import _regionalize_process
 
-# A StaticCache's layer classes that a region can stand in for -> the class of their stand-ins, and the
-# class of the stand-in for the cache: None until checked (`_regionalize_static_checked`), once a process.
-_regionalize_static_kv = [None]
 # What a layer's first update leaves as tensors: the region that sets the layer up returns them.
 _regionalize_static_made_names = ("keys", "values", "cumulative_length")
 
@@ -73,12 +71,12 @@ def _regionalize_static_cache(cache):
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "StaticCache", None):
         return False
-    return not cache.offloading and bool(_regionalize_static_kv[0])
+    return not cache.offloading and bool(_regionalize_process.static)
 
 
 def _regionalize_static_class(layer):
     """The class of the stand-ins for `layer`, where a region can stand in for a layer of its class."""
-    stand_in = _regionalize_static_kv[0][1].get(type(layer).__qualname__)
+    stand_in = _regionalize_process.static[1].get(type(layer).__qualname__)
     return stand_in if stand_in is not None and stand_in.__base__ is type(layer) else None
 
 
@@ -140,7 +138,7 @@ def _regionalize_static_setup(layer, made):
 def _regionalize_static_run(spec, values, run):
     """`run(stand_in)`, a stand-in for the cache of a layer whose state is `spec` and `values`, as a region
     runs it: the layer's tensors written in place by transformers' own update; and that stand-in's layer."""
-    made, classes = _regionalize_static_kv[0]
+    made, classes = _regionalize_process.static
     name, _, spec = spec.partition(";")
     stand_in = made(classes[name](spec, values))
     out = run(stand_in)
@@ -156,7 +154,7 @@ def _regionalize_static_checked():
     utils = sys.modules.get("transformers.cache_utils")
     try:
         made = _regionalize_static_made(utils)
-        _regionalize_static_kv[0] = made
+        _regionalize_process.static = made
         for made_class in made[1].values():
             base = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
@@ -184,5 +182,5 @@ def _regionalize_static_checked():
     except Exception:  # no transformers, or another one
         return False
     finally:
-        _regionalize_static_kv[0] = None
+        _regionalize_process.static = None
     return made

@@ -11,7 +11,10 @@ from .internals import _regionalize_traced
 
 
 class _RegionalizeCall(threading.local):
-    """This thread's call: set while it runs, its defaults in every other thread."""
+    """This thread's call: set while it runs, its defaults in every other thread. Read while Dynamo traces
+    an owner or a compile around it, as attributes: Dynamo traces an attribute of a `threading.local` on
+    torch 2.11 to 2.15, not item access on it, and its guards then read the attribute in the calling
+    thread."""
 
     def __init__(self):
         # True while an owner runs whole: block forwards are nested regions then; "flat" where its graph is
@@ -27,27 +30,6 @@ class _RegionalizeCall(threading.local):
 _regionalize_call = _RegionalizeCall()
 
 
-class _RegionalizeFlag:
-    """One attribute of this thread's `_regionalize_call`, read and set as `flag[0]`. Read while Dynamo
-    traces an owner or a compile around it: Dynamo traces a plain object's `__getitem__` and an attribute
-    of a `threading.local` on torch 2.11 to 2.15, but not item access on the `threading.local` itself (2.11
-    fails on `__getitem__`, 2.13 on item assignment). Its guards then read the attribute in the calling
-    thread."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __getitem__(self, index):
-        return getattr(_regionalize_call, self.name)
-
-    def __setitem__(self, index, value):
-        setattr(_regionalize_call, self.name, value)
-
-
-_regionalize_tracing = _RegionalizeFlag("tracing")
-_regionalize_standing_in = _RegionalizeFlag("standing_in")
-_regionalize_graphing = _RegionalizeFlag("graphing")
-_regionalize_handed = _RegionalizeFlag("handed")
 # Held while an owner or its blocks are set up or compiled again, and a block's class made regions: two
 # threads' first calls would otherwise both set up (one of them with no compiled frame yet).
 _regionalize_setup_lock = threading.RLock()
