@@ -520,6 +520,7 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
         m(ids, use_cache=False).logits.sum().backward()
     # The width and depth that show torch's error are too slow for a test; the path taken is what matters:
     # each layer compiled on its own, its cache (none here) stood in for in a frame of its own.
+    # The copy a vendored rewrite imports is a package: what it compiled is kept by its `state` module.
     frames = sys.modules[module.regionalize.__name__ + ".state"].process.block_frames
     assert all(layer in frames for layer in model.model.layers)
     for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):

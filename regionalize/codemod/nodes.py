@@ -91,10 +91,11 @@ def _below(level: list[ast.AST]) -> list[ast.AST]:
             names = fields[kind] = tuple(f for f in kind._fields if f not in _SCALARS.get(kind, _NAMES))
         for name in names:
             value = getattr(parent, name, None)  # a field left unset is skipped, as ast.iter_fields does
-            if isinstance(value, ast.AST):
+            if type(value) is list:
+                if value:  # a list comprehension: a generator here cost an eighth of the walk
+                    below += [item for item in value if isinstance(item, ast.AST)]
+            elif isinstance(value, ast.AST):
                 below.append(value)
-            elif isinstance(value, list):
-                below.extend(item for item in value if isinstance(item, ast.AST))
     return below
 
 

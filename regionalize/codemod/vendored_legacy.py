@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from regionalize.codemod.runtime_copy import MARK, MODULE, import_dots, package_root, version_of
+from regionalize.codemod.runtime_copy import MARK, MODULE, folder_for, import_dots, package_root, version_of
 from regionalize.codemod.runtime_copy import vendor_import_line as _vendor_import_line
 from regionalize.shared.sites import label
 
@@ -54,19 +54,24 @@ def remove(code: str, path: str | None) -> tuple[str, Removed | None]:
             code.count("\n", 0, start) + 1, f"the inline copy of runtime {version} ({size} lines)"
         )
         return code[: chunk.start()] + code[chunk.end() :], removed
-    root = package_root(Path(path)) if path else None
-    importing = _import_line(code, import_dots(Path(path), root)) if path and root else None
-    copy = root / f"{MODULE}.py" if root else None
-    if importing is None:
-        importing = _vendor_import_line(code)
-        copy = (root or Path(path).resolve().parent) / MODULE if path else None
+    importing, copy, first = _copy_import(code, path)
     if importing is None:
         return code, None
     shown = "the runtime copy" if copy is None else f"`{label(copy)}`"
-    version = _version(copy / "__init__.py" if copy and copy.suffix != ".py" else copy)
+    version = _version(first)
     shown += f" (runtime {version})" if version else ""
     removed = Removed(code.count("\n", 0, importing.start()) + 1, f"the import of {shown}", copy=True)
     return code[: importing.start()] + code[importing.end() :], removed
+
+
+def _copy_import(code: str, path: str | None) -> tuple[re.Match[str] | None, Path | None, Path | None]:
+    """The import of a copy that `code` holds, the copy, and the file whose first line gives its version:
+    an earlier release's joined module, or the sub-package."""
+    root = package_root(Path(path)) if path else None
+    if path and root and (found := _import_line(code, import_dots(Path(path), root))):
+        return found, root / f"{MODULE}.py", root / f"{MODULE}.py"
+    folder = folder_for(path)
+    return _vendor_import_line(code), folder, folder / "__init__.py" if folder else None
 
 
 def _version(file: Path | None) -> int | None:
