@@ -136,7 +136,7 @@ def test_a_key_whose_compiled_code_is_not_found_keeps_the_guarded_path_and_is_se
     # The installed runtime, which the import form calls, keeps the reader it found first.
     from regionalize.runtime import internals
 
-    internals._regionalize_cache_entries.cache_clear()
+    internals.cache_entries.cache_clear()
     try:
         guarded, bypass = build("none").eval(), build("depyf").eval()
         bypass.load_state_dict(guarded.state_dict())
@@ -146,7 +146,7 @@ def test_a_key_whose_compiled_code_is_not_found_keeps_the_guarded_path_and_is_se
                 torch.testing.assert_close(bypass(x), guarded(x))
             torch.testing.assert_close(bypass(x[:1]), guarded(x[:1]))
     finally:
-        internals._regionalize_cache_entries.cache_clear()
+        internals.cache_entries.cache_clear()
     assert len(searched) == 2 * len(bypass.layers)  # once per block and key, not once per call
 
 
