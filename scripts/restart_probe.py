@@ -289,7 +289,8 @@ def markdown(meta, summary, runs):
         f"Measured {meta['date']} on {meta['machine']}; torch {meta['torch']} ({meta['git'][:12]}), "
         f"Python {meta['python']}. Model: a {DEPTH}-block ViT-like encoder (width {WIDTH}, {HEADS} heads, "
         f"{TOKENS + 1} tokens, batch {BATCH}), `torch.no_grad()`, built in `scripts/restart_probe.py`. "
-        f"Each start a fresh process under `flock {LOCK}`; modes interleaved, median of {meta['rounds']}.",
+        f"Each start a fresh process under `flock {LOCK}`; modes interleaved, median of {meta['rounds']} "
+        "(n= where a sitting cut short took fewer; the bare start once).",
         "",
         "Seconds from the process's start (before `import torch`) to the first call's output; in brackets, "
         "from torch's import on.",
@@ -306,7 +307,10 @@ def markdown(meta, summary, runs):
 
     def cell(mode, kind):
         found = summary.get(mode, {}).get(kind)
-        return "-" if found is None else f"{found['first_call_s']:.2f} ({found['after_import_s']:.2f})"
+        if found is None:
+            return "-"
+        fewer = "" if found["n"] == meta["rounds"] or kind == "bare" else f", n={found['n']}"
+        return f"{found['first_call_s']:.2f} ({found['after_import_s']:.2f}{fewer})"
 
     for mode in meta["modes"]:
         kinds = summary.get(mode, {})
@@ -345,9 +349,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pythonpath", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser.add_argument("--out", default="docs/results/restart-probe")
+    parser.add_argument("--render", action="store_true", help="rewrite the .md from the .json only")
     args = parser.parse_args()
     if args.child:
         return child(args.child)
+    if args.render:
+        with open(args.out + ".json") as file:
+            saved = json.load(file)
+        return print(write(args.out, saved["meta"], saved["runs"]))
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()}-core {platform.machine()} CPU, {platform.system()}",
