@@ -168,7 +168,24 @@ def aot_serve(owner, block_cls, args, mode):
 
 
 def child(mode):
-    """One start: build, compile or load, first call; then the eager check. Prints its JSON record."""
+    """One start: build, compile or load, first call; then the eager check. Prints its JSON record.
+    With RESTART_PROBE_PROFILE=PATH the start runs under cProfile, its stats written to PATH (`python -m
+    cProfile` would run the script as another `__main__`, whose classes `inspect` cannot find)."""
+    profile_path = os.environ.get("RESTART_PROBE_PROFILE")
+    if not profile_path:
+        return served_start(mode)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        return served_start(mode)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
+
+
+def served_start(mode):
     imported = _IMPORTED
     nested = mode == "aot"
     model, block_cls = build_model(nested)
