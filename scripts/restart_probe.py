@@ -14,8 +14,9 @@ runs beside it. Each process is a "start" of one mode:
 - `aot-full`: the same without nested regions: torch's own `aot_compile` of the whole model (the anchor).
 
 Start kinds: `cold` (an empty `TORCHINDUCTOR_CACHE_DIR`), `hot` (the same directory again: Inductor's caches
-warm and, for the aot modes, the saved artifact), and for the aot modes `bare` (a new directory holding only
-the artifact, Inductor's caches empty). The rounds are interleaved (each mode's cold then hot, mode after
+warm and, for the aot modes, the saved artifact), and for the aot modes `bare` in the first round only (a new
+directory holding only the artifact, Inductor's caches empty: its load compiles the C++ kernels again).
+The rounds are interleaved (each mode's cold then hot, mode after
 mode) and the medians of `--rounds` reported. Every start checks its output against an eager copy of the
 model built in the same process after the timed part.
 
@@ -23,7 +24,9 @@ model built in the same process after the timed part.
     PYTHONPATH=. python scripts/restart_probe.py --python /work/main/.venvs/torch-2.15.0/bin/python \\
         --out docs/results/restart-probe-2.15.0
 
-`--child MODE` runs one start and prints its JSON record (what the driver runs under flock).
+`--child MODE` runs one start and prints its JSON record (what the driver runs under flock), under cProfile
+with RESTART_PROBE_PROFILE=PATH. `--render` rewrites the page from the .json. RESTART_PROBE_DEPTH=N builds
+N blocks for a quick try (24 measured).
 """
 
 from __future__ import annotations
@@ -345,6 +348,23 @@ def markdown(meta, summary, runs):
             hot = summary.get(mode, {}).get("hot", {}).get("first_call_s")
             if hot:
                 lines.append(f"- {names[mode]}: {full_hot / hot:.2f}x sooner")
+    lines += [
+        "",
+        "Each start, by round: first call in seconds / per call in ms. The per-call time shows how busy the "
+        "shared box was (the lock keeps other timings out, not other work):",
+        "",
+        "| round | " + " | ".join(f"{m} {k}" for m in meta["modes"] for k in ("cold", "hot")) + " |",
+        "| --- |" + " --- |" * (2 * len(meta["modes"])),
+    ]
+    for round_ in sorted({r["round"] for r in runs if "round" in r}):
+        row = [str(round_)]
+        for mode in meta["modes"]:
+            for kind in ("cold", "hot"):
+                key = (mode, kind, round_)
+                found = [r for r in runs if (r["mode"], r.get("kind"), r.get("round")) == key]
+                ok = [r for r in found if "error" not in r]
+                row.append(f"{ok[0]['first_call_s']:.2f} / {ok[0]['per_call_ms']:.0f}" if ok else "-")
+        lines.append("| " + " | ".join(row) + " |")
     errors = [r for r in runs if "error" in r]
     loaded = [r for r in runs if r.get("kind") in ("hot", "bare") and r["mode"].startswith("aot")]
     lines += [
@@ -352,8 +372,8 @@ def markdown(meta, summary, runs):
         f"Aot restarts that loaded the artifact: {sum(r.get('artifact') == 'loaded' for r in loaded)} of "
         f"{len(loaded)}; failed starts: {len(errors)}.",
         "",
-        "Every run: restart-probe.json (`runs`). The 2-core box is shared: figures vary by some 10-20 % "
-        "between sittings.",
+        "Every run: restart-probe.json (`runs`). The 2-core box is shared and the lock keeps out only other "
+        "timings, not other work: compare starts whose per-call times match.",
     ]
     return "\n".join(lines) + "\n"
 
