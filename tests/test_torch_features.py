@@ -25,7 +25,6 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.bench.served import PROMPT  # noqa: E402
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.runtime import internals  # noqa: E402
 from regionalize.runtime.nested import reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
@@ -55,9 +54,17 @@ def without_reuse(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return region(fn)
 
     monkeypatch.setattr(torch.compiler, "nested_compile_region", unreused)
-    internals.reuses.cache_clear()  # the installed runtime's probe, which a rewrite in the import form reads
+    _forget_reuse()
     yield
-    internals.reuses.cache_clear()
+    _forget_reuse()
+
+
+def _forget_reuse() -> None:
+    """Clear the probe of every runtime loaded (the installed one, which a rewrite in the import form reads,
+    and the copies a vendored rewrite imports), which keeps what it found for the process."""
+    for name, module in list(sys.modules.items()):
+        if name == "regionalize.runtime.internals" or name.split(".")[-2:] == ["_regionalize", "internals"]:
+            module.reuses.cache_clear()
 
 
 def stack(options: Options | None = None) -> tuple[Any, Any]:

@@ -201,10 +201,8 @@ def _runtime_copy(target: Target, source: str) -> None:
     top = runtime_copy.package_root(target.model_path)
     name = runtime_copy.MODULE if top is None else f"{target.module_name.split('.')[0]}.{runtime_copy.MODULE}"
     init = runtime_copy.RUNTIME / "__init__.py"
-    for stale in [module for module in sys.modules if module.startswith(f"{name}.")]:
-        del sys.modules[
-            stale
-        ]  # an earlier load's parts: this copy starts afresh, as the model's import would
+    if name in sys.modules:  # loaded by an earlier import: one copy a name, as Dynamo finds modules by name
+        return
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
