@@ -8,13 +8,13 @@ import importlib.util
 import itertools
 import re
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-RUNTIME = Path(__file__).resolve().parents[1] / "regionalize" / "runtime"
+from regionalize.bench.loading import load_runtime
+
 _IMPORT = re.compile(r"^import regionalize$", re.M)
 _names = itertools.count()
 _copies: dict[str, RuntimeCopy] = {}  # a loaded module's name -> the runtime copy it calls
@@ -26,15 +26,7 @@ class RuntimeCopy:
 
     def __init__(self, package: ModuleType | None = None) -> None:
         if package is None:
-            name = f"runtime_copy_{next(_names)}"
-            init = RUNTIME / "__init__.py"
-            spec = importlib.util.spec_from_file_location(
-                name, init, submodule_search_locations=[str(RUNTIME)]
-            )
-            assert spec is not None and spec.loader is not None
-            package = importlib.util.module_from_spec(spec)
-            sys.modules[name] = package
-            spec.loader.exec_module(package)
+            package = load_runtime(f"runtime_copy_{next(_names)}")
         self.package = package
         prefix = f"{package.__name__}."
         self.modules = [module for name, module in sorted(sys.modules.items()) if name.startswith(prefix)]

@@ -200,14 +200,20 @@ def _runtime_copy(target: Target, source: str) -> None:
         return
     top = runtime_copy.package_root(target.model_path)
     name = runtime_copy.MODULE if top is None else f"{target.module_name.split('.')[0]}.{runtime_copy.MODULE}"
+    if name not in sys.modules:  # else loaded by an earlier import: one copy a name, as Dynamo finds modules
+        load_runtime(name)
+
+
+def load_runtime(name: str) -> ModuleType:
+    """This runtime's package loaded from its own files under `name`, a copy of its own (Dynamo, tracebacks
+    and `inspect` read a module's lines back from its file)."""
     init = runtime_copy.RUNTIME / "__init__.py"
-    if name in sys.modules:  # loaded by an earlier import: one copy a name, as Dynamo finds modules by name
-        return
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    return module
 
 
 def load_factory(target: Target) -> Callable[[ModuleType], Any]:

@@ -126,11 +126,6 @@ class Direct:
         )
 
 
-def bypassed(module, guarded, frame=None):
-    """`guarded`, the compiled call of `module`, with its guards skipped (`Direct`)."""
-    return Direct(module, guarded, frame)
-
-
 def watched(module):
     """What the guard bypass watches in `module` on every call, in place of the guards it skips on hooks
     and parameters: the hook dictionaries in use, and where its first parameter is held."""

@@ -6,7 +6,7 @@ import warnings
 import torch
 
 from .around import handoff, is_opaque, outside, owned
-from .bypass import bypassed, guard_filter
+from .bypass import Direct, guard_filter
 from .frames import caller, new_frame
 from .graphs import graphable, kept
 from .internals import (
@@ -157,7 +157,7 @@ def owner_compiled(owner, compile_kwargs):
         compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
     whole = functools.partial(compiler, owner)
     if state.direct:
-        whole = bypassed(owner, whole, frame)
+        whole = Direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
     set_compiled_call(owner, entry(owner, whole))
     return whole

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from .bypass import bypassed
+from .bypass import Direct
 from .frames import (
     OrEager,
     globals_of,
@@ -60,14 +60,14 @@ def block_compile(block, kwargs, direct):
         block.compile(**kwargs)
         if direct:
             compiled = compiled_call(block)
-            set_compiled_call(block, bypassed(block, compiled))
+            set_compiled_call(block, Direct(block, compiled))
         return
     frame = process.class_frames.get(cls)
     if frame is None:
         frame = process.class_frames[cls] = new_frame(cls, "call")
     compiled = functools.partial(torch.compile(frame, **kwargs), block)
     call = OrEager(compiled, module_call(block), frame.__code__, cls)
-    set_compiled_call(block, bypassed(block, call, frame) if direct else call)
+    set_compiled_call(block, Direct(block, call, frame) if direct else call)
 
 
 def model_of(module):
