@@ -32,7 +32,12 @@ def _faults(fn: Any, *args: Any) -> int:
 
 def _most_faults(fn: Any, *args: Any) -> int:
     """The most page faults `fn(*args)` takes at any depth of its caller's stack."""
-    return max(at_depth(depth, lambda: _faults(fn, *args)) for depth in DEPTHS)
+    return max(_faults_by_depth(fn, *args).values())
+
+
+def _faults_by_depth(fn: Any, *args: Any) -> dict[int, int]:
+    """The page faults `fn(*args)` takes at each depth of its caller's stack."""
+    return {depth: at_depth(depth, lambda: _faults(fn, *args)) for depth in DEPTHS}
 
 
 def _block() -> None:
@@ -61,4 +66,8 @@ def test_an_owners_blocks_fault_at_no_depth_of_its_caller() -> None:
     x = torch.randn(2, 16)
     with torch.no_grad():
         torch.testing.assert_close(model(x), twin(x))
-        assert _most_faults(model, x) < len(model.blocks) // 2
+        faults = _faults_by_depth(model, x)
+    # What a call faults at every depth (the owner's own chunk, and whatever the process's allocators map
+    # then, which a long test run changes) is not the caller's depth's: a block straddling a chunk's end
+    # faults at some depths only, once a block.
+    assert max(faults.values()) - min(faults.values()) < len(model.blocks) // 2, faults
