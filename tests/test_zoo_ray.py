@@ -197,7 +197,11 @@ def test_a_worker_killed_mid_entry_costs_one_retry_and_then_a_crash(tmp_path: Pa
     )  # the verify processes died with their workers
 
 
-def test_ctrl_c_writes_the_rows_done_and_resume_runs_the_rest(tmp_path: Path, cluster: str) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_writes_the_rows_done_and_resume_runs_the_rest(
+    tmp_path: Path, cluster: str, stop: signal.Signals
+) -> None:
+    """Ctrl-C, and a scheduler's SIGTERM (Slurm's `scancel`), alike."""
     (tmp_path / "hang.py").write_text(HANG)
     manifest = zoo(
         tmp_path,
@@ -222,7 +226,7 @@ def test_ctrl_c_writes_the_rows_done_and_resume_runs_the_rest(tmp_path: Path, cl
     for line in driver.stderr:  # until the first entry's row is in
         if "[1/2 stack] pass" in line:
             break
-    driver.send_signal(signal.SIGINT)
+    driver.send_signal(stop)
     stdout, _ = driver.communicate(timeout=60)
     assert driver.returncode == 2 and "interrupted: 1 of 2 entries done; --resume runs the rest" in stdout
     [stack] = models(out)

@@ -3,16 +3,19 @@
 Each entry is one task (`ray_task.verify_entry`) that runs today's fresh `python -m regionalize verify`
 process on a worker. A task reserves a whole GPU where the entry targets CUDA, or a whole node's CPUs
 otherwise, so that no two timings share a device; an entry's `ray` table may say otherwise. A task lost
-with its worker or node is submitted once more, then reported `crashed` with the cause. Ctrl-C cancels
-what is left and returns the rows done. Only this module and `ray_task` import Ray: the runtime, the
-codemod and a local run never do.
+with its worker or node is submitted once more, then reported `crashed` with the cause. Ctrl-C, or a
+SIGTERM (a scheduler cancelling the job), cancels what is left and returns the rows done. Only this
+module and `ray_task` import Ray: the runtime, the codemod and a local run never do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +61,29 @@ def run_zoo_ray(
         nodes = _nodes(ray)
         progress(f"Ray at {address}: {_describe(nodes)}")
         jobs = [_Job(n, e, _options(e, nodes)) for n, e in enumerate(entries, 1)]
-        return _run(ray, jobs, cwd, reports, progress)
+        with _terminate_interrupts():
+            return _run(ray, jobs, cwd, reports, progress)
     finally:
         ray.shutdown()  # a cluster started here stops with it; a joined one is only left
+
+
+@contextlib.contextmanager
+def _terminate_interrupts() -> Iterator[None]:
+    """SIGTERM taken as Ctrl-C while the tasks run: Slurm's `scancel` and a container's stop send it, and the
+    rows done must still be written. Set after `ray.init`, which installs a handler of its own, and put
+    back after; only the main thread may set one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _job_folder(entries: list[Entry]) -> str | None:
