@@ -5,13 +5,7 @@ import types
 
 import torch
 
-from .internals import (
-    compiled_call,
-    global_hooks,
-    guarded_code,
-    module_hooks,
-    set_compiled_call,
-)
+from .internals import compiled_call, global_hooks, guarded_code, module_hooks, set_compiled_call
 
 
 def guard_filter(entries):

@@ -4,12 +4,7 @@ import copy
 
 import torch
 
-from .internals import (
-    global_hooks,
-    module_hooks,
-    tree_leaves,
-    tree_map,
-)
+from .internals import global_hooks, module_hooks, tree_leaves, tree_map
 from .static import static_graphable
 
 

@@ -23,19 +23,9 @@ from .internals import (
     traced,
     why_failed,
 )
-from .kv import (
-    kv_growing,
-    kv_holds,
-    layer_idx,
-)
+from .kv import kv_growing, kv_holds, layer_idx
 from .nested import name_structures, reuses
-from .outer import (
-    holds_owners,
-    mostly_stages,
-    refuse,
-    take,
-    takes,
-)
+from .outer import holds_owners, mostly_stages, refuse, take, takes
 from .per_block import graph_modes, per_block, per_call_reason
 from .pieces import pieces_backend
 from .plan import per_block_plan, plan_for
@@ -43,12 +33,7 @@ from .regions import Region, region_of
 from .stack import fresh_stack
 from .state import Form, OwnerState, Plan, process
 from .static import static_checked
-from .threads import (
-    locked,
-    setup_lock,
-    this_call,
-    torch_warnings,
-)
+from .threads import locked, setup_lock, this_call, torch_warnings
 
 
 def register_block(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):

@@ -7,12 +7,7 @@ import sys
 import torch
 
 from .bypass import Direct
-from .frames import (
-    OrEager,
-    globals_of,
-    importable,
-    new_frame,
-)
+from .frames import OrEager, globals_of, importable, new_frame
 from .internals import compiled_call, module_call, set_compiled_call
 from .kv import kv_empty
 from .regions import block_compiled

@@ -5,30 +5,12 @@ import inspect
 
 import torch
 
-from .frames import (
-    OrEager,
-    globals_of,
-    in_globals,
-    installed,
-)
+from .frames import OrEager, globals_of, in_globals, installed
 from .internals import compiling, traced, tree_map_only
-from .kv import (
-    LayerKV,
-    encoder_decoder_kv,
-    kv_layer,
-    kv_length,
-    kv_pair,
-    kv_past,
-    kv_store,
-)
+from .kv import LayerKV, encoder_decoder_kv, kv_layer, kv_length, kv_pair, kv_past, kv_store
 from .nested import contiguous_copy, nested
 from .state import process
-from .static import (
-    set_up_static_layer,
-    static_layer,
-    static_made_names,
-    static_run,
-)
+from .static import set_up_static_layer, static_layer, static_made_names, static_run
 from .threads import this_call
 
 
