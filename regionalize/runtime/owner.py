@@ -51,10 +51,7 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
     # Models built in two threads at once: a class's `forward` made a region once, the hook set once.
     with setup_lock:
         if guard_bypass == "filter":
-            compile_kwargs["options"] = {
-                **compile_kwargs.get("options", {}),
-                "guard_filter_fn": guard_filter,
-            }
+            compile_kwargs["options"] = {**compile_kwargs.get("options", {}), "guard_filter_fn": guard_filter}
         state = owner.__dict__.get("_regionalize_owner")
         direct = guard_bypass == "depyf"
         inner = block.__dict__.get("_regionalize_owner")
@@ -95,12 +92,7 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
 
 
 def registered(
-    module,
-    name,
-    submodule,
-    process=process,
-    modules=submodules,
-    compiling=torch.compiler.is_compiling,
+    module, name, submodule, process=process, modules=submodules, compiling=torch.compiler.is_compiling
 ):
     """A global hook on every submodule assignment, counting those that replace one: a block's structure
     may have changed (an adapter put on some layers after the first call), which its owner's compiled
@@ -339,10 +331,7 @@ def run_whole(owner, state, whole, args, kwargs):
             and inductor_pieces()
         ):
             reason = f"its blocks cannot be nested regions ({why})"
-            state.plan, state.first = (
-                Plan(Form.PIECES, reason, fallback=True),
-                [first_parameter(owner)],
-            )
+            state.plan, state.first = Plan(Form.PIECES, reason, fallback=True), [first_parameter(owner)]
             this_call.tracing = "flat"
             whole = owner_compiled(owner, state.kwargs)
         else:
