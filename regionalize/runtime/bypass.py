@@ -37,8 +37,7 @@ def guard_filter(entries):
 def dispatch(block, **compile_kwargs):
     """regionalize guard bypass: compile `block` in place, then call its compiled code directly."""
     block.compile(**compile_kwargs)
-    compiled = compiled_call(block)
-    set_compiled_call(block, Direct(block, compiled))
+    set_compiled_call(block, Direct(block, compiled_call(block)))
 
 
 class Direct:
@@ -77,9 +76,8 @@ class Direct:
         return out
 
     def key(self, args, kwargs):
-        module = self.module
         parts = [
-            module.training,
+            self.module.training,
             torch.is_grad_enabled(),
             torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cpu"),

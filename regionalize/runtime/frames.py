@@ -11,6 +11,7 @@ read no global, only their arguments and closure."""
 
 import functools
 import sys
+import traceback
 import types
 import warnings
 
@@ -45,25 +46,25 @@ def new_frame(cls, kind):
 def globals_of(function):
     """The globals of the model code `function` runs: through the runtime's wrappers of a class's `forward`
     (`functools.wraps`, `_regionalize_forward`) to the user's function; None where none is found."""
-    seen = 0
-    while seen < 16:  # a wrapper chain, never a cycle
+    for _ in range(16):  # a wrapper chain, never a cycle
         inner = getattr(function, "_regionalize_forward", None) or getattr(function, "__wrapped__", None)
         if inner is None:
             break
-        function, seen = inner, seen + 1
+        function = inner
     function = getattr(function, "__func__", function)
     return function.__globals__ if isinstance(function, types.FunctionType) else None
 
 
-def in_globals(function, model_globals, name=None):
-    """`function` (whose body reads no global) as a function of `model_globals`, its code named `name`:
-    the frame Dynamo compiles then shares its globals with the model code it inlines."""
+def in_globals(function, model_globals, name=None, **defaults):
+    """`function` (whose body reads no global) as a function of `model_globals`, its code named `name`, its
+    keyword-only defaults `defaults` where given: the frame Dynamo compiles then shares its globals with the
+    model code it inlines."""
     code = function.__code__ if name is None else function.__code__.replace(co_name=name)
     made = types.FunctionType(
         code, model_globals, name or function.__name__, function.__defaults__, function.__closure__
     )
     made.__qualname__ = name or function.__qualname__
-    made.__kwdefaults__ = function.__kwdefaults__
+    made.__kwdefaults__ = defaults or function.__kwdefaults__
     return made
 
 
@@ -132,14 +133,8 @@ class OrEager:
 def failed_on_entry(error, code):
     """Did compiling the frame of `code` raise `error` before the frame ran (Dynamo compiles at its entry)?
     Not where the frame's compiled code ran and a later part of it failed (its code is in the traceback)."""
-    if not compiling(error):
-        return False
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name == code.co_name:
-            return False
-        tb = tb.tb_next
-    return True
+    frames = traceback.walk_tb(error.__traceback__)
+    return compiling(error) and all(frame.f_code.co_name != code.co_name for frame, _ in frames)
 
 
 def caller():

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import inspect
 import threading
+import traceback
 import types
 import warnings
 
@@ -139,12 +140,8 @@ def compiling(error):
     if isinstance(error, dynamo_errors()):
         return True
     # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") == dynamo_module:
-            return True
-        tb = tb.tb_next
-    return False
+    frames = traceback.walk_tb(error.__traceback__)
+    return any(frame.f_globals.get("__name__") == dynamo_module for frame, _ in frames)
 
 
 @probe("backend_failed", "told by the error it wraps")

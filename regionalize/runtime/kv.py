@@ -53,16 +53,12 @@ class Updated:
         self.set.append(value)
 
 
-def encoder_decoder_kv(own, cross, written):
-    """A stand-in for a block's layer of a transformers `EncoderDecoderCache`, holding stand-ins for its
-    self- and cross-attention layers; an instance of that class, as blocks ask (`isinstance`). What it
-    inherits reaches its caches through those stand-ins, which have nothing else, so it fails closed
-    (`cross_attention_cache.layers[i]`, which a block reads once the keys are written, among them)."""
-    return process.encoder_decoder(own, cross, written)
-
-
 def encoder_decoder_made(utils):
-    """The class of `encoder_decoder_kv`'s stand-ins: `utils.EncoderDecoderCache`'s subclass."""
+    """The class of the stand-ins for a block's layer of a transformers `EncoderDecoderCache`
+    (`utils.EncoderDecoderCache`'s subclass), each holding stand-ins for its self- and cross-attention
+    layers; an instance of that class, as blocks ask (`isinstance`). What it inherits reaches its caches
+    through those stand-ins, which have nothing else, so it fails closed (`cross_attention_cache.layers[i]`,
+    which a block reads once the keys are written, among them). Made once, `process.encoder_decoder`."""
 
     class EncoderDecoderKV(utils.EncoderDecoderCache):
         def __init__(self, own, cross, written):

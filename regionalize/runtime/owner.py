@@ -28,7 +28,7 @@ from .nested import name_structures, reuses
 from .outer import holds_owners, mostly_stages, refuse, take, takes
 from .per_block import graph_modes, per_block, per_call_reason
 from .pieces import pieces_backend
-from .plan import per_block_plan, plan_for
+from .plan import plan_for
 from .regions import Region, region_of
 from .stack import fresh_stack
 from .state import Form, OwnerState, Plan, process
@@ -52,26 +52,24 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
     with setup_lock:
         if guard_bypass == "filter":
             compile_kwargs["options"] = {**compile_kwargs.get("options", {}), "guard_filter_fn": guard_filter}
-        state = owner.__dict__.get("_regionalize_owner")
         direct = guard_bypass == "depyf"
+        state = owner.__dict__.get("_regionalize_owner") or OwnerState([], compile_kwargs, direct)
+        # A stage, the owner of blocks, is taken by an owner of owners (`outer.py`), where it may be; a
+        # block that holds owners is no region, which would inline them.
         inner = block.__dict__.get("_regionalize_owner")
-        if inner is None and holds_owners(block):  # a region would inline them
+        if not takes(owner, inner, compile_kwargs, direct) if inner is not None else holds_owners(block):
             return refuse(owner, entry)
-        if inner is not None:  # a stage, the owner of blocks: an owner of owners (`outer.py`)
-            if not takes(owner, inner, compile_kwargs, direct):
-                return refuse(owner, entry)
-            state = state or OwnerState([], compile_kwargs, direct)
+        if inner is not None:
             return take(owner, block, state, register_block, compile_kwargs)
-        if state is None:
-            state = owner.__dict__["_regionalize_owner"] = OwnerState([], compile_kwargs, direct)
+        owner.__dict__["_regionalize_owner"] = state
         state.blocks.append(block)
         if process.replaced is None:  # never removed: compiled frames that traced it guard on it
             process.replaced = 0
             torch.nn.modules.module.register_module_module_registration_hook(registered)
         if not hasattr(torch.compiler, "nested_compile_region"):
-            state.plan = per_block_plan("this torch has no nested compile regions", True)
+            state.plan = Plan(Form.PER_BLOCK, "this torch has no nested compile regions", True)
         elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-            state.plan = per_block_plan("the eager backend cannot differentiate nested regions", True)
+            state.plan = Plan(Form.PER_BLOCK, "the eager backend cannot differentiate nested regions", True)
         if state.plan.form is Form.PER_BLOCK:
             per_block(owner)
             return
@@ -124,15 +122,13 @@ def owner_compiled(owner, compile_kwargs):
     if frame is None:  # in the globals of the owner's code (`frames.py`)
         frame = frames[shapes] = new_frame(cls, "forward")
     state = owner.__dict__["_regionalize_owner"]
+    kwargs = compile_kwargs
     if state.plan.form is Form.PIECES:  # `pieces_backend`
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
-        dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
+        kwargs = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
         classes = {type(block) for block in state.blocks}
-        dynamo["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
-        compiler = torch.compile(frame, **dynamo, fullgraph=True)
-    else:
-        compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
-    whole = functools.partial(compiler, owner)
+        kwargs["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
+    whole = functools.partial(torch.compile(frame, **kwargs, fullgraph=True), owner)
     if state.direct:
         whole = Direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
@@ -244,8 +240,7 @@ def owner_setup(owner, whole, graphs):
         if inductor and parameter is not None and parameter[1].type == "cpu":
             cpu_check()  # while Dynamo traces
         indexed = state.indexed
-        kv = bool(indexed) and all(attribute for _, attribute in indexed)
-        kv = kv and all(region_of(type(b)).name for b, _ in indexed)
+        kv = bool(indexed) and all(attribute and region_of(type(b)).name for b, attribute in indexed)
         if kv and process.kv is None:
             process.kv = kv_holds()
             process.static = static_checked()
@@ -259,8 +254,8 @@ def owner_setup(owner, whole, graphs):
         if state.plan.fallback:
             fell_back(owner, state)
     if state.version != process.replaced:  # a submodule replaced somewhere since the last call
-        renamed = name_structures(state.blocks) and state.version is not None
-        if renamed:  # compiled again, the direct calls of a guard bypass forgotten
+        # Compiled again where a name changed, the direct calls of a guard bypass forgotten.
+        if name_structures(state.blocks) and state.version is not None:
             whole = owner_compiled(owner, state.kwargs)
         state.version = process.replaced  # once compiled: other threads' checks skip the lock
     # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
@@ -335,5 +330,5 @@ def run_whole(owner, state, whole, args, kwargs):
             this_call.tracing = "flat"
             whole = owner_compiled(owner, state.kwargs)
         else:
-            state.plan = per_block_plan(why, True)
+            state.plan = Plan(Form.PER_BLOCK, why, fallback=True)
             return None

@@ -54,8 +54,7 @@ def block_compile(block, kwargs, direct):
     if model_globals is None or importable(model_globals):
         block.compile(**kwargs)
         if direct:
-            compiled = compiled_call(block)
-            set_compiled_call(block, Direct(block, compiled))
+            set_compiled_call(block, Direct(block, compiled_call(block)))
         return
     frame = process.class_frames.get(cls)
     if frame is None:

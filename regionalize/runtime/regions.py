@@ -7,7 +7,7 @@ import torch
 
 from .frames import OrEager, globals_of, in_globals, installed
 from .internals import compiling, traced, tree_map_only
-from .kv import LayerKV, encoder_decoder_kv, kv_layer, kv_length, kv_pair, kv_past, kv_store
+from .kv import LayerKV, kv_layer, kv_length, kv_pair, kv_past, kv_store
 from .nested import contiguous_copy, nested
 from .state import process
 from .static import set_up_static_layer, static_layer, static_made_names, static_run
@@ -39,16 +39,8 @@ def expect(holds, what):
 
 
 def body_template(block, *args, __body=None, **kwargs):
-    """A region's body as a frame of its own (`Region.bodies`)."""
+    """A region's body, or a block's frame compiled on its own, as a frame of its own (`Region.bodies`)."""
     return __body(block, *args, **kwargs)
-
-
-def renamed(body, name):
-    """`body`, a bound method, as a function with code of its own named `name`: Dynamo keeps compiled code,
-    and its recompile limit, per code object, so each block class compiles its own frames."""
-    function = in_globals(body_template, globals(), name)
-    function.__kwdefaults__ = {"__body": body}
-    return function
 
 
 def region_forward(self, *args, __region=None, **kwargs):
@@ -58,11 +50,6 @@ def region_forward(self, *args, __region=None, **kwargs):
     if "_regionalize_structure" not in self.__dict__:
         return __region.plain(self, *args, **kwargs)
     return __region.call(self, args, kwargs)
-
-
-def whole_template(self, *args, __plain=None, **kwargs):
-    """The body of a block's frame compiled on its own, made in the globals of the block's code."""
-    return __plain(self, *args, **kwargs)
 
 
 class Region:
@@ -145,7 +132,7 @@ class Region:
         """An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its
         flag."""
         own, cross = LayerKV(keys, values), LayerKV(None, None)
-        cache = encoder_decoder_kv(own, cross, written)
+        cache = process.encoder_decoder(own, cross, written)  # `encoder_decoder_made`
         out = self.run(block, cache, slot, args, kwargs)
         flags = cache.is_updated.set
         expect(own.updates == 1 and cross.updates == 1, "updated its caches other than as assumed")
@@ -246,15 +233,18 @@ class Region:
         return out
 
     def bodies(self):
-        """The regions' bodies, each with code of its own, and the block's frame compiled on its own in the
-        globals of its code: what `block_compiled` compiles for a block of this class, made
-        once, so that the blocks of the class share their frames."""
+        """The regions' bodies, each with code of its own named for it (Dynamo keeps compiled code, and its
+        recompile limit, per code object, so each block class compiles its own frames), and the block's
+        frame compiled on its own in the globals of its code: what `block_compiled` compiles for a block of
+        this class, made once, so that the blocks of the class share their frames."""
         if self.made is None:
             names = ("keyed", "writing", "static_setup", "static")
-            bodies = tuple(renamed(getattr(self, n), f"{self.label}_{n}") for n in names)
+            bodies = tuple(
+                in_globals(body_template, globals(), f"{self.label}_{n}", __body=getattr(self, n))
+                for n in names
+            )
             model_globals = globals_of(self.plain) or globals()
-            whole = in_globals(whole_template, model_globals, self.label)
-            whole.__kwdefaults__ = {"__plain": self.plain}
+            whole = in_globals(body_template, model_globals, self.label, __body=self.plain)
             self.made = bodies, whole
         return self.made
 

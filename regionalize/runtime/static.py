@@ -27,20 +27,17 @@ def static_made(utils):
             self.updates += 1
             return self.static_layer.update(key_states, value_states, *args, **kwargs)
 
-    def layer_class(base):
-        class StaticLayer(base):
-            def __init__(self, spec, values):
-                for item, value in zip(spec.split(","), values, strict=True):
-                    name, _, kind = item.partition(":")
-                    if kind == "device":
-                        value = torch.device(value)
-                    elif kind == "dtype":
-                        value = getattr(torch, value)
-                    setattr(self, name, value)
+    class StaticLayer(utils.StaticLayer):
+        def __init__(self, spec, values):
+            for item, value in zip(spec.split(","), values, strict=True):
+                name, _, kind = item.partition(":")
+                if kind == "device":
+                    value = torch.device(value)
+                elif kind == "dtype":
+                    value = getattr(torch, value)
+                setattr(self, name, value)
 
-        return StaticLayer
-
-    return StaticKV, {base.__qualname__: layer_class(base) for base in (utils.StaticLayer,)}
+    return StaticKV, {utils.StaticLayer.__qualname__: StaticLayer}
 
 
 def static_state(layer, names):
