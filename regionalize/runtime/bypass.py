@@ -106,10 +106,8 @@ class Direct:
         bound = self.signature.bind(self.module, *args, **kwargs)
         bound.apply_defaults()
         # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.
-        names = forward.__code__.co_freevars
-        frame = dict(bound.arguments) | {
-            n: c.cell_contents for n, c in zip(names, forward.__closure__ or (), strict=True)
-        }
+        cells = zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=True)
+        frame = dict(bound.arguments) | {n: c.cell_contents for n, c in cells}
         code = guarded_code(forward.__code__, frame)
         if code is None:
             return self.guarded

@@ -84,8 +84,7 @@ def importable(model_globals):
     name = model_globals.get("__name__")
     if not isinstance(name, str) or name.startswith("namedtuple_"):
         return True
-    module = sys.modules.get(name)
-    return module is not None and getattr(module, "__dict__", None) is model_globals
+    return getattr(sys.modules.get(name), "__dict__", None) is model_globals
 
 
 def unimportable(owner_globals, classes):

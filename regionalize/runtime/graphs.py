@@ -7,6 +7,8 @@ import torch
 from .internals import global_hooks, module_hooks, tree_leaves, tree_map
 from .static import static_graphable
 
+plain = (int, float, bool, str, type(None))  # values a call passes as they are
+
 
 def kept(out, args, kwargs):
     """A CUDA graph's outputs `out` as the caller may keep them, not overwritten by the next replay: tensors
@@ -20,7 +22,7 @@ def kept(out, args, kwargs):
 def copied(value):
     if isinstance(value, torch.Tensor):
         return value.clone()
-    return value if isinstance(value, (int, float, bool, str, type(None))) else copy.deepcopy(value)
+    return value if isinstance(value, plain) else copy.deepcopy(value)
 
 
 def graphable(owner, args, kwargs):
@@ -29,7 +31,6 @@ def graphable(owner, args, kwargs):
     if any(module_hooks(owner, backward=False)) or global_hooks(backward=False):
         return False
     leaves = tree_leaves((args, kwargs))
-    plain = (int, float, bool, str, type(None))
     for x in leaves:
         tensor = isinstance(x, torch.Tensor)
         if not (isinstance(x, plain) or (tensor and x.is_cuda) or (not tensor and static_graphable(x))):

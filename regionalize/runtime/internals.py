@@ -162,9 +162,9 @@ def backend_failed(error):
 def is_aliasing(error):
     """Did Dynamo refuse a nested region whose outputs alias each other or its inputs? Its graph break's
     type (`gb_type`, "Encountered aliasing during higher order op tracing"), or its text where it has none."""
-    if not isinstance(error, dynamo_errors()):
-        return False
-    return "aliasing" in (getattr(error, "gb_type", None) or str(error))
+    return isinstance(error, dynamo_errors()) and "aliasing" in (
+        getattr(error, "gb_type", None) or str(error)
+    )
 
 
 def why_failed(error):

@@ -6,6 +6,7 @@ import sys
 import torch
 
 from .internals import mark_dynamic
+from .nested import contiguous_copy
 from .state import process
 
 
@@ -23,14 +24,11 @@ class LayerKV:
             # or its inputs (GPT-2's keys and values are views of one projection). Contiguous, as
             # transformers' own update leaves them (joined to an empty tensor) and as every later token's
             # are: the first token's frame then takes the next ones' layout (`kv_growing`).
-            contiguous = torch.contiguous_format
-            self.keys = key_states.clone(memory_format=contiguous)
-            self.values = value_states.clone(memory_format=contiguous)
+            self.keys, self.values = contiguous_copy(key_states), contiguous_copy(value_states)
             return key_states, value_states
-        key_states = torch.cat([self.keys, key_states], dim=-2)
-        value_states = torch.cat([self.values, value_states], dim=-2)
-        self.keys, self.values = key_states, value_states
-        return key_states, value_states
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        return self.keys, self.values
 
 
 class Updated:
@@ -83,11 +81,10 @@ def kv_layer(cache, index):
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "DynamicCache", None) or cache.offloading:
         return None
-    if len(cache.layers) <= index:
-        if cache.layer_class_to_replicate is not utils.DynamicLayer:
-            return None
-        while len(cache.layers) <= index:  # what `Cache.update` does first
-            cache.layers.append(utils.DynamicLayer())
+    if len(cache.layers) <= index and cache.layer_class_to_replicate is not utils.DynamicLayer:
+        return None
+    while len(cache.layers) <= index:  # what `Cache.update` does first
+        cache.layers.append(utils.DynamicLayer())
     layer = cache.layers[index]
     sliding = type(layer) is utils.DynamicSlidingWindowLayer and not layer.record_past
     return layer if type(layer) is utils.DynamicLayer or sliding else None
@@ -178,8 +175,7 @@ def kv_holds():
     for (False), and their blocks are traced layer by layer. Otherwise, how the store sets up a layer on its
     first update: as `kv_init` does, where that leaves every attribute of a layer as
     transformers' own update does, else through the layer's `lazy_initialization`."""
-    ways = (kv_init, kv_lazy)
-    init = next((init for init in ways if kv_same(init)), False)
+    init = next((init for init in (kv_init, kv_lazy) if kv_same(init)), False)
     if init:
         process.encoder_decoder = encoder_decoder_checked()
     return init

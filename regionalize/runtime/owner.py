@@ -181,7 +181,7 @@ def owner_serve(owner, whole, args, kwargs):
     ):
         whole = locked(owner_setup, owner, whole, graphs)
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return module_call(owner)(*args, **kwargs)
+            return per_block(owner)(*args, **kwargs)
     per_call = None if graphs else per_call_reason(state, args, kwargs)
     if per_call is not None:
         setattr(state, per_call, True)
@@ -209,20 +209,16 @@ def owner_serve(owner, whole, args, kwargs):
         this_call.tracing = this_call.graphing = False
     if state.plan is not planned:
         fell_back(owner, state)
-    if state.plan.form is Form.PER_BLOCK:
-        if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return module_call(owner)(*args, **kwargs)
+    if state.plan.form is Form.PER_BLOCK:  # stages given back without blocks of its own run as they are
         return per_block(owner)(*args, **kwargs)
-    if not graphs:
-        return out
-    if skips.get("cudagraph_skips", 0) > before and not state.skipped:
+    if graphs and skips.get("cudagraph_skips", 0) > before and not state.skipped:
         state.skipped = True
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
             stacklevel=caller(),
         )
-    return out if state.plan.form is Form.PIECES else kept(out, args, kwargs)
+    return out if not graphs or state.plan.form is Form.PIECES else kept(out, args, kwargs)
 
 
 def owner_setup(owner, whole, graphs):

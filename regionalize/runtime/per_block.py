@@ -19,9 +19,10 @@ graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA
 
 
 def per_block(owner):
-    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
-    state = owner.__dict__["_regionalize_owner"]
-    if state.compiled < len(state.blocks):  # once per block, not on every training call
+    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly; an owner
+    of owners that gave its stages back and has no blocks of its own runs as a plain module."""
+    state = owner.__dict__.get("_regionalize_owner")
+    if state is not None and state.compiled < len(state.blocks):  # once per block, not every training call
         locked(per_block_compile, owner, state)
     return module_call(owner)
 
@@ -30,8 +31,7 @@ def per_block_compile(owner, state):
     """Compile each of the owner's blocks not compiled yet (under the set-up lock: once, whichever thread's
     call comes first)."""
     if state.compiled < len(state.blocks):
-        graphs = graph_modes
-        kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graphs)}
+        kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graph_modes)}
         model = model_of(owner)
         for block in state.blocks:
             if block in process.block_frames:
@@ -111,11 +111,7 @@ def per_call_reason(state, args, kwargs):
     indexed = state.indexed
     if state.plan.form is not Form.PIECES or not indexed:
         return None
-    if static_handed(args, kwargs):
-        why = "static"
-    elif kv_empty(args, kwargs):
-        why = "prompt"
-    else:
-        return None  # a token's call, most calls: the blocks go unread
-    served = all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
+    # None for a token's call, most calls: the blocks go unread.
+    why = "static" if static_handed(args, kwargs) else "prompt" if kv_empty(args, kwargs) else None
+    served = why and all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
     return why if served else None

@@ -51,8 +51,7 @@ def pieces_backend(classes, state, mode, options):
         compiled = sum(map(len, pieces.values()))
         traced = f", {traced} run as traced" if traced else ""
         state.pieces = f"{a_call} a call, {compiled} compiled in all{traced}"
-        always = mode in graph_modes
-        return Graphs(split, example_inputs, mutated, not ungraphable, always)
+        return Graphs(split, example_inputs, mutated, not ungraphable, mode in graph_modes)
 
     return backend
 
@@ -208,19 +207,14 @@ def piece_key(piece, args):
         order = list(symbols)
         return str(expr.xreplace({s: tools.size_symbol(order.index(s)) for s in expr.free_symbols}))
 
-    inputs = tuple(
-        (
-            tuple(named(n) for n in x.shape),
-            tuple(named(n) for n in x.stride()),
-            x.dtype,
-            x.device,
-            x.requires_grad,
-            named(x.storage_offset() * x.element_size() % 16),
-        )
-        if isinstance(x, torch.Tensor)
-        else named(x)
-        for x in args
-    )
+    def described(x):
+        if not isinstance(x, torch.Tensor):
+            return named(x)
+        sizes, strides = tuple(map(named, x.shape)), tuple(map(named, x.stride()))
+        offset = named(x.storage_offset() * x.element_size() % 16)
+        return sizes, strides, x.dtype, x.device, x.requires_grad, offset
+
+    inputs = tuple(described(x) for x in args)
     storages = [tools.storage(x.untyped_storage()) for x in args if isinstance(x, torch.Tensor)]
     shared = tuple(storages.index(s) for s in storages)
     return (tuple(nodes), inputs, shared), symbols
@@ -236,11 +230,10 @@ def alike(candidates, symbols, sizes):
         if symbols and theirs_sizes is not sizes:
             continue
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
-        hint = sym_hint
-        if not all(a is not None and b is not None and hint(a) is not None for a, b in pairs):
+        if not all(a is not None and b is not None and sym_hint(a) is not None for a, b in pairs):
             continue
         # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
-        if all(hint(a) == hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
+        if all(sym_hint(a) == sym_hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
             return compiled
     return None
 
@@ -263,13 +256,8 @@ class Graphs:
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-        self.fixed = [
-            i
-            for i in tensors
-            if i in mutated
-            or isinstance(example_inputs[i], torch.nn.Parameter)
-            or static_marked(example_inputs[i])
-        ]
+        kept = [isinstance(x, torch.nn.Parameter) or static_marked(x) for x in example_inputs]
+        self.fixed = [i for i in tensors if i in mutated or kept[i]]
         self.copied = [i for i in tensors if i not in self.fixed]
         self.mutated = sorted(mutated)
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]

@@ -265,6 +265,5 @@ def block_compiled(block, compile_kwargs):
     full = {**compile_kwargs, "fullgraph": True}
     compiled = torch.compile(whole, **compile_kwargs)
     frame = OrEager(compiled, region.plain, whole.__code__, type(block))
-    (keyed, writing, static_setup, static) = (torch.compile(body, **full) for body in bodies)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
-    process.block_frames[block] = (keyed, writing, static_setup, static), frame, frame
+    process.block_frames[block] = tuple(torch.compile(body, **full) for body in bodies), frame, frame

@@ -167,9 +167,7 @@ def static_checked():
                     set_up_static_layer(mine, [getattr(stand_in, n) for n in static_made_names])
                 elif any(getattr(stand_in, n) is not getattr(mine, n) for n in static_made_names):
                     return False
-                if not kv_alike(expected, returned):
-                    return False
-                if not kv_alike(vars(real), vars(mine)):
+                if not (kv_alike(expected, returned) and kv_alike(vars(real), vars(mine))):
                     return False
     except Exception:  # no transformers, or another one
         return False
