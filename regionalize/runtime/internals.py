@@ -101,10 +101,8 @@ def guarded_code(code, frame):
     """The compiled code of the first entry of `code` (in the order Dynamo tries them) whose guards pass on
     the locals `frame`, else None."""
     entries = cache_entries()
-    for entry in entries(code) if entries is not None else ():
-        if entry.guard_manager.check(frame):
-            return entry.code
-    return None
+    found = (e.code for e in (entries(code) if entries is not None else ()) if e.guard_manager.check(frame))
+    return next(found, None)
 
 
 @probe("symbolic_ints", "integer attributes stay specialized")
@@ -395,8 +393,7 @@ def sym_hint(value):
 def op_arguments(func, args, kwargs):
     """The arguments of a call of the ATen op `func` by name, its defaults filled in."""
     schema = func._schema.arguments
-    given = dict(zip((a.name for a in schema), args, strict=False))
-    given.update(kwargs)
+    given = dict(zip((a.name for a in schema), args, strict=False)) | kwargs
     for a in schema:
         if a.name not in given and a.has_default_value():
             given[a.name] = a.default_value

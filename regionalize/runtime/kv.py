@@ -223,12 +223,8 @@ def kv_same(init):
 def kv_alike(a, b):
     """Are `a` and `b` equal, tensors compared by value, dtype and device, through tuples and dicts?"""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and (a.dtype, a.device, a.shape) == (b.dtype, b.device, b.shape)
-            and torch.equal(a, b)
-        )
+        both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        return both and (a.dtype, a.device, a.shape) == (b.dtype, b.device, b.shape) and torch.equal(a, b)
     if isinstance(a, (tuple, dict)) and type(a) is type(b) and len(a) == len(b):
         if isinstance(a, dict):
             return a.keys() == b.keys() and all(kv_alike(a[k], b[k]) for k in a)

@@ -71,8 +71,7 @@ def split_graph(graph, classes):
             if block is not None:
                 blocks.add(f"submod_{segment}")  # split_module's name for the piece
         parts[node] = segment
-    split_module = inductor_pieces().split_module
-    return split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
+    return inductor_pieces().split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
 
 
 def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
@@ -129,8 +128,7 @@ def pieces_faked(split, example_inputs, tools, fake, compile_piece):
             if torch.Tag.nondeterministic_seeded in func.tags and draws(func, args, kwargs):
                 ungraphable.append(func)
             out = func(*args, **kwargs)
-            made = tree_leaves(out)
-            if any(isinstance(t, torch.Tensor) and not on_graph_device(t) for t in made):
+            if any(isinstance(t, torch.Tensor) and not on_graph_device(t) for t in tree_leaves(out)):
                 ungraphable.append(func)
             return out
 
@@ -284,7 +282,7 @@ class Graphs:
         if graph is None:
             return self.run(*args)
         replay, buffers, outputs, _ = graph
-        for i, buffer in buffers:
+        for i, buffer in buffers.items():
             buffer.copy_(args[i])
         replay()
         counters()["regionalize"]["cuda_graphs_replayed"] += 1
@@ -316,10 +314,8 @@ class Graphs:
         if len(self.graphs) >= graph_limit:
             # Its memory in the pool the graphs share is free between its replays, as every graph's is.
             del self.graphs[next(iter(self.graphs))]
-        buffers = [(i, torch.empty_like(args[i]).copy_(args[i])) for i in self.copied]
-        inputs = list(args)
-        for i, buffer in buffers:
-            inputs[i] = buffer
+        buffers = {i: torch.empty_like(args[i]).copy_(args[i]) for i in self.copied}
+        inputs = [buffers.get(i, x) for i, x in enumerate(args)]
         try:
             replay, outputs = capture(self.run, inputs, self)
         except Exception:  # an op a CUDA graph cannot hold: this frame runs without one

@@ -92,13 +92,18 @@ class Region:
         return (self.region_copied if self.copies else self.region)(block, *args, **kwargs)
 
     def copied(self, block, *args, **kwargs):
-        out = self.plain(block, *args, **kwargs)
-        return tree_map_only(torch.Tensor, contiguous_copy, out)
+        return tree_map_only(torch.Tensor, contiguous_copy, self.plain(block, *args, **kwargs))
 
     def handed(self, args, kwargs):
         """The slot of the cache among `args` (None: in `kwargs`, or not handed), and the cache."""
         slot = None if self.name in kwargs or len(args) <= self.position else self.position
         return slot, kwargs.get(self.name) if slot is None else args[slot]
+
+    def given(self, cache, slot, args, kwargs):
+        """`args` and `kwargs` with `cache` in the place of the cache the call handed (`handed`'s `slot`)."""
+        if slot is None:
+            return args, {**kwargs, self.name: cache}
+        return (*args[:slot], cache, *args[slot + 1 :]), kwargs
 
     def flat(self, block, args, kwargs):
         """The block traced as it is in an owner compiled in pieces. A `DynamicCache` layer that it fills
@@ -116,10 +121,7 @@ class Region:
 
     def run(self, block, cache, slot, args, kwargs):
         """The block's own code, handed `cache` (a stand-in) where the call handed its cache."""
-        if slot is None:
-            kwargs[self.name] = cache
-        else:
-            args = (*args[:slot], cache, *args[slot + 1 :])
+        args, kwargs = self.given(cache, slot, args, kwargs)
         return (self.copied if self.copies else self.plain)(block, *args, **kwargs)
 
     def keyed(self, block, keys, values, slot, *args, **kwargs):
@@ -201,10 +203,7 @@ class Region:
         """The call through `regions` (`keyed` or `writing` with its layer's keys and values, the cache
         written here; `static_setup` or `static` with its layer's state, written in place)."""
         static, pair, layer, written = found
-        if slot is None:
-            kwargs = {**kwargs, self.name: None}
-        else:
-            args = (*args[:slot], None, *args[slot + 1 :])
+        args, kwargs = self.given(None, slot, args, kwargs)
         keyed, writing, static_setup, static_kept = regions
         past = None if static else kv_past(layer)
         this_call.standing_in = not this_call.tracing

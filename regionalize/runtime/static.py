@@ -65,10 +65,10 @@ def static_state(layer, names):
 
 def static_cache(cache):
     """Is `cache` a transformers `StaticCache`, not offloading, in a process whose stand-ins are checked?"""
-    utils = sys.modules.get("transformers.cache_utils")
-    if utils is None or type(cache) is not getattr(utils, "StaticCache", None):
-        return False
-    return not cache.offloading and bool(process.static)
+    utils = sys.modules.get("transformers.cache_utils")  # None without transformers: no StaticCache
+    return (
+        type(cache) is getattr(utils, "StaticCache", None) and not cache.offloading and bool(process.static)
+    )
 
 
 def static_class(layer):
@@ -113,14 +113,10 @@ def static_graphable(cache):
     where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
     if not static_cache(cache):
         return False
-    for layer in cache.layers:
-        if static_class(layer) is None or not layer.is_initialized:
-            return False
-        for name in static_made_names:
-            tensor = getattr(layer, name)
-            if not (on_graph_device(tensor) and static_marked(tensor)):
-                return False
-    return True
+    if any(static_class(layer) is None or not layer.is_initialized for layer in cache.layers):
+        return False
+    tensors = (getattr(layer, name) for layer in cache.layers for name in static_made_names)
+    return all(on_graph_device(tensor) and static_marked(tensor) for tensor in tensors)
 
 
 def set_up_static_layer(layer, made):
