@@ -22,25 +22,19 @@ from .state import process
 runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
 
 
-def frame_name(base):
-    """A name for a compiled frame's code, unique in this copy of the runtime: Dynamo keys what it learns of
-    a frame (automatic dynamic shapes) by its code's name, file and line, which are the runtime's for every
-    frame, so two classes of one name (`Model` in two files) would share it."""
+def new_frame(cls, kind):
+    """A new frame to compile for modules of `cls` (`module_frame`), named for the class, its module and
+    `kind` (two copies of the runtime loaded from one file, each serving its own modules, name theirs
+    apart), in the globals of the class's code. Its name is unique in this copy of the runtime: Dynamo
+    keys what it learns of a frame (automatic dynamic shapes) by its code's name, file and line, which are
+    the runtime's for every frame, so two classes of one name (`Model` in two files) would share it."""
+    base = f"{cls.__module__}.{cls.__name__}_{kind}".replace(".", "_")
     name, taken = base, 0
     while name in process.frame_names:
         taken += 1
         name = f"{base}_{taken}"
     process.frame_names.add(name)
-    return name
-
-
-def new_frame(cls, kind):
-    """A new frame to compile for modules of `cls` (`module_frame`), named for the class, its module and
-    `kind` (two copies of the runtime loaded from one file, each serving its own modules, name theirs
-    apart), in the globals of the class's code."""
-    model_globals = globals_of(cls.forward) or globals()
-    base = f"{cls.__module__}.{cls.__name__}_{kind}".replace(".", "_")
-    return in_globals(module_frame, model_globals, frame_name(base))
+    return in_globals(module_frame, globals_of(cls.forward) or globals(), name)
 
 
 def globals_of(function):

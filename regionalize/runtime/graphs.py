@@ -31,8 +31,8 @@ def graphable(owner, args, kwargs):
     if any(module_hooks(owner, backward=False)) or global_hooks(backward=False):
         return False
     leaves = tree_leaves((args, kwargs))
-    for x in leaves:
-        tensor = isinstance(x, torch.Tensor)
-        if not (isinstance(x, plain) or (tensor and x.is_cuda) or (not tensor and static_graphable(x))):
-            return False
-    return any(isinstance(x, torch.Tensor) for x in leaves)
+
+    def servable(x):
+        return x.is_cuda if isinstance(x, torch.Tensor) else isinstance(x, plain) or static_graphable(x)
+
+    return all(map(servable, leaves)) and any(isinstance(x, torch.Tensor) for x in leaves)

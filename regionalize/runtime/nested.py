@@ -111,9 +111,8 @@ def name_structures(blocks):
     the reuse check compares. Named eagerly: tracing `modules()` for every block is slow."""
     changed = False
     for block in blocks:
-        classes = tuple(type(m) for m in block.modules())
         structures = process.structures
-        name = structures.setdefault(classes, f"structure {len(structures)}")
+        name = structures.setdefault(tuple(type(m) for m in block.modules()), f"structure {len(structures)}")
         changed |= block.__dict__.get("_regionalize_structure") != name
         block.__dict__["_regionalize_structure"] = name
     return changed

@@ -24,10 +24,8 @@ def kv_name(forward):
 
 def plain_value(value):
     """Is `value` a tensor, a plain value, or a tuple, list or dict of those (nothing that holds state)?"""
-    if isinstance(value, (tuple, list)):
-        return all(plain_value(v) for v in value)
-    if isinstance(value, dict):
-        return all(plain_value(v) for v in value.values())
+    if isinstance(value, (tuple, list, dict)):
+        return all(map(plain_value, value.values() if isinstance(value, dict) else value))
     return value is None or isinstance(value, (torch.Tensor, int, float, bool, str))
 
 
@@ -262,7 +260,6 @@ def block_compiled(block, compile_kwargs):
     region = region_of(type(block))
     bodies, whole = region.bodies()
     full = {**compile_kwargs, "fullgraph": True}
-    compiled = torch.compile(whole, **compile_kwargs)
-    frame = OrEager(compiled, region.plain, whole.__code__, type(block))
+    frame = OrEager(torch.compile(whole, **compile_kwargs), region.plain, whole.__code__, type(block))
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
     process.block_frames[block] = tuple(torch.compile(body, **full) for body in bodies), frame, frame
