@@ -14,8 +14,7 @@ def kept(out, args, kwargs):
     """A CUDA graph's outputs `out` as the caller may keep them, not overwritten by the next replay: tensors
     cloned, other objects (a cache the owner created) deep-copied, with the tensors they hold; but not an
     object the caller handed in (its static cache, written in place, as the original writes it)."""
-    leaves = tree_leaves((args, kwargs))
-    given = {id(x) for x in leaves if not isinstance(x, torch.Tensor)}
+    given = {id(x) for x in tree_leaves((args, kwargs)) if not isinstance(x, torch.Tensor)}
     return tree_map(lambda x: x if id(x) in given else copied(x), out)
 
 

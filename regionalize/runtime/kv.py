@@ -121,9 +121,7 @@ def kv_growing(args, kwargs):
     argument one longer than such keys: the attention mask, whose length transformers 5.17 specialized
     (the owner traced twice, docs/results/serving). None where no such cache is handed; False where it holds
     nothing yet (the prompt)."""
-    utils = sys.modules.get("transformers.cache_utils")
-    if utils is None:
-        return None
+    utils = sys.modules.get("transformers.cache_utils")  # None without transformers: no cache is found
     found, lengths = None, set()
     for value in (*args, *kwargs.values()):
         if type(value) is getattr(utils, "EncoderDecoderCache", None):

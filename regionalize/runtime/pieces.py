@@ -293,11 +293,8 @@ class Graphs:
     def servable(self, args, written):
         """Can the graph take the inputs it copies in: on the GPU, none the memory of an input the graph
         writes to (its copy would not see the write)."""
-        for i in self.copied:
-            x = args[i]
-            if not on_graph_device(x) or x.untyped_storage().data_ptr() in written:
-                return False
-        return True
+        copied = [args[i] for i in self.copied]
+        return all(on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
 
     def captured(self, key, args):
         """The graph for `key`, captured on its second call, else None: the call runs as it is."""
