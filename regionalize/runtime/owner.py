@@ -73,8 +73,8 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
         if state.plan.form is Form.PER_BLOCK:
             per_block(owner)
             return
-        handing = is_opaque(state) or cache_index  # `handoff`: what may be handed over
-        if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
+        # `handoff`: what may be handed over.
+        if (is_opaque(state) or cache_index) and not hasattr(type(owner).forward, "_regionalize_owned"):
             type(owner).forward = owned(type(owner).forward)
         # Compiled by its first call, once it holds all its parameters.
         if compiled_call(owner) is None:
@@ -186,8 +186,7 @@ def owner_serve(owner, whole, args, kwargs):
     if per_call is not None:
         setattr(state, per_call, True)
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
-    looking = not state.growing and per_call is None and not traced()
-    if looking and kv_growing(args, kwargs) is not False:
+    if not state.growing and per_call is None and not traced() and kv_growing(args, kwargs) is not False:
         state.growing = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (where a full compile's are exact). Under no_grad the owner runs whole.

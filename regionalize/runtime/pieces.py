@@ -228,10 +228,9 @@ def alike(candidates, symbols, sizes):
         if symbols and theirs_sizes is not sizes:
             continue
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
-        if not all(a is not None and b is not None and sym_hint(a) is not None for a, b in pairs):
-            continue
+        known = all(a is not None and b is not None and sym_hint(a) is not None for a, b in pairs)
         # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
-        if all(sym_hint(a) == sym_hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
+        if known and all(sym_hint(a) == sym_hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
             return compiled
     return None
 

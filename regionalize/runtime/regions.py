@@ -222,11 +222,10 @@ class Region:
                 return result
             set_up_static_layer(layer, result[:-1])
             return result[-1]
-        init = process.kv
         if pair is not None:
-            kv_store(pair[1], cross_keys, cross_values, 0, init)
+            kv_store(pair[1], cross_keys, cross_values, 0, process.kv)
             cache.is_updated[index] = True
-        kv_store(layer, keys, values, kv_length(past), init)
+        kv_store(layer, keys, values, kv_length(past), process.kv)
         return out
 
     def bodies(self):
