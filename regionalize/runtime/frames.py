@@ -116,10 +116,8 @@ class OrEager:
         self.compiled = None
         if self.cls not in process.warned:
             process.warned.add(self.cls)
-            warnings.warn(
-                f"regionalize: {self.cls.__name__} cannot be compiled ({why}); it runs eagerly",
-                stacklevel=caller(),
-            )
+            message = f"{self.cls.__name__} cannot be compiled ({why}); it runs eagerly"
+            warnings.warn(f"regionalize: {message}", stacklevel=caller())
         return self.eager(*args, **kwargs)
 
 

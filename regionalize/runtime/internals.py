@@ -37,11 +37,9 @@ def probe(needs, instead, fallback=None):
             try:
                 return find()
             except (ImportError, AttributeError, TypeError, ValueError) as error:
-                warnings.warn(
-                    f"regionalize: this torch lacks what {needs} needs ({type(error).__name__}: {error}); "
-                    f"{instead}",
-                    stacklevel=2,
-                )
+                kind = type(error).__name__
+                message = f"this torch lacks what {needs} needs ({kind}: {error}); {instead}"
+                warnings.warn(f"regionalize: {message}", stacklevel=2)
                 return fallback() if callable(fallback) else fallback
 
         return probed

@@ -12,9 +12,8 @@ def nested_region(fn):
     torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
     takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
     where torch takes it."""
-    if reuses():
-        return torch.compiler.nested_compile_region(fn, max_reuse_entries=1024)
-    return torch.compiler.nested_compile_region(fn)
+    limit = {"max_reuse_entries": 1024} if reuses() else {}
+    return torch.compiler.nested_compile_region(fn, **limit)
 
 
 def nested(fn, label, extras=0):

@@ -108,10 +108,9 @@ def per_call_reason(state, args, kwargs):
     later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
     a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
     (the figures: docs/form-torch-versions.md)."""
-    indexed = state.indexed
-    if state.plan.form is not Form.PIECES or not indexed:
+    if state.plan.form is not Form.PIECES or not state.indexed:
         return None
     # None for a token's call, most calls: the blocks go unread.
     why = "static" if static_handed(args, kwargs) else "prompt" if kv_empty(args, kwargs) else None
-    served = why and all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
+    served = why and all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in state.indexed)
     return why if served else None

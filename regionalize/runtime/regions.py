@@ -141,14 +141,12 @@ class Region:
 
     def static(self, block, spec, slot, *args, layer_state, **kwargs):
         """A `StaticCache`'s layer, written in place (`static_run`)."""
-        run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
-        return static_run(spec, layer_state, run)[0]
+        return static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))[0]
 
     def static_setup(self, block, spec, slot, *args, layer_state, **kwargs):
         """A `StaticCache`'s layer on its first update: the region sets up a stand-in and returns what that
         left, which sets the layer up outside it."""
-        run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
-        out, layer = static_run(spec, layer_state, run)
+        out, layer = static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))
         return (*(getattr(layer, name) for name in static_made_names), out)
 
     def stood_in(self, block, args, kwargs, regions, uncached, traced):

@@ -145,8 +145,7 @@ def static_checked():
     (setting a layer up, then writing it in place)."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
-        made = static_made(utils)
-        process.static = made
+        process.static = made = static_made(utils)
         for made_class in made[1].values():
             base = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
