@@ -47,9 +47,8 @@ class OwnerState:
     growing: bool = False  # a call handed a cache that holds keys
     # (block, cache attribute) of the blocks traced in its frame until its first call
     indexed: list = field(default_factory=list)
-    inner: list = field(
-        default_factory=list
-    )  # (stage, its state) of the stages whose blocks it took (`outer.py`)
+    # (stage, its state) of the stages whose blocks it took (`outer.py`)
+    inner: list = field(default_factory=list)
     kv: str | None = None  # why its blocks that update a cache are traced layer by layer in its frame
     pieces: str | None = None  # in pieces: the pieces a call, and compiled in all
     plan: Plan = field(default_factory=lambda: Plan(Form.WHOLE))  # the form it takes, and why
