@@ -1,12 +1,12 @@
 """docs/torch-workarounds.md's table, from the runtime's own list of what it works around in torch
-(`regionalize/runtime/workarounds.py`); written by scripts/render_docs.py, checked by
+(`regionalize/workarounds.py`); written by scripts/render_docs.py, checked by
 tests/test_workarounds.py."""
 
 from __future__ import annotations
 
 import re
 
-from regionalize.runtime import workarounds
+from regionalize import workarounds
 
 
 def table() -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "regionalize"
 TOP = "regionalize"  # the package's own `__init__.py`: its version, and nothing it imports
-PARTS = ("shared", "codemod", "runner", "cli", "runtime", "bench", "verify")
+PARTS = ("shared", "codemod", "runner", "cli", "runtime", "bench", "verify", "workarounds")
 # What each part may import, besides itself and `regionalize` (the version). The command line may import
 # anything, as may `python -m regionalize`.
 MAY_IMPORT = {
@@ -20,6 +20,7 @@ MAY_IMPORT = {
     "runner": {"shared", "codemod"},
     "bench": {"shared", "codemod", "runtime"},
     "verify": {"shared", "codemod", "runtime", "bench"},
+    "workarounds": {"runtime"},
     "cli": set(PARTS),
     "__main__": set(PARTS),
 }

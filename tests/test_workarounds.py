@@ -1,4 +1,4 @@
-"""Which of the runtime's workarounds of torch (`regionalize/runtime/workarounds.py`) the running torch needs,
+"""Which of the runtime's workarounds of torch (`regionalize/workarounds.py`) the running torch needs,
 probed on each CI torch (.ci/torch): a torch that fixes one fails here, which says the workaround can go, and
 a torch that needs one more fails too. docs/torch-workarounds.md holds the table rendered
 (`python scripts/render_docs.py` writes it)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from regionalize.runtime import workarounds
+from regionalize import workarounds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import docs_workarounds

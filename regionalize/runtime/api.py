@@ -85,11 +85,10 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
         kv_param = kv_name(type(blocks[0]).forward)[0]
         indexes = [layer_idx(block, _LAYER_INDEX) for block in blocks]
         indexed = kv_param is not None and None not in indexes and len(set(indexes)) == len(blocks)
-        for block in blocks:
-            options: dict[str, Any] = {"cache_index": _LAYER_INDEX} if indexed else {}
-            if kv_param is not None and not indexed:
-                options["nested"] = False
-            compile_region(block, owner=owner, **options, **compile_kwargs)
+        options: dict[str, Any] = {"cache_index": _LAYER_INDEX} if indexed else {}
+        if kv_param is not None and not indexed:
+            options["nested"] = False
+        compile_region(*blocks, owner=owner, **options, **compile_kwargs)
     # Stages that own blocks, held by one module: it takes their blocks, one frame a call (runtime/outer.py).
     for owner, containers in reversed(_holders(model)):  # the innermost first: a stage of stages is one
         for container in containers:

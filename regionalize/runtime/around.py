@@ -30,9 +30,7 @@ def handoff(owner, args, kwargs):
         return False
     if is_opaque(state):
         return True
-    if state.plan.form is not Form.PIECES or not state.indexed:
-        return False
-    if not static_handed(args, kwargs):
+    if state.plan.form is not Form.PIECES or not state.indexed or not static_handed(args, kwargs):
         return False
     tensors = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
     return bool(tensors) and all(on_graph_device(x) for x in tensors)

@@ -5,13 +5,7 @@ import types
 
 import torch
 
-from .internals import (
-    compiled_call,
-    global_hooks,
-    guarded_code,
-    module_hooks,
-    set_compiled_call,
-)
+from .internals import compiled_call, global_hooks, guarded_code, module_hooks, set_compiled_call
 
 
 def guard_filter(entries):
@@ -43,8 +37,7 @@ def guard_filter(entries):
 def dispatch(block, **compile_kwargs):
     """regionalize guard bypass: compile `block` in place, then call its compiled code directly."""
     block.compile(**compile_kwargs)
-    compiled = compiled_call(block)
-    set_compiled_call(block, Direct(block, compiled))
+    set_compiled_call(block, Direct(block, compiled_call(block)))
 
 
 class Direct:
@@ -83,9 +76,8 @@ class Direct:
         return out
 
     def key(self, args, kwargs):
-        module = self.module
         parts = [
-            module.training,
+            self.module.training,
             torch.is_grad_enabled(),
             torch.is_inference_mode_enabled(),
             torch.is_autocast_enabled("cpu"),
@@ -114,10 +106,8 @@ class Direct:
         bound = self.signature.bind(self.module, *args, **kwargs)
         bound.apply_defaults()
         # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.
-        names = forward.__code__.co_freevars
-        frame = dict(bound.arguments) | {
-            n: c.cell_contents for n, c in zip(names, forward.__closure__ or (), strict=True)
-        }
+        cells = zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=True)
+        frame = dict(bound.arguments) | {n: c.cell_contents for n, c in cells}
         code = guarded_code(forward.__code__, frame)
         if code is None:
             return self.guarded

@@ -11,12 +11,9 @@ def differing_constants(blocks, most=2):
     by one, where Dynamo's automatic dynamic makes the float symbolic at its second value. Torch 2.11 to
     2.15 fail to pass a symbolic float into a nested region. Integers are not counted: they are layer
     indexes, which the cache stand-ins and the codemod's fixes serve."""
-    by_class = {}
-    for block in blocks:
-        by_class.setdefault(type(block), []).append(block)
-    for group in by_class.values():
+    for cls in dict.fromkeys(map(type, blocks)):  # each class of blocks, in their order
         sets, differing = set(), {}
-        for block in group:
+        for block in [block for block in blocks if type(block) is cls]:
             floats = tuple(
                 (f"{name}.{attribute}".lstrip("."), value)
                 for name, module in block.named_modules()

@@ -38,8 +38,7 @@ def symbolic_ints(forward):
 
     # A code object of its own: Dynamo keeps compiled variants, and their limit, per code object. In the
     # globals of `forward`: a compile of the module starts its trace here (`frames.py`).
-    model_globals = globals_of(forward) or globals()
-    traced = in_globals(traced, model_globals, forward.__name__)
+    traced = in_globals(traced, globals_of(forward) or globals(), forward.__name__)
     traced.__doc__ = forward.__doc__
     traced.__qualname__, traced._regionalize_forward = forward.__qualname__, forward  # its parameters
     return traced

@@ -11,6 +11,7 @@ read no global, only their arguments and closure."""
 
 import functools
 import sys
+import traceback
 import types
 import warnings
 
@@ -21,49 +22,43 @@ from .state import process
 runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
 
 
-def frame_name(base):
-    """A name for a compiled frame's code, unique in this copy of the runtime: Dynamo keys what it learns of
-    a frame (automatic dynamic shapes) by its code's name, file and line, which are the runtime's for every
-    frame, so two classes of one name (`Model` in two files) would share it."""
+def new_frame(cls, kind):
+    """A new frame to compile for modules of `cls` (`module_frame`), named for the class, its module and
+    `kind` (two copies of the runtime loaded from one file, each serving its own modules, name theirs
+    apart), in the globals of the class's code. Its name is unique in this copy of the runtime: Dynamo
+    keys what it learns of a frame (automatic dynamic shapes) by its code's name, file and line, which are
+    the runtime's for every frame, so two classes of one name (`Model` in two files) would share it."""
+    base = f"{cls.__module__}.{cls.__name__}_{kind}".replace(".", "_")
     name, taken = base, 0
     while name in process.frame_names:
         taken += 1
         name = f"{base}_{taken}"
     process.frame_names.add(name)
-    return name
-
-
-def new_frame(cls, kind):
-    """A new frame to compile for modules of `cls` (`module_frame`), named for the class, its module and
-    `kind` (two copies of the runtime loaded from one file, each serving its own modules, name theirs
-    apart), in the globals of the class's code."""
-    model_globals = globals_of(cls.forward) or globals()
-    base = f"{cls.__module__}.{cls.__name__}_{kind}".replace(".", "_")
-    return in_globals(module_frame, model_globals, frame_name(base))
+    return in_globals(module_frame, globals_of(cls.forward) or globals(), name)
 
 
 def globals_of(function):
     """The globals of the model code `function` runs: through the runtime's wrappers of a class's `forward`
     (`functools.wraps`, `_regionalize_forward`) to the user's function; None where none is found."""
-    seen = 0
-    while seen < 16:  # a wrapper chain, never a cycle
+    for _ in range(16):  # a wrapper chain, never a cycle
         inner = getattr(function, "_regionalize_forward", None) or getattr(function, "__wrapped__", None)
         if inner is None:
             break
-        function, seen = inner, seen + 1
+        function = inner
     function = getattr(function, "__func__", function)
     return function.__globals__ if isinstance(function, types.FunctionType) else None
 
 
-def in_globals(function, model_globals, name=None):
-    """`function` (whose body reads no global) as a function of `model_globals`, its code named `name`:
-    the frame Dynamo compiles then shares its globals with the model code it inlines."""
+def in_globals(function, model_globals, name=None, **defaults):
+    """`function` (whose body reads no global) as a function of `model_globals`, its code named `name`, its
+    keyword-only defaults `defaults` where given: the frame Dynamo compiles then shares its globals with the
+    model code it inlines."""
     code = function.__code__ if name is None else function.__code__.replace(co_name=name)
     made = types.FunctionType(
         code, model_globals, name or function.__name__, function.__defaults__, function.__closure__
     )
     made.__qualname__ = name or function.__qualname__
-    made.__kwdefaults__ = function.__kwdefaults__
+    made.__kwdefaults__ = defaults or function.__kwdefaults__
     return made
 
 
@@ -83,8 +78,7 @@ def importable(model_globals):
     name = model_globals.get("__name__")
     if not isinstance(name, str) or name.startswith("namedtuple_"):
         return True
-    module = sys.modules.get(name)
-    return module is not None and getattr(module, "__dict__", None) is model_globals
+    return getattr(sys.modules.get(name), "__dict__", None) is model_globals
 
 
 def unimportable(owner_globals, classes):
@@ -122,24 +116,16 @@ class OrEager:
         self.compiled = None
         if self.cls not in process.warned:
             process.warned.add(self.cls)
-            warnings.warn(
-                f"regionalize: {self.cls.__name__} cannot be compiled ({why}); it runs eagerly",
-                stacklevel=caller(),
-            )
+            message = f"{self.cls.__name__} cannot be compiled ({why}); it runs eagerly"
+            warnings.warn(f"regionalize: {message}", stacklevel=caller())
         return self.eager(*args, **kwargs)
 
 
 def failed_on_entry(error, code):
     """Did compiling the frame of `code` raise `error` before the frame ran (Dynamo compiles at its entry)?
     Not where the frame's compiled code ran and a later part of it failed (its code is in the traceback)."""
-    if not compiling(error):
-        return False
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name == code.co_name:
-            return False
-        tb = tb.tb_next
-    return True
+    frames = traceback.walk_tb(error.__traceback__)
+    return compiling(error) and all(frame.f_code.co_name != code.co_name for frame, _ in frames)
 
 
 def caller():

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import inspect
 import threading
+import traceback
 import types
 import warnings
 
@@ -23,23 +24,34 @@ tree_map_only = torch.utils._pytree.tree_map_only
 dynamo_module = "torch._dynamo.convert_frame"
 
 
-def fallback(probe, error, fallback):
-    """Warn that `probe` failed on this torch and which fallback is taken; its caller returns that."""
-    warnings.warn(
-        f"regionalize: this torch lacks what {probe} needs ({type(error).__name__}: {error}); {fallback}",
-        stacklevel=3,
-    )
+def probe(needs, instead, fallback=None):
+    """A probe of torch: the decorated function's answer, found once (cached: a test clears it). Where this
+    torch lacks what it reads (it raises an ImportError, AttributeError, TypeError or ValueError), one
+    warning names what `needs` it and what is done `instead`, and the probe answers `fallback` (called
+    where it is a function: a fresh object)."""
+
+    def decorate(find):
+        @functools.cache
+        @functools.wraps(find)
+        def probed():
+            try:
+                return find()
+            except (ImportError, AttributeError, TypeError, ValueError) as error:
+                kind = type(error).__name__
+                message = f"this torch lacks what {needs} needs ({kind}: {error}); {instead}"
+                warnings.warn(f"regionalize: {message}", stacklevel=2)
+                return fallback() if callable(fallback) else fallback
+
+        return probed
+
+    return decorate
 
 
-@functools.cache
+@probe("traced", "a compile in any thread is taken as this one's")
 def tracing_context():
     """Probe: Dynamo's tracing context of this thread (`TracingContext.try_get`, None while no compile is
     under way in it). Fallback None: `traced` trusts `torch.compiler.is_compiling()` alone."""
-    try:
-        return torch._guards.TracingContext.try_get
-    except AttributeError as error:
-        fallback("traced", error, "a compile in any thread is taken as this one's")
-        return None
+    return torch._guards.TracingContext.try_get
 
 
 @torch.compiler.assume_constant_result
@@ -57,39 +69,29 @@ def traced():
     return torch.compiler.is_compiling() and compiling_here()
 
 
-@functools.cache
+@probe("reuses", "regions are taken as not reused", False)
 def reuses():
     """Probe: does Dynamo reuse a nested region traced for one block for the others ("stamping out", with
     its limit `max_reuse_entries`)? Without it (torch 2.11) the owner compiled whole traces every block, as
     a full compile does. A torch without nested regions reuses none (the owner compiles per block there)."""
     region = getattr(torch.compiler, "nested_compile_region", None)
-    if region is None:
-        return False
-    try:
-        return "max_reuse_entries" in inspect.signature(region).parameters
-    except (TypeError, ValueError) as error:
-        fallback("reuses", error, "regions are taken as not reused")
-        return False
+    return region is not None and "max_reuse_entries" in inspect.signature(region).parameters
 
 
-@functools.cache
+@probe("the guard bypass", "its calls keep their guards")
 def cache_entries():
     """Probe: Dynamo's reader of a code object's compiled entries, each with its `guard_manager` and its
     `code` (the guard bypass calls the code whose guards passed). Fallback None: the bypass finds no entry
     and every call takes the guarded path."""
-    try:
-        from torch._C._dynamo.eval_frame import _CacheEntry, _debug_get_cache_entry_list
-        from torch._dynamo.guards import GuardManagerWrapper
+    from torch._C._dynamo.eval_frame import _CacheEntry, _debug_get_cache_entry_list
+    from torch._dynamo.guards import GuardManagerWrapper
 
-        for holder, name in (
-            (_CacheEntry, "guard_manager"),
-            (_CacheEntry, "code"),
-            (GuardManagerWrapper, "check"),
-        ):
-            getattr(holder, name)
-    except (ImportError, AttributeError) as error:
-        fallback("the guard bypass", error, "its calls keep their guards")
-        return None
+    for holder, name in (
+        (_CacheEntry, "guard_manager"),
+        (_CacheEntry, "code"),
+        (GuardManagerWrapper, "check"),
+    ):
+        getattr(holder, name)
     return _debug_get_cache_entry_list
 
 
@@ -97,46 +99,36 @@ def guarded_code(code, frame):
     """The compiled code of the first entry of `code` (in the order Dynamo tries them) whose guards pass on
     the locals `frame`, else None."""
     entries = cache_entries()
-    for entry in entries(code) if entries is not None else ():
-        if entry.guard_manager.check(frame):
-            return entry.code
-    return None
+    found = (e.code for e in (entries(code) if entries is not None else ()) if e.guard_manager.check(frame))
+    return next(found, None)
 
 
-@functools.cache
+@probe("symbolic_ints", "integer attributes stay specialized")
 def config_patch():
     """Probe: Dynamo's `patch_dynamo_config`, which traces a function under other settings. Fallback None:
     integer attributes stay specialized, each block a graph of its own, still right."""
-    try:
-        return torch._dynamo.patch_dynamo_config
-    except AttributeError as error:
-        fallback("symbolic_ints", error, "integer attributes stay specialized")
-        return None
+    return torch._dynamo.patch_dynamo_config
 
 
-@functools.cache
+@probe(
+    "the runtime's counts",
+    "they are kept where verify does not read them",
+    functools.partial(collections.defaultdict, collections.Counter),
+)
 def counters():
     """Probe: Dynamo's counters, which verify reads (CUDA-graph captures, replays and skips). Fallback: the
     runtime's own, counted the same and read by nobody."""
-    try:
-        counters = torch._dynamo.utils.counters
-        if not isinstance(counters, dict):
-            raise TypeError(f"Dynamo's counters are a {type(counters).__name__}, not a dict of counters")
-        return counters
-    except (AttributeError, TypeError) as error:
-        fallback("the runtime's counts", error, "they are kept where verify does not read them")
-        return collections.defaultdict(collections.Counter)
+    counters = torch._dynamo.utils.counters
+    if not isinstance(counters, dict):
+        raise TypeError(f"Dynamo's counters are a {type(counters).__name__}, not a dict of counters")
+    return counters
 
 
-@functools.cache
+@probe("compiling", "compile errors are told by their traceback", ())
 def dynamo_errors():
     """Probe: the types of what Dynamo raises as it compiles. Fallback (): an error is told by the frames
     it passed through alone (`compiling`)."""
-    try:
-        return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
-    except AttributeError as error:
-        fallback("compiling", error, "compile errors are told by their traceback")
-        return ()
+    return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 def compiling(error):
@@ -144,23 +136,15 @@ def compiling(error):
     if isinstance(error, dynamo_errors()):
         return True
     # Dynamo's own failures keep their type (an AssertionError of its tracer): they pass through it.
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_globals.get("__name__") == dynamo_module:
-            return True
-        tb = tb.tb_next
-    return False
+    frames = traceback.walk_tb(error.__traceback__)
+    return any(frame.f_globals.get("__name__") == dynamo_module for frame, _ in frames)
 
 
-@functools.cache
+@probe("backend_failed", "told by the error it wraps")
 def backend_error():
     """Probe: the type Dynamo raises where the backend failed on a graph it traced (`BackendCompilerFailed`).
     Fallback None: such an error is told by the error it wraps (`inner_exception`)."""
-    try:
-        return torch._dynamo.exc.BackendCompilerFailed
-    except AttributeError as error:
-        fallback("backend_failed", error, "told by the error it wraps")
-        return None
+    return torch._dynamo.exc.BackendCompilerFailed
 
 
 def backend_failed(error):
@@ -174,9 +158,9 @@ def backend_failed(error):
 def is_aliasing(error):
     """Did Dynamo refuse a nested region whose outputs alias each other or its inputs? Its graph break's
     type (`gb_type`, "Encountered aliasing during higher order op tracing"), or its text where it has none."""
-    if not isinstance(error, dynamo_errors()):
-        return False
-    return "aliasing" in (getattr(error, "gb_type", None) or str(error))
+    return isinstance(error, dynamo_errors()) and "aliasing" in (
+        getattr(error, "gb_type", None) or str(error)
+    )
 
 
 def why_failed(error):
@@ -187,15 +171,11 @@ def why_failed(error):
     return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"
 
 
-@functools.cache
+@probe("kv_growing", "cache lengths are not marked dynamic")
 def mark_dynamic_probe():
     """Probe: Dynamo's `maybe_mark_dynamic`. Fallback None: no hint, a cache's length is found dynamic when
     it changes (one compile more)."""
-    try:
-        return torch._dynamo.maybe_mark_dynamic
-    except AttributeError as error:
-        fallback("kv_growing", error, "cache lengths are not marked dynamic")
-        return None
+    return torch._dynamo.maybe_mark_dynamic
 
 
 def mark_dynamic(tensor, dim):
@@ -204,19 +184,15 @@ def mark_dynamic(tensor, dim):
         mark(tensor, dim)
 
 
-@functools.cache
+@probe("CUDA graphs of static caches", "no tensor is taken as marked static")
 def static_attribute():
     """Probe: the attribute Dynamo's `mark_static_address` sets on a tensor (transformers marks a
     `StaticCache`'s tensors so). Fallback None: no tensor is taken as marked, so no static cache is served
     in a CUDA graph and such inputs are copied into a graph, not kept in place."""
-    try:
-        tensor = torch.empty(0)
-        torch._dynamo.mark_static_address(tensor)
-        if getattr(tensor, "_dynamo_static_input_type", None) is None:
-            raise AttributeError("mark_static_address set no _dynamo_static_input_type")
-    except (AttributeError, TypeError) as error:
-        fallback("CUDA graphs of static caches", error, "no tensor is taken as marked static")
-        return None
+    tensor = torch.empty(0)
+    torch._dynamo.mark_static_address(tensor)
+    if getattr(tensor, "_dynamo_static_input_type", None) is None:
+        raise AttributeError("mark_static_address set no _dynamo_static_input_type")
     return "_dynamo_static_input_type"
 
 
@@ -226,19 +202,15 @@ def static_marked(tensor):
     return name is not None and getattr(tensor, name, None) is not None
 
 
-@functools.cache
+@probe("the checks for global hooks", "every call is taken as hooked")
 def hook_dicts():
     """Probe: nn.Module's global forward and backward hooks (each a dict). Fallback None: every call is
     taken as hooked, so none is served in a CUDA graph or called past its guards."""
-    try:
-        module = torch.nn.modules.module
-        names = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
-        found = tuple(getattr(module, f"_global_{name}") for name in names)
-        if not all(isinstance(hooks, dict) for hooks in found):
-            raise TypeError("nn.Module's global hooks are not dicts")
-    except (AttributeError, TypeError) as error:
-        fallback("the checks for global hooks", error, "every call is taken as hooked")
-        return None
+    module = torch.nn.modules.module
+    names = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
+    found = tuple(getattr(module, f"_global_{name}") for name in names)
+    if not all(isinstance(hooks, dict) for hooks in found):
+        raise TypeError("nn.Module's global hooks are not dicts")
     return found
 
 
@@ -291,26 +263,22 @@ def module_call(module):
     return module._call_impl
 
 
-@functools.cache
+@probe("compiling in pieces", "blocks are compiled one by one instead")
 def inductor_pieces():
     """Probe: what compiling an owner's graph in pieces needs of torch's compiler (`pieces_backend`):
     Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages compared and symbols named.
     Fallback None: where torch reuses no region, the owner's blocks are compiled one by one, as with a
     backend other than Inductor."""
-    try:
-        from torch._guards import TracingContext, detect_fake_mode
-        from torch._inductor import list_mode_options
-        from torch._inductor.compile_fx import compile_fx
-        from torch._subclasses import FakeTensor
-        from torch.fx.passes.split_module import split_module
-        from torch.multiprocessing.reductions import StorageWeakRef
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._sympy.symbol import SymT, make_symbol
+    from torch._guards import TracingContext, detect_fake_mode
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses import FakeTensor
+    from torch.fx.passes.split_module import split_module
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._sympy.symbol import SymT, make_symbol
 
-        size = SymT.SIZE
-    except (ImportError, AttributeError) as error:
-        fallback("compiling in pieces", error, "blocks are compiled one by one instead")
-        return None
+    size = SymT.SIZE
     return types.SimpleNamespace(
         compile_fx=compile_fx,
         fake_tensor=FakeTensor,
@@ -360,7 +328,7 @@ def cpu_check_available():
     return importlib.util.find_spec("torch._inductor.cpu_vec_isa") is not None
 
 
-@functools.cache
+@probe("the CPU check ahead of compiling", "Inductor checks as it compiles")
 def cpu_check():
     """Probe: Inductor's check of the vector instruction sets this CPU runs (`valid_vec_isa_list`), made
     once a process before its first CPU kernel is compiled or loaded from the cache: it builds and loads a
@@ -376,15 +344,11 @@ def cpu_check():
     is not safe beside a compile. It adds `-mavx512bf16` to an instruction set's flags while it tries them,
     and a kernel built meanwhile took that flag into its build and its cache key, so the first restart
     built those kernels again (the figures: docs/form-hierarchical.md, Inductor's CPU check)."""
-    try:
-        from torch._inductor import cpu_vec_isa
-        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
-        for name in cpu_check_imports:
-            importlib.import_module(name)
-    except ImportError as error:
-        fallback("the CPU check ahead of compiling", error, "Inductor checks as it compiles")
-        return None
+    for name in cpu_check_imports:
+        importlib.import_module(name)
 
     def check():
         # An error here is Inductor's to raise: its own check, uncached, runs again and meets it.
@@ -427,8 +391,7 @@ def sym_hint(value):
 def op_arguments(func, args, kwargs):
     """The arguments of a call of the ATen op `func` by name, its defaults filled in."""
     schema = func._schema.arguments
-    given = dict(zip((a.name for a in schema), args, strict=False))
-    given.update(kwargs)
+    given = dict(zip((a.name for a in schema), args, strict=False)) | kwargs
     for a in schema:
         if a.name not in given and a.has_default_value():
             given[a.name] = a.default_value

@@ -6,6 +6,7 @@ import sys
 import torch
 
 from .internals import mark_dynamic
+from .nested import contiguous_copy
 from .state import process
 
 
@@ -23,14 +24,11 @@ class LayerKV:
             # or its inputs (GPT-2's keys and values are views of one projection). Contiguous, as
             # transformers' own update leaves them (joined to an empty tensor) and as every later token's
             # are: the first token's frame then takes the next ones' layout (`kv_growing`).
-            contiguous = torch.contiguous_format
-            self.keys = key_states.clone(memory_format=contiguous)
-            self.values = value_states.clone(memory_format=contiguous)
+            self.keys, self.values = contiguous_copy(key_states), contiguous_copy(value_states)
             return key_states, value_states
-        key_states = torch.cat([self.keys, key_states], dim=-2)
-        value_states = torch.cat([self.values, value_states], dim=-2)
-        self.keys, self.values = key_states, value_states
-        return key_states, value_states
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        return self.keys, self.values
 
 
 class Updated:
@@ -53,16 +51,12 @@ class Updated:
         self.set.append(value)
 
 
-def encoder_decoder_kv(own, cross, written):
-    """A stand-in for a block's layer of a transformers `EncoderDecoderCache`, holding stand-ins for its
-    self- and cross-attention layers; an instance of that class, as blocks ask (`isinstance`). What it
-    inherits reaches its caches through those stand-ins, which have nothing else, so it fails closed
-    (`cross_attention_cache.layers[i]`, which a block reads once the keys are written, among them)."""
-    return process.encoder_decoder(own, cross, written)
-
-
 def encoder_decoder_made(utils):
-    """The class of `encoder_decoder_kv`'s stand-ins: `utils.EncoderDecoderCache`'s subclass."""
+    """The class of the stand-ins for a block's layer of a transformers `EncoderDecoderCache`
+    (`utils.EncoderDecoderCache`'s subclass), each holding stand-ins for its self- and cross-attention
+    layers; an instance of that class, as blocks ask (`isinstance`). What it inherits reaches its caches
+    through those stand-ins, which have nothing else, so it fails closed (`cross_attention_cache.layers[i]`,
+    which a block reads once the keys are written, among them). Made once, `process.encoder_decoder`."""
 
     class EncoderDecoderKV(utils.EncoderDecoderCache):
         def __init__(self, own, cross, written):
@@ -87,11 +81,10 @@ def kv_layer(cache, index):
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "DynamicCache", None) or cache.offloading:
         return None
-    if len(cache.layers) <= index:
-        if cache.layer_class_to_replicate is not utils.DynamicLayer:
-            return None
-        while len(cache.layers) <= index:  # what `Cache.update` does first
-            cache.layers.append(utils.DynamicLayer())
+    if len(cache.layers) <= index and cache.layer_class_to_replicate is not utils.DynamicLayer:
+        return None
+    while len(cache.layers) <= index:  # what `Cache.update` does first
+        cache.layers.append(utils.DynamicLayer())
     layer = cache.layers[index]
     sliding = type(layer) is utils.DynamicSlidingWindowLayer and not layer.record_past
     return layer if type(layer) is utils.DynamicLayer or sliding else None
@@ -128,9 +121,7 @@ def kv_growing(args, kwargs):
     argument one longer than such keys: the attention mask, whose length transformers 5.17 specialized
     (the owner traced twice, docs/results/serving). None where no such cache is handed; False where it holds
     nothing yet (the prompt)."""
-    utils = sys.modules.get("transformers.cache_utils")
-    if utils is None:
-        return None
+    utils = sys.modules.get("transformers.cache_utils")  # None without transformers: no cache is found
     found, lengths = None, set()
     for value in (*args, *kwargs.values()):
         if type(value) is getattr(utils, "EncoderDecoderCache", None):
@@ -182,8 +173,7 @@ def kv_holds():
     for (False), and their blocks are traced layer by layer. Otherwise, how the store sets up a layer on its
     first update: as `kv_init` does, where that leaves every attribute of a layer as
     transformers' own update does, else through the layer's `lazy_initialization`."""
-    ways = (kv_init, kv_lazy)
-    init = next((init for init in ways if kv_same(init)), False)
+    init = next((init for init in (kv_init, kv_lazy) if kv_same(init)), False)
     if init:
         process.encoder_decoder = encoder_decoder_checked()
     return init
@@ -231,12 +221,8 @@ def kv_same(init):
 def kv_alike(a, b):
     """Are `a` and `b` equal, tensors compared by value, dtype and device, through tuples and dicts?"""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and (a.dtype, a.device, a.shape) == (b.dtype, b.device, b.shape)
-            and torch.equal(a, b)
-        )
+        both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        return both and (a.dtype, a.device, a.shape) == (b.dtype, b.device, b.shape) and torch.equal(a, b)
     if isinstance(a, (tuple, dict)) and type(a) is type(b) and len(a) == len(b):
         if isinstance(a, dict):
             return a.keys() == b.keys() and all(kv_alike(a[k], b[k]) for k in a)

@@ -3,12 +3,7 @@ the structures of blocks, which their regions take so that one is never reused f
 
 import torch
 
-from .internals import (
-    base,
-    reuses,
-    tree_leaves,
-    tree_map_only,
-)
+from .internals import base, reuses, tree_leaves, tree_map_only
 from .state import process
 
 
@@ -17,9 +12,8 @@ def nested_region(fn):
     torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
     takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
     where torch takes it."""
-    if reuses():
-        return torch.compiler.nested_compile_region(fn, max_reuse_entries=1024)
-    return torch.compiler.nested_compile_region(fn)
+    limit = {"max_reuse_entries": 1024} if reuses() else {}
+    return torch.compiler.nested_compile_region(fn, **limit)
 
 
 def nested(fn, label, extras=0):
@@ -116,9 +110,8 @@ def name_structures(blocks):
     the reuse check compares. Named eagerly: tracing `modules()` for every block is slow."""
     changed = False
     for block in blocks:
-        classes = tuple(type(m) for m in block.modules())
         structures = process.structures
-        name = structures.setdefault(classes, f"structure {len(structures)}")
+        name = structures.setdefault(tuple(type(m) for m in block.modules()), f"structure {len(structures)}")
         changed |= block.__dict__.get("_regionalize_structure") != name
         block.__dict__["_regionalize_structure"] = name
     return changed

@@ -72,8 +72,7 @@ def mostly_stages(owner, state):
     held = [stage for stage, _ in state.inner] + state.blocks
     covered = {id(p) for module in held for p in module.parameters()}
     total = list(owner.parameters())
-    inside = sum(p.numel() for p in total if id(p) in covered)
-    return inside >= SHARE * sum(p.numel() for p in total)
+    return sum(p.numel() for p in total if id(p) in covered) >= SHARE * sum(p.numel() for p in total)
 
 
 SHARE = 0.9  # of the owner's parameters, below which the stages keep their blocks

@@ -23,32 +23,17 @@ from .internals import (
     traced,
     why_failed,
 )
-from .kv import (
-    kv_growing,
-    kv_holds,
-    layer_idx,
-)
+from .kv import kv_growing, kv_holds, layer_idx
 from .nested import name_structures, reuses
-from .outer import (
-    holds_owners,
-    mostly_stages,
-    refuse,
-    take,
-    takes,
-)
+from .outer import holds_owners, mostly_stages, refuse, take, takes
 from .per_block import graph_modes, per_block, per_call_reason
 from .pieces import pieces_backend
-from .plan import per_block_plan, plan_for
+from .plan import plan_for
 from .regions import Region, region_of
 from .stack import fresh_stack
 from .state import Form, OwnerState, Plan, process
 from .static import static_checked
-from .threads import (
-    locked,
-    setup_lock,
-    this_call,
-    torch_warnings,
-)
+from .threads import locked, setup_lock, this_call, torch_warnings
 
 
 def register_block(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
@@ -66,35 +51,30 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
     # Models built in two threads at once: a class's `forward` made a region once, the hook set once.
     with setup_lock:
         if guard_bypass == "filter":
-            compile_kwargs["options"] = {
-                **compile_kwargs.get("options", {}),
-                "guard_filter_fn": guard_filter,
-            }
-        state = owner.__dict__.get("_regionalize_owner")
+            compile_kwargs["options"] = {**compile_kwargs.get("options", {}), "guard_filter_fn": guard_filter}
         direct = guard_bypass == "depyf"
+        state = owner.__dict__.get("_regionalize_owner") or OwnerState([], compile_kwargs, direct)
+        # A stage, the owner of blocks, is taken by an owner of owners (`outer.py`), where it may be; a
+        # block that holds owners is no region, which would inline them.
         inner = block.__dict__.get("_regionalize_owner")
-        if inner is None and holds_owners(block):  # a region would inline them
+        if not takes(owner, inner, compile_kwargs, direct) if inner is not None else holds_owners(block):
             return refuse(owner, entry)
-        if inner is not None:  # a stage, the owner of blocks: an owner of owners (`outer.py`)
-            if not takes(owner, inner, compile_kwargs, direct):
-                return refuse(owner, entry)
-            state = state or OwnerState([], compile_kwargs, direct)
+        if inner is not None:
             return take(owner, block, state, register_block, compile_kwargs)
-        if state is None:
-            state = owner.__dict__["_regionalize_owner"] = OwnerState([], compile_kwargs, direct)
+        owner.__dict__["_regionalize_owner"] = state
         state.blocks.append(block)
         if process.replaced is None:  # never removed: compiled frames that traced it guard on it
             process.replaced = 0
             torch.nn.modules.module.register_module_module_registration_hook(registered)
         if not hasattr(torch.compiler, "nested_compile_region"):
-            state.plan = per_block_plan("this torch has no nested compile regions", True)
+            state.plan = Plan(Form.PER_BLOCK, "this torch has no nested compile regions", True)
         elif compile_kwargs.get("backend") == "eager":  # no AOTAutograd: a region's backward raises
-            state.plan = per_block_plan("the eager backend cannot differentiate nested regions", True)
+            state.plan = Plan(Form.PER_BLOCK, "the eager backend cannot differentiate nested regions", True)
         if state.plan.form is Form.PER_BLOCK:
             per_block(owner)
             return
-        handing = is_opaque(state) or cache_index  # `handoff`: what may be handed over
-        if handing and not hasattr(type(owner).forward, "_regionalize_owned"):
+        # `handoff`: what may be handed over.
+        if (is_opaque(state) or cache_index) and not hasattr(type(owner).forward, "_regionalize_owned"):
             type(owner).forward = owned(type(owner).forward)
         # Compiled by its first call, once it holds all its parameters.
         if compiled_call(owner) is None:
@@ -110,12 +90,7 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
 
 
 def registered(
-    module,
-    name,
-    submodule,
-    process=process,
-    modules=submodules,
-    compiling=torch.compiler.is_compiling,
+    module, name, submodule, process=process, modules=submodules, compiling=torch.compiler.is_compiling
 ):
     """A global hook on every submodule assignment, counting those that replace one: a block's structure
     may have changed (an adapter put on some layers after the first call), which its owner's compiled
@@ -147,15 +122,13 @@ def owner_compiled(owner, compile_kwargs):
     if frame is None:  # in the globals of the owner's code (`frames.py`)
         frame = frames[shapes] = new_frame(cls, "forward")
     state = owner.__dict__["_regionalize_owner"]
+    kwargs = compile_kwargs
     if state.plan.form is Form.PIECES:  # `pieces_backend`
         options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
-        dynamo = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
+        kwargs = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
         classes = {type(block) for block in state.blocks}
-        dynamo["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
-        compiler = torch.compile(frame, **dynamo, fullgraph=True)
-    else:
-        compiler = torch.compile(frame, **compile_kwargs, fullgraph=True)
-    whole = functools.partial(compiler, owner)
+        kwargs["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
+    whole = functools.partial(torch.compile(frame, **kwargs, fullgraph=True), owner)
     if state.direct:
         whole = Direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.
@@ -208,13 +181,12 @@ def owner_serve(owner, whole, args, kwargs):
     ):
         whole = locked(owner_setup, owner, whole, graphs)
         if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return module_call(owner)(*args, **kwargs)
+            return per_block(owner)(*args, **kwargs)
     per_call = None if graphs else per_call_reason(state, args, kwargs)
     if per_call is not None:
         setattr(state, per_call, True)
     # Looked for until a call hands a cache that holds keys, or one hands no cache (not a decoder's call).
-    looking = not state.growing and per_call is None and not traced()
-    if looking and kv_growing(args, kwargs) is not False:
+    if not state.growing and per_call is None and not traced() and kv_growing(args, kwargs) is not False:
         state.growing = True
     # With autograd the per-block path: in torch 2.13 Inductor's backward of a graph holding repeated
     # regions returns wrong gradients (where a full compile's are exact). Under no_grad the owner runs whole.
@@ -236,20 +208,16 @@ def owner_serve(owner, whole, args, kwargs):
         this_call.tracing = this_call.graphing = False
     if state.plan is not planned:
         fell_back(owner, state)
-    if state.plan.form is Form.PER_BLOCK:
-        if "_regionalize_owner" not in owner.__dict__:  # stages given back, no blocks of its own
-            return module_call(owner)(*args, **kwargs)
+    if state.plan.form is Form.PER_BLOCK:  # stages given back without blocks of its own run as they are
         return per_block(owner)(*args, **kwargs)
-    if not graphs:
-        return out
-    if skips.get("cudagraph_skips", 0) > before and not state.skipped:
+    if graphs and skips.get("cudagraph_skips", 0) > before and not state.skipped:
         state.skipped = True
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
             stacklevel=caller(),
         )
-    return out if state.plan.form is Form.PIECES else kept(out, args, kwargs)
+    return out if not graphs or state.plan.form is Form.PIECES else kept(out, args, kwargs)
 
 
 def owner_setup(owner, whole, graphs):
@@ -267,8 +235,7 @@ def owner_setup(owner, whole, graphs):
         if inductor and parameter is not None and parameter[1].type == "cpu":
             cpu_check()  # while Dynamo traces
         indexed = state.indexed
-        kv = bool(indexed) and all(attribute for _, attribute in indexed)
-        kv = kv and all(region_of(type(b)).name for b, _ in indexed)
+        kv = bool(indexed) and all(attribute and region_of(type(b)).name for b, attribute in indexed)
         if kv and process.kv is None:
             process.kv = kv_holds()
             process.static = static_checked()
@@ -282,8 +249,8 @@ def owner_setup(owner, whole, graphs):
         if state.plan.fallback:
             fell_back(owner, state)
     if state.version != process.replaced:  # a submodule replaced somewhere since the last call
-        renamed = name_structures(state.blocks) and state.version is not None
-        if renamed:  # compiled again, the direct calls of a guard bypass forgotten
+        # Compiled again where a name changed, the direct calls of a guard bypass forgotten.
+        if name_structures(state.blocks) and state.version is not None:
             whole = owner_compiled(owner, state.kwargs)
         state.version = process.replaced  # once compiled: other threads' checks skip the lock
     # torch 2.11 skips the guards on a module's parameters while its dictionaries are unchanged, so a frame
@@ -354,12 +321,9 @@ def run_whole(owner, state, whole, args, kwargs):
             and inductor_pieces()
         ):
             reason = f"its blocks cannot be nested regions ({why})"
-            state.plan, state.first = (
-                Plan(Form.PIECES, reason, fallback=True),
-                [first_parameter(owner)],
-            )
+            state.plan, state.first = Plan(Form.PIECES, reason, fallback=True), [first_parameter(owner)]
             this_call.tracing = "flat"
             whole = owner_compiled(owner, state.kwargs)
         else:
-            state.plan = per_block_plan(why, True)
+            state.plan = Plan(Form.PER_BLOCK, why, fallback=True)
             return None

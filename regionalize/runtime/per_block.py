@@ -7,12 +7,7 @@ import sys
 import torch
 
 from .bypass import Direct
-from .frames import (
-    OrEager,
-    globals_of,
-    importable,
-    new_frame,
-)
+from .frames import OrEager, globals_of, importable, new_frame
 from .internals import compiled_call, module_call, set_compiled_call
 from .kv import kv_empty
 from .regions import block_compiled
@@ -24,9 +19,10 @@ graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA
 
 
 def per_block(owner):
-    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly."""
-    state = owner.__dict__["_regionalize_owner"]
-    if state.compiled < len(state.blocks):  # once per block, not on every training call
+    """The fallback: each block compiled on its own (without CUDA graphs), the owner run eagerly; an owner
+    of owners that gave its stages back and has no blocks of its own runs as a plain module."""
+    state = owner.__dict__.get("_regionalize_owner")
+    if state is not None and state.compiled < len(state.blocks):  # once per block, not every training call
         locked(per_block_compile, owner, state)
     return module_call(owner)
 
@@ -35,8 +31,7 @@ def per_block_compile(owner, state):
     """Compile each of the owner's blocks not compiled yet (under the set-up lock: once, whichever thread's
     call comes first)."""
     if state.compiled < len(state.blocks):
-        graphs = graph_modes
-        kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graphs)}
+        kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graph_modes)}
         model = model_of(owner)
         for block in state.blocks:
             if block in process.block_frames:
@@ -59,8 +54,7 @@ def block_compile(block, kwargs, direct):
     if model_globals is None or importable(model_globals):
         block.compile(**kwargs)
         if direct:
-            compiled = compiled_call(block)
-            set_compiled_call(block, Direct(block, compiled))
+            set_compiled_call(block, Direct(block, compiled_call(block)))
         return
     frame = process.class_frames.get(cls)
     if frame is None:
@@ -114,14 +108,9 @@ def per_call_reason(state, args, kwargs):
     later in pieces, and `generate` traced such an owner in pieces as a full compile; a prompt is one call
     a generation, and per block its first call compiles one block where in pieces Dynamo traced every one
     (the figures: docs/form-torch-versions.md)."""
-    indexed = state.indexed
-    if state.plan.form is not Form.PIECES or not indexed:
+    if state.plan.form is not Form.PIECES or not state.indexed:
         return None
-    if static_handed(args, kwargs):
-        why = "static"
-    elif kv_empty(args, kwargs):
-        why = "prompt"
-    else:
-        return None  # a token's call, most calls: the blocks go unread
-    served = all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in indexed)
+    # None for a token's call, most calls: the blocks go unread.
+    why = "static" if static_handed(args, kwargs) else "prompt" if kv_empty(args, kwargs) else None
+    served = why and all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in state.indexed)
     return why if served else None

@@ -51,8 +51,7 @@ def pieces_backend(classes, state, mode, options):
         compiled = sum(map(len, pieces.values()))
         traced = f", {traced} run as traced" if traced else ""
         state.pieces = f"{a_call} a call, {compiled} compiled in all{traced}"
-        always = mode in graph_modes
-        return Graphs(split, example_inputs, mutated, not ungraphable, always)
+        return Graphs(split, example_inputs, mutated, not ungraphable, mode in graph_modes)
 
     return backend
 
@@ -72,8 +71,7 @@ def split_graph(graph, classes):
             if block is not None:
                 blocks.add(f"submod_{segment}")  # split_module's name for the piece
         parts[node] = segment
-    split_module = inductor_pieces().split_module
-    return split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
+    return inductor_pieces().split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
 
 
 def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
@@ -130,8 +128,7 @@ def pieces_faked(split, example_inputs, tools, fake, compile_piece):
             if torch.Tag.nondeterministic_seeded in func.tags and draws(func, args, kwargs):
                 ungraphable.append(func)
             out = func(*args, **kwargs)
-            made = tree_leaves(out)
-            if any(isinstance(t, torch.Tensor) and not on_graph_device(t) for t in made):
+            if any(isinstance(t, torch.Tensor) and not on_graph_device(t) for t in tree_leaves(out)):
                 ungraphable.append(func)
             return out
 
@@ -208,19 +205,14 @@ def piece_key(piece, args):
         order = list(symbols)
         return str(expr.xreplace({s: tools.size_symbol(order.index(s)) for s in expr.free_symbols}))
 
-    inputs = tuple(
-        (
-            tuple(named(n) for n in x.shape),
-            tuple(named(n) for n in x.stride()),
-            x.dtype,
-            x.device,
-            x.requires_grad,
-            named(x.storage_offset() * x.element_size() % 16),
-        )
-        if isinstance(x, torch.Tensor)
-        else named(x)
-        for x in args
-    )
+    def described(x):
+        if not isinstance(x, torch.Tensor):
+            return named(x)
+        sizes, strides = tuple(map(named, x.shape)), tuple(map(named, x.stride()))
+        offset = named(x.storage_offset() * x.element_size() % 16)
+        return sizes, strides, x.dtype, x.device, x.requires_grad, offset
+
+    inputs = tuple(described(x) for x in args)
     storages = [tools.storage(x.untyped_storage()) for x in args if isinstance(x, torch.Tensor)]
     shared = tuple(storages.index(s) for s in storages)
     return (tuple(nodes), inputs, shared), symbols
@@ -236,11 +228,9 @@ def alike(candidates, symbols, sizes):
         if symbols and theirs_sizes is not sizes:
             continue
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
-        hint = sym_hint
-        if not all(a is not None and b is not None and hint(a) is not None for a, b in pairs):
-            continue
+        known = all(a is not None and b is not None and sym_hint(a) is not None for a, b in pairs)
         # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
-        if all(hint(a) == hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
+        if known and all(sym_hint(a) == sym_hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
             return compiled
     return None
 
@@ -263,13 +253,8 @@ class Graphs:
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-        self.fixed = [
-            i
-            for i in tensors
-            if i in mutated
-            or isinstance(example_inputs[i], torch.nn.Parameter)
-            or static_marked(example_inputs[i])
-        ]
+        kept = [isinstance(x, torch.nn.Parameter) or static_marked(x) for x in example_inputs]
+        self.fixed = [i for i in tensors if i in mutated or kept[i]]
         self.copied = [i for i in tensors if i not in self.fixed]
         self.mutated = sorted(mutated)
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
@@ -296,7 +281,7 @@ class Graphs:
         if graph is None:
             return self.run(*args)
         replay, buffers, outputs, _ = graph
-        for i, buffer in buffers:
+        for i, buffer in buffers.items():
             buffer.copy_(args[i])
         replay()
         counters()["regionalize"]["cuda_graphs_replayed"] += 1
@@ -307,11 +292,8 @@ class Graphs:
     def servable(self, args, written):
         """Can the graph take the inputs it copies in: on the GPU, none the memory of an input the graph
         writes to (its copy would not see the write)."""
-        for i in self.copied:
-            x = args[i]
-            if not on_graph_device(x) or x.untyped_storage().data_ptr() in written:
-                return False
-        return True
+        copied = [args[i] for i in self.copied]
+        return all(on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
 
     def captured(self, key, args):
         """The graph for `key`, captured on its second call, else None: the call runs as it is."""
@@ -328,10 +310,8 @@ class Graphs:
         if len(self.graphs) >= graph_limit:
             # Its memory in the pool the graphs share is free between its replays, as every graph's is.
             del self.graphs[next(iter(self.graphs))]
-        buffers = [(i, torch.empty_like(args[i]).copy_(args[i])) for i in self.copied]
-        inputs = list(args)
-        for i, buffer in buffers:
-            inputs[i] = buffer
+        buffers = {i: torch.empty_like(args[i]).copy_(args[i]) for i in self.copied}
+        inputs = [buffers.get(i, x) for i, x in enumerate(args)]
         try:
             replay, outputs = capture(self.run, inputs, self)
         except Exception:  # an op a CUDA graph cannot hold: this frame runs without one

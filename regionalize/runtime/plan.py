@@ -18,7 +18,7 @@ def plan_for(owner, state, graphs, inductor):
     why = unimportable(globals_of(type(owner).forward), inlined)
     if why is None or not imports_inlined_modules():
         return plan
-    return per_block_plan(why, True)
+    return Plan(Form.PER_BLOCK, why, fallback=True)
 
 
 def form_for(state, graphs, inductor):
@@ -38,10 +38,5 @@ def form_for(state, graphs, inductor):
     if not process.reusing and splits:
         return Plan(Form.PIECES, "this torch does not reuse a traced region")
     if not (process.reusing or graphs) and all(attribute for _, attribute in indexed):
-        why = "this torch does not reuse a traced region (torch 2.12 and later do)"
-        return per_block_plan(why)
+        return Plan(Form.PER_BLOCK, "this torch does not reuse a traced region (torch 2.12 and later do)")
     return Plan(Form.WHOLE)
-
-
-def per_block_plan(reason, fallback=False):
-    return Plan(Form.PER_BLOCK, reason, fallback)

@@ -5,30 +5,12 @@ import inspect
 
 import torch
 
-from .frames import (
-    OrEager,
-    globals_of,
-    in_globals,
-    installed,
-)
+from .frames import OrEager, globals_of, in_globals, installed
 from .internals import compiling, traced, tree_map_only
-from .kv import (
-    LayerKV,
-    encoder_decoder_kv,
-    kv_layer,
-    kv_length,
-    kv_pair,
-    kv_past,
-    kv_store,
-)
+from .kv import LayerKV, kv_layer, kv_length, kv_pair, kv_past, kv_store
 from .nested import contiguous_copy, nested
 from .state import process
-from .static import (
-    set_up_static_layer,
-    static_layer,
-    static_made_names,
-    static_run,
-)
+from .static import set_up_static_layer, static_layer, static_made_names, static_run
 from .threads import this_call
 
 
@@ -42,10 +24,8 @@ def kv_name(forward):
 
 def plain_value(value):
     """Is `value` a tensor, a plain value, or a tuple, list or dict of those (nothing that holds state)?"""
-    if isinstance(value, (tuple, list)):
-        return all(plain_value(v) for v in value)
-    if isinstance(value, dict):
-        return all(plain_value(v) for v in value.values())
+    if isinstance(value, (tuple, list, dict)):
+        return all(map(plain_value, value.values() if isinstance(value, dict) else value))
     return value is None or isinstance(value, (torch.Tensor, int, float, bool, str))
 
 
@@ -57,16 +37,8 @@ def expect(holds, what):
 
 
 def body_template(block, *args, __body=None, **kwargs):
-    """A region's body as a frame of its own (`Region.bodies`)."""
+    """A region's body, or a block's frame compiled on its own, as a frame of its own (`Region.bodies`)."""
     return __body(block, *args, **kwargs)
-
-
-def renamed(body, name):
-    """`body`, a bound method, as a function with code of its own named `name`: Dynamo keeps compiled code,
-    and its recompile limit, per code object, so each block class compiles its own frames."""
-    function = in_globals(body_template, globals(), name)
-    function.__kwdefaults__ = {"__body": body}
-    return function
 
 
 def region_forward(self, *args, __region=None, **kwargs):
@@ -76,11 +48,6 @@ def region_forward(self, *args, __region=None, **kwargs):
     if "_regionalize_structure" not in self.__dict__:
         return __region.plain(self, *args, **kwargs)
     return __region.call(self, args, kwargs)
-
-
-def whole_template(self, *args, __plain=None, **kwargs):
-    """The body of a block's frame compiled on its own, made in the globals of the block's code."""
-    return __plain(self, *args, **kwargs)
 
 
 class Region:
@@ -123,13 +90,18 @@ class Region:
         return (self.region_copied if self.copies else self.region)(block, *args, **kwargs)
 
     def copied(self, block, *args, **kwargs):
-        out = self.plain(block, *args, **kwargs)
-        return tree_map_only(torch.Tensor, contiguous_copy, out)
+        return tree_map_only(torch.Tensor, contiguous_copy, self.plain(block, *args, **kwargs))
 
     def handed(self, args, kwargs):
         """The slot of the cache among `args` (None: in `kwargs`, or not handed), and the cache."""
         slot = None if self.name in kwargs or len(args) <= self.position else self.position
         return slot, kwargs.get(self.name) if slot is None else args[slot]
+
+    def given(self, cache, slot, args, kwargs):
+        """`args` and `kwargs` with `cache` in the place of the cache the call handed (`handed`'s `slot`)."""
+        if slot is None:
+            return args, {**kwargs, self.name: cache}
+        return (*args[:slot], cache, *args[slot + 1 :]), kwargs
 
     def flat(self, block, args, kwargs):
         """The block traced as it is in an owner compiled in pieces. A `DynamicCache` layer that it fills
@@ -147,10 +119,7 @@ class Region:
 
     def run(self, block, cache, slot, args, kwargs):
         """The block's own code, handed `cache` (a stand-in) where the call handed its cache."""
-        if slot is None:
-            kwargs[self.name] = cache
-        else:
-            args = (*args[:slot], cache, *args[slot + 1 :])
+        args, kwargs = self.given(cache, slot, args, kwargs)
         return (self.copied if self.copies else self.plain)(block, *args, **kwargs)
 
     def keyed(self, block, keys, values, slot, *args, **kwargs):
@@ -163,7 +132,7 @@ class Region:
         """An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its
         flag."""
         own, cross = LayerKV(keys, values), LayerKV(None, None)
-        cache = encoder_decoder_kv(own, cross, written)
+        cache = process.encoder_decoder(own, cross, written)  # `encoder_decoder_made`
         out = self.run(block, cache, slot, args, kwargs)
         flags = cache.is_updated.set
         expect(own.updates == 1 and cross.updates == 1, "updated its caches other than as assumed")
@@ -172,14 +141,12 @@ class Region:
 
     def static(self, block, spec, slot, *args, layer_state, **kwargs):
         """A `StaticCache`'s layer, written in place (`static_run`)."""
-        run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
-        return static_run(spec, layer_state, run)[0]
+        return static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))[0]
 
     def static_setup(self, block, spec, slot, *args, layer_state, **kwargs):
         """A `StaticCache`'s layer on its first update: the region sets up a stand-in and returns what that
         left, which sets the layer up outside it."""
-        run = lambda cache: self.run(block, cache, slot, args, kwargs)  # noqa: E731
-        out, layer = static_run(spec, layer_state, run)
+        out, layer = static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))
         return (*(getattr(layer, name) for name in static_made_names), out)
 
     def stood_in(self, block, args, kwargs, regions, uncached, traced):
@@ -232,10 +199,7 @@ class Region:
         """The call through `regions` (`keyed` or `writing` with its layer's keys and values, the cache
         written here; `static_setup` or `static` with its layer's state, written in place)."""
         static, pair, layer, written = found
-        if slot is None:
-            kwargs = {**kwargs, self.name: None}
-        else:
-            args = (*args[:slot], None, *args[slot + 1 :])
+        args, kwargs = self.given(None, slot, args, kwargs)
         keyed, writing, static_setup, static_kept = regions
         past = None if static else kv_past(layer)
         this_call.standing_in = not this_call.tracing
@@ -256,23 +220,25 @@ class Region:
                 return result
             set_up_static_layer(layer, result[:-1])
             return result[-1]
-        init = process.kv
         if pair is not None:
-            kv_store(pair[1], cross_keys, cross_values, 0, init)
+            kv_store(pair[1], cross_keys, cross_values, 0, process.kv)
             cache.is_updated[index] = True
-        kv_store(layer, keys, values, kv_length(past), init)
+        kv_store(layer, keys, values, kv_length(past), process.kv)
         return out
 
     def bodies(self):
-        """The regions' bodies, each with code of its own, and the block's frame compiled on its own in the
-        globals of its code: what `block_compiled` compiles for a block of this class, made
-        once, so that the blocks of the class share their frames."""
+        """The regions' bodies, each with code of its own named for it (Dynamo keeps compiled code, and its
+        recompile limit, per code object, so each block class compiles its own frames), and the block's
+        frame compiled on its own in the globals of its code: what `block_compiled` compiles for a block of
+        this class, made once, so that the blocks of the class share their frames."""
         if self.made is None:
             names = ("keyed", "writing", "static_setup", "static")
-            bodies = tuple(renamed(getattr(self, n), f"{self.label}_{n}") for n in names)
+            bodies = tuple(
+                in_globals(body_template, globals(), f"{self.label}_{n}", __body=getattr(self, n))
+                for n in names
+            )
             model_globals = globals_of(self.plain) or globals()
-            whole = in_globals(whole_template, model_globals, self.label)
-            whole.__kwdefaults__ = {"__plain": self.plain}
+            whole = in_globals(body_template, model_globals, self.label, __body=self.plain)
             self.made = bodies, whole
         return self.made
 
@@ -291,8 +257,6 @@ def block_compiled(block, compile_kwargs):
     region = region_of(type(block))
     bodies, whole = region.bodies()
     full = {**compile_kwargs, "fullgraph": True}
-    compiled = torch.compile(whole, **compile_kwargs)
-    frame = OrEager(compiled, region.plain, whole.__code__, type(block))
-    (keyed, writing, static_setup, static) = (torch.compile(body, **full) for body in bodies)
+    frame = OrEager(torch.compile(whole, **compile_kwargs), region.plain, whole.__code__, type(block))
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
-    process.block_frames[block] = (keyed, writing, static_setup, static), frame, frame
+    process.block_frames[block] = tuple(torch.compile(body, **full) for body in bodies), frame, frame

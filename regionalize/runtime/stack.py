@@ -14,6 +14,5 @@ def fresh_stack(fn):
     call. A frame of 128 KiB of stack slots fits in no such chunk, so CPython opens one of 256 KiB for it:
     one mapping a call, the slots never written. The figures: docs/results/torch-versions/stack-depths.md."""
     if sys.version_info >= (3, 11):
-        code = fn.__code__
-        fn.__code__ = code.replace(co_stacksize=code.co_stacksize + chunk_slots)
+        fn.__code__ = fn.__code__.replace(co_stacksize=fn.__code__.co_stacksize + chunk_slots)
     return fn

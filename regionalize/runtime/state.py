@@ -3,6 +3,7 @@ found; for the process, what its probes found once."""
 
 import enum
 import weakref
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,87 +17,77 @@ class Form(enum.Enum):
     ALONE = "alone"  # its one block compiled on its own: nothing to stamp out
 
 
+@dataclass(slots=True, eq=False)
 class Plan:
     """The form an owner takes and why (None for the default, `WHOLE` where torch reuses regions). A fallback
     is a form taken because the one planned failed, of which a warning tells; the others are this torch's or
-    these blocks' forms. Each step of the owner's retries is a new plan (`owner.py`)."""
+    these blocks' forms. Each step of the owner's retries is a new plan (`owner.py`), told apart by
+    identity."""
 
-    __slots__ = ("fallback", "form", "reason")
-
-    def __init__(self, form, reason=None, fallback=False):
-        self.form, self.reason, self.fallback = form, reason, fallback
+    form: Form
+    reason: str | None = None
+    fallback: bool = False
 
     def __repr__(self):
         return f"{self.form.value}{'' if self.reason is None else f': {self.reason}'}"
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class OwnerState:
     """An owner's plan, set-up and what its calls found, in its `__dict__` as `_regionalize_owner`: read by
     the runtime's parts and by verify's accounting (`bench/accounting.py`), which names the forms from the
-    plan. A plain class with typed slots: a dataclass reads its module from `sys.modules`, where an executed
-    copy (`--vendor`'s inline form) may not be."""
+    plan. Compared by identity, as each owner has its own."""
 
     blocks: list[torch.nn.Module]  # its blocks, in the order they were set up
-    compiled: int  # blocks compiled one by one so far
-    direct: bool  # guard_bypass="depyf": its frame's calls dispatched without guards
-    first: list  # [its first parameter's (dtype, device)] once known, which may be None
-    growing: bool  # a call handed a cache that holds keys
-    indexed: list  # (block, cache attribute) of the blocks traced in its frame until its first call
-    inner: list  # (stage, its state, its entry) of the stages whose blocks it took (`outer.py`)
-    kv: str | None  # why its blocks that update a cache are traced layer by layer in its frame
     kwargs: dict  # torch.compile's
-    pieces: str | None  # in pieces: the pieces a call, and compiled in all
-    plan: Plan  # the form it takes, and why
-    prompt: bool  # calls served per block: a prompt's
-    settled: bool  # set up by its first call
-    skipped: bool  # CUDA graphs skipped, warned once
-    static: bool  # calls served per block: a StaticCache's
-    version: int | None  # `process.replaced` when it was last compiled
+    direct: bool  # guard_bypass="depyf": its frame's calls dispatched without guards
+    compiled: int = 0  # blocks compiled one by one so far
+    # [its first parameter's (dtype, device)] once known, which may be None
+    first: list = field(default_factory=list)
+    growing: bool = False  # a call handed a cache that holds keys
+    # (block, cache attribute) of the blocks traced in its frame until its first call
+    indexed: list = field(default_factory=list)
+    # (stage, its state) of the stages whose blocks it took (`outer.py`)
+    inner: list = field(default_factory=list)
+    kv: str | None = None  # why its blocks that update a cache are traced layer by layer in its frame
+    pieces: str | None = None  # in pieces: the pieces a call, and compiled in all
+    plan: Plan = field(default_factory=lambda: Plan(Form.WHOLE))  # the form it takes, and why
+    prompt: bool = False  # calls served per block: a prompt's
+    settled: bool = False  # set up by its first call
+    skipped: bool = False  # CUDA graphs skipped, warned once
+    static: bool = False  # calls served per block: a StaticCache's
+    version: int | None = None  # `process.replaced` when it was last compiled
 
-    __slots__ = tuple(__annotations__)
 
-    def __init__(self, blocks, kwargs, direct):
-        self.blocks, self.kwargs, self.direct = blocks, kwargs, direct
-        self.indexed, self.first, self.inner = [], [], []
-        self.plan = Plan(Form.WHOLE)
-        self.kv = self.pieces = self.version = None
-        self.static = self.prompt = self.settled = self.growing = self.skipped = False
-        self.compiled = 0
-
-
+@dataclass(slots=True, eq=False, repr=False)
 class Process:
     """What holds for the whole process, found once by the first owner's set-up (under the set-up lock,
     eagerly) and read by every owner and region after, while Dynamo traces them too: one record rather
     than a flag a module."""
 
     # Does torch reuse a traced region for another block (`reuses`)?
-    reusing: bool
+    reusing: bool = True
     # Do transformers' cache layers update as the cache-updating regions assume? False if not, else how a
     # layer is set up on its first update; None until checked (`kv_holds`).
-    kv: object
+    kv: object = None
     # The class of the stand-ins for an `EncoderDecoderCache`, made eagerly as `kv` is checked (Dynamo makes
     # no class while it traces); None where transformers' cache is not as they assume.
-    encoder_decoder: type | None
+    encoder_decoder: type | None = None
     # A StaticCache's stand-ins: (the cache's class, its layer classes by name), False where they do not
     # leave it as transformers' own update does, None until checked (`static_checked`).
-    static: object
+    static: object = None
     # Submodules replaced anywhere, counted once a block is set up (`registered`); None before.
-    replaced: int | None
+    replaced: int | None = None
     # What the runtime compiled, kept for the process, weakly where keyed by a class or module:
-    owner_frames: weakref.WeakKeyDictionary  # an owner class -> its parameter shapes -> its frame's function
-    class_frames: weakref.WeakKeyDictionary  # a block class -> its frame, compiled on its own
-    block_frames: weakref.WeakKeyDictionary  # a block compiled on its own, its cache stood in for -> frames
-    structures: dict  # the classes of a block's modules -> the name its regions take for them
-    frame_names: set  # every name a compiled frame took
-    warned: weakref.WeakSet  # the block classes whose frames ran eagerly, warned once
-
-    __slots__ = tuple(__annotations__)
-
-    def __init__(self):
-        self.reusing, self.kv, self.encoder_decoder, self.static, self.replaced = True, None, None, None, None
-        self.owner_frames, self.class_frames = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
-        self.block_frames, self.warned = weakref.WeakKeyDictionary(), weakref.WeakSet()
-        self.structures, self.frame_names = {}, set()
+    # An owner class -> its parameter shapes -> its frame's function.
+    owner_frames: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    # A block class -> its frame, compiled on its own.
+    class_frames: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    # A block compiled on its own, its cache stood in for -> its frames.
+    block_frames: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    structures: dict = field(default_factory=dict)  # a block's modules' classes -> its regions' name for them
+    frame_names: set = field(default_factory=set)  # every name a compiled frame took
+    warned: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # block classes run eagerly, warned once
 
 
 process = Process()

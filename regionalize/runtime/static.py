@@ -27,20 +27,17 @@ def static_made(utils):
             self.updates += 1
             return self.static_layer.update(key_states, value_states, *args, **kwargs)
 
-    def layer_class(base):
-        class StaticLayer(base):
-            def __init__(self, spec, values):
-                for item, value in zip(spec.split(","), values, strict=True):
-                    name, _, kind = item.partition(":")
-                    if kind == "device":
-                        value = torch.device(value)
-                    elif kind == "dtype":
-                        value = getattr(torch, value)
-                    setattr(self, name, value)
+    class StaticLayer(utils.StaticLayer):
+        def __init__(self, spec, values):
+            for item, value in zip(spec.split(","), values, strict=True):
+                name, _, kind = item.partition(":")
+                if kind == "device":
+                    value = torch.device(value)
+                elif kind == "dtype":
+                    value = getattr(torch, value)
+                setattr(self, name, value)
 
-        return StaticLayer
-
-    return StaticKV, {base.__qualname__: layer_class(base) for base in (utils.StaticLayer,)}
+    return StaticKV, {utils.StaticLayer.__qualname__: StaticLayer}
 
 
 def static_state(layer, names):
@@ -68,10 +65,10 @@ def static_state(layer, names):
 
 def static_cache(cache):
     """Is `cache` a transformers `StaticCache`, not offloading, in a process whose stand-ins are checked?"""
-    utils = sys.modules.get("transformers.cache_utils")
-    if utils is None or type(cache) is not getattr(utils, "StaticCache", None):
-        return False
-    return not cache.offloading and bool(process.static)
+    utils = sys.modules.get("transformers.cache_utils")  # None without transformers: no StaticCache
+    return (
+        type(cache) is getattr(utils, "StaticCache", None) and not cache.offloading and bool(process.static)
+    )
 
 
 def static_class(layer):
@@ -116,14 +113,10 @@ def static_graphable(cache):
     where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
     if not static_cache(cache):
         return False
-    for layer in cache.layers:
-        if static_class(layer) is None or not layer.is_initialized:
-            return False
-        for name in static_made_names:
-            tensor = getattr(layer, name)
-            if not (on_graph_device(tensor) and static_marked(tensor)):
-                return False
-    return True
+    if any(static_class(layer) is None or not layer.is_initialized for layer in cache.layers):
+        return False
+    tensors = (getattr(layer, name) for layer in cache.layers for name in static_made_names)
+    return all(on_graph_device(tensor) and static_marked(tensor) for tensor in tensors)
 
 
 def set_up_static_layer(layer, made):
@@ -152,8 +145,7 @@ def static_checked():
     (setting a layer up, then writing it in place)."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
-        made = static_made(utils)
-        process.static = made
+        process.static = made = static_made(utils)
         for made_class in made[1].values():
             base = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
@@ -170,9 +162,7 @@ def static_checked():
                     set_up_static_layer(mine, [getattr(stand_in, n) for n in static_made_names])
                 elif any(getattr(stand_in, n) is not getattr(mine, n) for n in static_made_names):
                     return False
-                if not kv_alike(expected, returned):
-                    return False
-                if not kv_alike(vars(real), vars(mine)):
+                if not (kv_alike(expected, returned) and kv_alike(vars(real), vars(mine))):
                     return False
     except Exception:  # no transformers, or another one
         return False

@@ -3,7 +3,10 @@ torch's issue (or where it was found, when none is filed), the probe that tells 
 needs it, and when it can go. `docs/torch-workarounds.md` is rendered from this table, and
 tests/test_workarounds.py checks, on each CI torch, which are needed there: a torch that fixes one fails that
 test, which says the workaround can go. A probe of None marks one applied on every torch, whose check would
-cost a compile the runtime does not pay; the test probes those it can."""
+cost a compile the runtime does not pay; the test probes those it can.
+
+It lives beside the runtime, not in it: the runtime never reads it, and `--vendor` copies the runtime
+package into users' trees, where a table for the docs has no use."""
 
 import dataclasses
 import inspect
@@ -12,11 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from .internals import (
-    cpu_check_available,
-    imports_inlined_modules,
-    reuses,
-)
+from regionalize.runtime.internals import cpu_check_available, imports_inlined_modules, reuses
 
 
 @dataclasses.dataclass(frozen=True)
