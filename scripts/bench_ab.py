@@ -3,7 +3,8 @@ stochastic-depth and the decode benchmarks' models under `regionalize.compile_re
 process with an empty Inductor cache, the two runtimes' processes taking turns.
 
     python scripts/bench_ab.py --base /path/to/other/checkout [--rounds 3] [--cases gpt-32 vit-24 ...]
-        [--python .venvs/torch-2.11.0/bin/python ...] [--json docs/results/runtime-ab.json]
+        [--python PYTHON ...] [--also .venvs/torch-2.11.0/bin/python=gpt-32,beit-24 ...]
+        [--json docs/results/runtime-ab.json]
 
 `--base` is a checkout of the runtime compared against (a git worktree of an older commit); this
 checkout is the other. Each process imports regionalize from its checkout (`PYTHONPATH`), builds the case's
@@ -138,6 +139,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters (one a torch)")
+    parser.add_argument(
+        "--also", nargs="+", default=[], metavar="PYTHON=CASE,CASE", help="more interpreters, some cases each"
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "runtime-ab.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
@@ -148,15 +152,17 @@ def main() -> None:
         parser.error("--base is required")
     sides = {"base": options.base.resolve(), "this": ROOT}
     rows = []
+    plan = [(python, case) for python in options.python for case in options.cases]
+    for also in options.also:
+        python, _, cases = also.partition("=")
+        plan += [(python, case) for case in cases.split(",")]
     for round_ in range(options.rounds):
-        for python in options.python:
-            for case in options.cases:
-                order = ("base", "this") if round_ % 2 == 0 else ("this", "base")
-                for side in order:
-                    got = run(python, sides[side], case)
-                    row = {"round": round_, "python": python, "case": case, "side": side, **got}
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
+        for python, case in plan:
+            for side in ("base", "this") if round_ % 2 == 0 else ("this", "base"):
+                row = {"round": round_, "python": python, "case": case, "side": side}
+                row.update(run(python, sides[side], case))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     write(options, sides, rows)
 
 
