@@ -141,6 +141,27 @@ WORKAROUNDS = (
         cpu_check_available,
         "when Inductor checks the CPU once, ahead of compiling, without changing shared flags",
     ),
+    Workaround(
+        "a saved owner's load",
+        "A saved owner is loaded inside a tracing context (`internals.py`): torch 2.13 rebuilds the guard of "
+        "a module the trace imported (the runtime's, reached from the model's globals) as it reads the file, "
+        "and that asks for a trace under way.",
+        "2.13 (2.14 and 2.15 load without it); applied on every torch",
+        "not filed: found saving the runtime's owner frame (docs/design-saved-owners.md)",
+        None,
+        "when torch 2.13 leaves the supported range",
+    ),
+    Workaround(
+        "a saved owner's globals",
+        "A saved owner keeps its guards on globals and records the values they read beside its file, which "
+        "its load compares with the globals then (`saved.py`): `aot_compile` drops guards on globals by "
+        "default, and its load builds those kept from the globals at the load (a helper module's on 2.13), "
+        "so a flag set at start-up went unchecked and the loaded frame computed with the saved value.",
+        "2.13 to 2.15; applied on every torch",
+        "not filed: found by tests/test_saved_owners.py",
+        None,
+        "when a loaded frame's guards compare globals with the values it was compiled for",
+    ),
 )
 
 

@@ -1,6 +1,6 @@
 """One runtime against another, interleaved in one sitting: first call and per call of the forward, the
-stochastic-depth and the decode benchmarks' models under `regionalize.compile_regions`, each in a fresh
-process with an empty Inductor cache, the two runtimes' processes taking turns.
+stochastic-depth, the decode and the libraries benchmarks' models under `regionalize.compile_regions`, each
+in a fresh process with an empty Inductor cache, the two runtimes' processes taking turns.
 
     python scripts/bench_ab.py --base /path/to/other/checkout [--rounds 3] [--cases gpt-32 vit-24 ...]
         [--python PYTHON ...] [--also .venvs/torch-2.11.0/bin/python=gpt-32,beit-24 ...]
@@ -29,7 +29,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FORWARD = ROOT / "docs" / "results" / "forward"
-CASES = ("gpt-32", "vit-24", "llama-32", "beit-24", "llama-12-dynamic", "llama-12-static")
+# The libraries benchmark's models (scripts/bench_libraries.py), built as it builds them.
+LIBRARIES = ("unet", "flux", "convnext")
+CASES = ("gpt-32", "vit-24", "llama-32", "beit-24", "llama-12-dynamic", "llama-12-static", *LIBRARIES)
 TOKENS = 16
 
 
@@ -40,6 +42,11 @@ def _build(case: str) -> tuple[Any, tuple, dict]:
     import torch
 
     torch.manual_seed(0)
+    if case in LIBRARIES:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from bench_libraries import build
+
+        return build(case)
     sys.path.insert(0, str(FORWARD))
     if case == "gpt-32":
         spec = importlib.util.spec_from_file_location("gpt", FORWARD / "gpt.py")
@@ -156,6 +163,8 @@ def main() -> None:
     for also in options.also:
         python, _, cases = also.partition("=")
         plan += [(python, case) for case in cases.split(",")]
+    # Each side's processes run in its checkout: an interpreter named by a relative path, from here.
+    plan = [(os.path.abspath(python) if os.sep in python else python, case) for python, case in plan]
     for round_ in range(options.rounds):
         for python, case in plan:
             for side in ("base", "this") if round_ % 2 == 0 else ("this", "base"):

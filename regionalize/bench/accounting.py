@@ -152,6 +152,26 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
     }
 
 
+def saved_owners(model: torch.nn.Module) -> dict[str, str]:
+    """Each owner asked to save (`runtime/saved.py`): whether its compiled frame was "loaded", "saved", or
+    why not; none where saving was not asked for."""
+    return {
+        type(module).__name__: getattr(state, "saved", None) or "not saved: not called whole"
+        for module in model.modules()
+        if (state := module.__dict__.get("_regionalize_owner")) is not None and getattr(state, "save", False)
+    }
+
+
+def saved_bytes() -> int | None:
+    """The size of the saved owners' files under torch's cache directory; None where there are none."""
+    from regionalize.runtime.internals import saving
+    from regionalize.runtime.saved import folder
+
+    if saving() is None or not os.path.isdir(folder()):
+        return None
+    return sum(entry.stat().st_size for entry in os.scandir(folder()) if entry.is_file()) or None
+
+
 def _served(state: OwnerState) -> str:
     plan = getattr(state, "plan", None)
     if plan is None:  # a vendored copy of runtime 28 or older, before owners had a plan

@@ -219,7 +219,8 @@ def cold_starts(
 
     - cold: empty compile caches, nothing compiled before in the process;
     - warm: empty caches, after one unrelated compile (torch's own start-up paid);
-    - hot: the caches the cold process left on disk, as a restarted service finds them;
+    - hot: the caches the cold process left on disk, as a restarted service finds them (its saved owners
+      among them, where REGIONALIZE_SAVED_OWNERS=1 asks for them: `saved_<kind>` says what each found);
     - artifact: empty caches, with the portable artifacts the cold process saved
       (`torch.compiler.save_cache_artifacts`) loaded first, as a service shipping them in its image.
     `artifact_bytes` holds their sizes. For a generation these time its first token; `generate` (warm
@@ -249,6 +250,10 @@ def cold_starts(
                     runs[variant][kind].append(result["first_call_s"])
                     if result.get("artifact_bytes") is not None:
                         runs[variant]["artifact_bytes"].append(result["artifact_bytes"])
+                    if result.get("saved_owners"):  # what each start found of the saved owners
+                        runs[variant].setdefault(f"saved_{kind}", []).append(result["saved_owners"])
+                        if kind == "cold" and result.get("saved_bytes"):  # the files it wrote
+                            runs[variant].setdefault("saved_bytes", []).append(result["saved_bytes"])
             if job.generate is not None:
                 count = f"{number + 1} of {repeats}"
                 _first_generates(job, variant, runs[variant], timeout_s, "hot" in kinds, progress, count)

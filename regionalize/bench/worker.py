@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from regionalize.bench.accounting import saved_bytes, saved_owners
 from regionalize.bench.loading import import_paths, resolve_target
 from regionalize.bench.session import BY_NAME, Subject
 from regionalize.bench.timing import RESULT_MARKER, WorkerJob, first_call_s, options_from_json, warm_up
@@ -56,6 +57,9 @@ def main() -> None:
         Path(job.save_artifacts).write_bytes(payload)
         size = len(payload)
     result = {"first_call_s": seconds, "warmup_s": warmup_s, "artifact_bytes": size}
+    owners = saved_owners(built.model)  # asked for (REGIONALIZE_SAVED_OWNERS=1): loaded, saved, or why not
+    if owners:
+        result.update(saved_owners=owners, saved_bytes=saved_bytes())
     print(RESULT_MARKER + json.dumps(result), flush=True)
 
 

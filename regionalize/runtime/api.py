@@ -41,6 +41,7 @@ def compile_region(
     nested: bool = True,
     cache_index: str | None = None,
     guard_bypass: str | None = None,
+    saved: bool | None = None,
     **compile_kwargs: Any,
 ) -> None:
     """Compile each of `blocks` as a nested region of `owner`, which is compiled whole at its first call:
@@ -56,14 +57,24 @@ def compile_region(
     `"depyf"` (docs/form-guard-bypass.md). `compile_kwargs` are `torch.compile`'s (`mode`,
     `dynamic`, `backend`, `fullgraph`, `options`). Where the owner cannot be compiled whole, its blocks
     are compiled one by one at run time, with one warning.
+
+    `saved=True` saves the owner's compiled frame under torch's cache directory, and a later process's first
+    call loads it instead of tracing (docs/saved-owners.md); `None` takes `REGIONALIZE_SAVED_OWNERS`
+    (off by default).
     """
     for block in blocks:
         register_block(
-            block, owner, nested=nested, cache_index=cache_index, guard_bypass=guard_bypass, **compile_kwargs
+            block,
+            owner,
+            nested=nested,
+            cache_index=cache_index,
+            guard_bypass=guard_bypass,
+            saved=saved,
+            **compile_kwargs,
         )
 
 
-def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
+def compile_regions(model: nn.Module, saved: bool | None = None, **compile_kwargs: Any) -> nn.Module:
     """Compile the repeated blocks of a built `model` regionally, in place, as a rewrite of its source would,
     and return it: each module holding a `ModuleList`, `Sequential` or `ModuleDict` of blocks of one class
     is compiled whole, each block a nested region (`compile_region`). Only the innermost level of repeated
@@ -76,7 +87,7 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
     compile, as the codemod's RGZ111 says. Blocks whose
     forward takes a transformers cache and that hold one `layer_idx` each have their cache layer stood in
     for; other such blocks are compiled inside their owner without regions. `compile_kwargs` are
-    `torch.compile`'s.
+    `torch.compile`'s; `saved` is `compile_region`'s.
 
     For a model whose source you can change, `regionalize --apply` writes the same calls, where a reviewer
     sees them, and also moves per-block integers out of the compiled regions (RGZ003, RGZ004).
@@ -88,13 +99,13 @@ def compile_regions(model: nn.Module, **compile_kwargs: Any) -> nn.Module:
         options: dict[str, Any] = {"cache_index": _LAYER_INDEX} if indexed else {}
         if kv_param is not None and not indexed:
             options["nested"] = False
-        compile_region(*blocks, owner=owner, **options, **compile_kwargs)
+        compile_region(*blocks, owner=owner, saved=saved, **options, **compile_kwargs)
     # Stages that own blocks, held by one module: it takes their blocks, one frame a call (runtime/outer.py).
     for owner, containers in reversed(_holders(model)):  # the innermost first: a stage of stages is one
         for container in containers:
             for stages in _groups(container):
                 if all("_regionalize_owner" in stage.__dict__ for stage in stages):
-                    compile_region(*stages, owner=owner, **compile_kwargs)
+                    compile_region(*stages, owner=owner, saved=saved, **compile_kwargs)
     return model
 
 

@@ -396,3 +396,79 @@ def op_arguments(func, args, kwargs):
         if a.name not in given and a.has_default_value():
             given[a.name] = a.default_value
     return given
+
+
+@probe("saved owners", "owners are compiled at each start, as without saving")
+def saving():
+    """Probe: what saving an owner's compiled frame needs of torch (`saved.py`): `aot_compile` on by
+    default (2.13 and later; 2.11 keeps it behind `enable_aot_compile`, and compiles owners in pieces, which
+    cannot be saved), the load, the hash of a traced code's lines, and the cache directory. Fallback None:
+    nothing saved."""
+    from torch._dynamo.package import _hash_sourcelines
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    if not getattr(torch._dynamo.config, "enable_aot_compile", True):
+        return None
+    return types.SimpleNamespace(
+        load=torch.compiler.load_compiled_function, hash_lines=_hash_sourcelines, cache_dir=cache_dir
+    )
+
+
+def aot_compiled(frame, compile_kwargs, args, kwargs):
+    """`frame` compiled ahead of a call with `args` and `kwargs` (`fullgraph=True`), with nothing run: an
+    `AOTCompiledFunction`, which saves to a file, and what its guards read of globals (`global_reads`)."""
+    unsaved = torch._dynamo.guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    reads = []
+    keep = functools.partial(savable, unsaved, reads)
+    options = {**compile_kwargs.get("options", {}), "guard_filter_fn": keep}
+    compiled = torch.compile(frame, **{**compile_kwargs, "options": options}, fullgraph=True)
+    return compiled.aot_compile((args, kwargs)), reads
+
+
+def savable(unsaved, reads, guards):
+    """Which of `guards` (torch's `GuardFilterEntry`s) a saved frame keeps: every kind torch can save, but
+    those on the globals Dynamo makes itself (`__builtins_dict___0`), which a new process lacks. What the
+    global ones read goes into `reads` (`global_reads`)."""
+    reads.extend(global_reads(guard) for guard in guards if guard.is_global and guard.has_value)
+    return [g.guard_type not in unsaved and not g.name.startswith("G['__builtins_dict") for g in guards]
+
+
+def global_reads(guard):
+    """What a guard on a global checks, as (how, the global's source, the value): the value of a constant
+    ("=="), the length of a sequence ("len"), or None where it checks no value a later process could
+    change in place. torch's load builds these guards again from the globals as they are then (2.13: those
+    of another module; 2.15: all), so a value the frame was compiled for would go unchecked."""
+    kind, value = guard.guard_type, guard.value
+    if kind in ("CONSTANT_MATCH", "EQUALS_MATCH"):
+        return ("==", guard.name, value)
+    if kind in ("SEQUENCE_LENGTH", "LENGTH_CHECK"):
+        return ("len", guard.name, len(value))
+    return None
+
+
+def aot_loaded(file, f_globals):
+    """The compiled function saved in `file`, its code run in `f_globals`. Inside a tracing context: torch
+    2.13 rebuilds a guard of an imported module's (`ImportSource`, the runtime's own functions reached from
+    the model's globals) as it unpickles, which asks for one (2.14 builds none; harmless there)."""
+    with torch._guards.tracing(torch._guards.TracingContext(None)):
+        return saving().load(file, f_globals=f_globals)
+
+
+def changed_source(loaded, modules):
+    """The first code `loaded` traced whose lines differ now, as "module:line", or None: a block's `forward`
+    edited since the save, which its guards do not see. A module missing from `modules` (not imported by
+    name in this process) counts as changed."""
+    for source in loaded.source_info().inlined_sources:
+        module = modules.get(source.module)
+        if module is None or saving().hash_lines(module, source.firstlineno, source.lastlineno) != (
+            source.checksum
+        ):
+            return f"{source.module}:{source.firstlineno}"
+    return None
+
+
+def config_hash():
+    """A hash of Inductor's configuration as it stands (a patched option compiles other code)."""
+    import hashlib
+
+    return hashlib.sha256(repr(sorted(torch._inductor.config.get_config_copy().items())).encode()).hexdigest()

@@ -30,13 +30,16 @@ from .per_block import graph_modes, per_block, per_call_reason
 from .pieces import pieces_backend
 from .plan import plan_for
 from .regions import Region, region_of
+from .saved import Saved, wanted, why_not
 from .stack import fresh_stack
 from .state import Form, OwnerState, Plan, process
 from .static import static_checked
 from .threads import locked, setup_lock, this_call, torch_warnings
 
 
-def register_block(block, owner, nested=True, cache_index=None, guard_bypass=None, **compile_kwargs):
+def register_block(
+    block, owner, nested=True, cache_index=None, guard_bypass=None, saved=None, **compile_kwargs
+):
     """regionalize: compile `block` as a nested region of `owner`, which is compiled whole: the block traced
     once and stamped out, a call one compiled frame. Where torch reuses no traced region (2.11) the owner's
     graph is compiled in pieces, each distinct block once (`pieces_backend`); per block
@@ -47,13 +50,16 @@ def register_block(block, owner, nested=True, cache_index=None, guard_bypass=Non
     regions, as a full compile would be. An owner of one block compiles it on its own, nothing to stamp
     out, unless it updates a cache or runs in CUDA graphs. A CUDA-graph mode serves the calls it can in one
     CUDA graph (no grad, no hooks, CUDA tensors), the others per block. `guard_bypass` ("filter" or
-    "depyf") applies to the owner's frame. The forms' figures: docs/compile-forms.md."""
+    "depyf") applies to the owner's frame. `saved` saves the owner's compiled frame for a later process
+    (`saved.py`). The forms' figures: docs/compile-forms.md."""
     # Models built in two threads at once: a class's `forward` made a region once, the hook set once.
     with setup_lock:
         if guard_bypass == "filter":
             compile_kwargs["options"] = {**compile_kwargs.get("options", {}), "guard_filter_fn": guard_filter}
         direct = guard_bypass == "depyf"
-        state = owner.__dict__.get("_regionalize_owner") or OwnerState([], compile_kwargs, direct)
+        state = owner.__dict__.get("_regionalize_owner") or OwnerState(
+            [], compile_kwargs, direct, wanted(saved)
+        )
         # A stage, the owner of blocks, is taken by an owner of owners (`outer.py`), where it may be; a
         # block that holds owners is no region, which would inline them.
         inner = block.__dict__.get("_regionalize_owner")
@@ -128,7 +134,12 @@ def owner_compiled(owner, compile_kwargs):
         kwargs = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
         classes = {type(block) for block in state.blocks}
         kwargs["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
-    whole = functools.partial(torch.compile(frame, **kwargs, fullgraph=True), owner)
+    whole = torch.compile(frame, **kwargs, fullgraph=True)
+    if state.save:  # asked for: saved where it can be
+        why = why_not(owner, state)
+        state.saved = why and f"not saved: {why}"
+        whole = whole if why else Saved(whole, frame, state)
+    whole = functools.partial(whole, owner)
     if state.direct:
         whole = Direct(owner, whole, frame)
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's would.

@@ -41,6 +41,7 @@ class OwnerState:
     blocks: list[torch.nn.Module]  # its blocks, in the order they were set up
     kwargs: dict  # torch.compile's
     direct: bool  # guard_bypass="depyf": its frame's calls dispatched without guards
+    save: bool = False  # its compiled frame saved for a later process (`saved.py`)
     compiled: int = 0  # blocks compiled one by one so far
     # [its first parameter's (dtype, device)] once known, which may be None
     first: list = field(default_factory=list)
@@ -53,6 +54,7 @@ class OwnerState:
     pieces: str | None = None  # in pieces: the pieces a call, and compiled in all
     plan: Plan = field(default_factory=lambda: Plan(Form.WHOLE))  # the form it takes, and why
     prompt: bool = False  # calls served per block: a prompt's
+    saved: str | None = None  # with `save`: "loaded", "saved", or why not (`saved.py`); None until known
     settled: bool = False  # set up by its first call
     skipped: bool = False  # CUDA graphs skipped, warned once
     static: bool = False  # calls served per block: a StaticCache's

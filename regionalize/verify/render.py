@@ -124,6 +124,13 @@ def _compile(result: dict[str, Any]) -> list[str]:
     if any(sizes.values()):
         cells = "".join(f"{_kib(sizes.get(n)):>{width}}" for n in names)
         lines.append(f"  {'artifact size':<{_LABEL - 2}}{cells}")
+    sizes = result.get("saved_owner_bytes") or {}
+    if any(sizes.values()):
+        cells = "".join(f"{_kib(sizes.get(n)):>{width}}" for n in names)
+        lines.append(f"  {'saved owners size':<{_LABEL - 2}}{cells}")
+    for name, owners in (result.get("saved_owners_hot") or {}).items():
+        found = ", ".join(f"{owner} {how}" for owner, how in owners.items())
+        lines.append(f"  {name} hot start, saved owners: {found}")
     lines.append(f"  (median of {runs} fresh processes each)" if runs else "  (fresh-process timing skipped)")
     accounting = result["accounting"]
     for label, render in (

@@ -304,6 +304,11 @@ def _compile_times(
         ("artifact_bytes", "artifact_bytes"),
     ):
         result[key].update({name: _median(r.get(kind, [])) for name, r in runs.items()})
+    # Where REGIONALIZE_SAVED_OWNERS=1 asked for them: what each owner's hot start found, and their files.
+    found = {name: r["saved_hot"][-1] for name, r in runs.items() if r.get("saved_hot")}
+    if found:
+        result["saved_owners_hot"] = found
+        result["saved_owner_bytes"] = {name: _median(r.get("saved_bytes", [])) for name, r in runs.items()}
     result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
     result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
     if subject.generate is not None:  # the worker's first call was the first token

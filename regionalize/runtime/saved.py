@@ -1,0 +1,267 @@
+"""Saved owners: an owner's compiled frame, written under torch's cache directory by its first compile and
+loaded by a later process's first call, which then runs it with no trace (docs/saved-owners.md).
+
+Asked for per model (`compile_regions(model, saved=True)`, `compile_region(..., saved=True)`) or for the
+process (`REGIONALIZE_SAVED_OWNERS=1`); off by default. What the compiled code depends on and its guards do
+not check across processes is in the file's name (`key`); what it traced is checked on load, line for line
+(`changed_source`), and its guards before every call. Anything that fails to load, save or check is
+compiled as without saving, with one warning where a file was there and could not be used."""
+
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+import uuid
+import warnings
+
+import torch
+
+from .frames import caller
+from .internals import aot_compiled, aot_loaded, changed_source, config_hash, saving, traced, tree_leaves
+from .per_block import graph_modes
+from .state import Form
+from .threads import locked
+
+FORMAT = 1  # of the key and the files: a change here names every file afresh
+SWITCH = "REGIONALIZE_SAVED_OWNERS"
+
+
+def wanted(asked):
+    """Is an owner saved? `asked` (the `saved` keyword) where given, else the environment's switch."""
+    if asked is not None:
+        return bool(asked)
+    return os.environ.get(SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def why_not(owner, state):
+    """Why `owner` is not saved, or None where it is: only a whole owner with Inductor, and code whose
+    modules this process imported by name (their text keys the file)."""
+    if saving() is None:
+        return "this torch cannot save a compiled frame"
+    if state.plan.form is not Form.WHOLE:
+        return f"it is compiled {state.plan.form.value}"
+    if (
+        state.kwargs.get("mode") in graph_modes
+        or state.direct
+        or "guard_filter_fn" in state.kwargs.get("options", {})
+    ):
+        return "CUDA graphs and guard bypass are not saved"
+    if state.indexed:
+        return "its blocks' cache stand-ins are not saved yet"
+    if state.kwargs.get("backend", "inductor") != "inductor":
+        return "only Inductor's code is saved"
+    if torch._inductor.config.force_disable_caches:
+        return "Inductor's caches are off"
+    classes = {type(owner), *(type(block) for block in state.blocks)}
+    if any(not _module_file(cls) for cls in classes):
+        return "its code is not in a module imported by name"
+    return None
+
+
+def _module_file(cls):
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    return path if path and os.path.isfile(path) else None
+
+
+def key(owner, state, args, kwargs):
+    """The file's name: what the compiled code depends on that its guards do not check in another process.
+    torch's build, Python, the form and compile options, Inductor's configuration, the owner's and blocks'
+    classes with their modules' text, the owner's parameters and the call's inputs (as Dynamo would
+    specialize on them: shapes, dtypes, devices, scalars)."""
+    digest = hashlib.sha256()
+
+    def add(*parts):
+        digest.update(repr(parts).encode())
+
+    add(FORMAT, torch.__version__, torch.version.git_version, torch.version.cuda, platform.python_version())
+    add(state.plan.form.value, sorted((k, _named(v)) for k, v in state.kwargs.items()), config_hash())
+    for cls in sorted(
+        {type(owner), *(type(b) for b in state.blocks)}, key=lambda c: (c.__module__, c.__qualname__)
+    ):
+        with open(_module_file(cls), "rb") as file:
+            add(cls.__module__, cls.__qualname__, hashlib.sha256(file.read()).hexdigest())
+    add(
+        [
+            (name, tuple(p.shape), p.dtype, str(p.device), p.requires_grad)
+            for name, p in owner.named_parameters()
+        ]
+    )
+    add(sorted(kwargs), [_input(leaf) for leaf in tree_leaves((args, kwargs))], torch.is_grad_enabled())
+    return digest.hexdigest()[:40]
+
+
+def _named(value):
+    """An option as the key holds it: a callable by its qualified name (its `repr` names an address)."""
+    if isinstance(value, dict):
+        return sorted((k, _named(v)) for k, v in value.items())
+    if callable(value):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', type(value).__name__)}"
+    return repr(value)
+
+
+def _input(leaf):
+    if isinstance(leaf, torch.Tensor):
+        return ("tensor", tuple(leaf.shape), leaf.dtype, str(leaf.device), leaf.requires_grad)
+    if leaf is None or isinstance(leaf, (bool, int, float, str)):
+        return leaf
+    return type(leaf).__qualname__
+
+
+def _publish(temp, path):
+    os.chmod(temp, os.stat(os.path.dirname(path)).st_mode & 0o666)  # the folder's, which the umask made
+    os.replace(temp, path)
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _plain(value):
+    """`value` as JSON keeps it (a tuple as a list), else by its `repr` where that names no object's
+    address (`torch.uint8`, an enum's member); None where neither holds it."""
+    if isinstance(value, _PLAIN):
+        return [value]  # boxed: None is a value too
+    if isinstance(value, (tuple, list)) and all(isinstance(item, _PLAIN) for item in value):
+        return [list(value)]
+    text = repr(value)
+    return None if " at 0x" in text or "object at" in text else {"repr": text}
+
+
+def changed_global(reads, f_globals):
+    """The first global of `reads` (what a saved frame's guards read, `global_reads`) whose value differs
+    now, or None. The guards torch rebuilds on load read such globals afresh, so they would not see it."""
+    for how, source, saved in reads:
+        try:
+            value = _global(source, f_globals)
+            now = _plain(len(value) if how == "len" else value)
+        except (LookupError, AttributeError, TypeError, ValueError):
+            now = None
+        if now != saved:  # named as the model's code names it: `SCALE`, `helper.FACTOR`
+            name = re.sub(r"G\['(__import_)?([^']+)'\]", lambda m: m.group(2).replace("_dot_", "."), source)
+            return f"the global {name}"
+    return None
+
+
+_STEP = re.compile(r"\.(\w+)|\[(-?\d+)\]|\['([^']*)'\]")
+
+
+def _global(source, f_globals):
+    """The value of a guard's global `source` (`G['SCALE']`, `G['__import_helper'].FACTOR[0]`): a name of
+    the frame's globals, or a module Dynamo imported, and the attributes and items after it."""
+    head = re.match(r"G\['([^']+)'\]", source)
+    if head is None:
+        raise LookupError(source)
+    name = head.group(1)
+    if name.startswith("__import_"):
+        value = sys.modules[name.removeprefix("__import_").replace("_dot_", ".")]
+    else:
+        value = f_globals[name]
+    position = head.end()
+    while position < len(source):
+        step = _STEP.match(source, position)
+        if step is None:
+            raise LookupError(source)
+        attribute, index, key = step.groups()
+        value = getattr(value, attribute) if attribute else value[int(index)] if index else value[key]
+        position = step.end()
+    return value
+
+
+class Saved:
+    """An owner's compiled frame that saves (`Form.WHOLE`). Its first call loads the owner's file where it
+    is there, its traced code unchanged and its guards hold the call; else compiles the frame ahead of the
+    call and saves it. A call whose guards fail, a call Dynamo traces (a compile around the model), and
+    every call once compiling ahead failed, runs `jit`, the frame as `torch.compile` compiles it at its
+    call."""
+
+    __slots__ = ("aot", "frame", "jit", "state")
+
+    def __init__(self, jit, frame, state):
+        self.jit, self.frame, self.state, self.aot = jit, frame, state, None
+
+    def __call__(self, owner, *args, **kwargs):
+        aot = self.aot
+        if aot is None and not traced():
+            aot = self.aot = locked(self.first, owner, args, kwargs)
+        if aot and not traced() and aot.guard_check(owner, *args, **kwargs):
+            return aot.fn(owner, *args, **kwargs)
+        return self.jit(owner, *args, **kwargs)
+
+    def first(self, owner, args, kwargs):
+        """The frame loaded, or compiled ahead of this call and saved; False where that fails (the frame
+        compiled at its call then meets the failure, if it is the frame's, for the owner's retries)."""
+        if self.aot is not None:  # another thread's first call, while this one's waited
+            return self.aot
+        path = os.path.join(folder(), key(owner, self.state, args, kwargs) + ".pt2")
+        if os.path.exists(path):
+            loaded = self.load(path, owner, args, kwargs)
+            if loaded is not None:
+                self.state.saved = "loaded"
+                return loaded
+        try:
+            compiled, reads = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
+        except Exception as error:
+            self.state.saved = f"not saved: {type(error).__name__}: {str(error)[:200]}"
+            return False
+        reads = [read for read in reads if read is not None]
+        unrecorded = next((source for _, source, value in reads if _plain(value) is None), None)
+        if unrecorded is not None:  # served as compiled, not saved
+            self.state.saved = f"not saved: it reads a global whose value cannot be recorded ({unrecorded})"
+        else:
+            self.state.saved = write(compiled, reads, path, type(owner).__name__)
+        return compiled
+
+    def load(self, path, owner, args, kwargs):
+        """The saved frame at `path`, or None with one warning where it cannot serve: unreadable, another
+        build's, its traced code edited since, or its guards failing this call (then saved afresh)."""
+        try:
+            with open(path[: -len(".pt2")] + ".json", encoding="utf-8") as file:
+                reads = json.load(file)["globals"]
+            with open(path, "rb") as file:
+                loaded = aot_loaded(file, self.frame.__globals__)
+            changed = changed_source(loaded, sys.modules) or changed_global(reads, self.frame.__globals__)
+            why = f"{changed} changed since it was saved" if changed else None
+            if why is None and not loaded.guard_check(owner, *args, **kwargs):
+                why = "its guards do not hold this call"
+        except Exception as error:  # a truncated or corrupt file, another torch's: never the model's error
+            why = f"{type(error).__name__}: {str(error)[:200]}"
+        if why is None:
+            return loaded
+        name = type(owner).__name__
+        warnings.warn(
+            f"regionalize: {name}'s saved compile not loaded ({why}); compiling it", stacklevel=caller()
+        )
+        return None
+
+
+def folder():
+    """Where the owners' files are: `regionalize/owners` in torch's cache directory
+    (`TORCHINDUCTOR_CACHE_DIR`, else Inductor's default), beside the compiled code they need: one variable
+    moves or clears both."""
+    return os.path.join(saving().cache_dir(), "regionalize", "owners")
+
+
+def write(compiled, reads, path, name):
+    """Save `compiled` at `path`, and what it read of globals beside it (`.json`, first), each file whole or
+    not at all (a file of this process's in the folder, renamed over it, with the umask's mode as torch's
+    cache files): two processes saving at once each write whole files, the last ones stay. Returns what
+    the owner's state says: "saved", or why not, with one warning (a read-only cache directory runs as
+    without saving)."""
+    where = os.path.dirname(path)
+    temp = os.path.join(where, f".{uuid.uuid4().hex}.tmp")
+    try:
+        os.makedirs(where, exist_ok=True)
+        with open(temp, "w", encoding="utf-8") as file:
+            json.dump({"globals": [[how, source, _plain(value)] for how, source, value in reads]}, file)
+        _publish(temp, path[: -len(".pt2")] + ".json")
+        compiled.save_compiled_function(temp)
+        _publish(temp, path)
+        return "saved"
+    except Exception as error:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        why = f"{type(error).__name__}: {str(error)[:200]}"
+        warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller())
+        return f"not saved: {why}"

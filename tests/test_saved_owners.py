@@ -1,0 +1,303 @@
+"""Saved owners (runtime/saved.py): a process saves its owner's compiled frame under torch's cache directory,
+and a later process loads it and runs its first call with no frame traced, its output the eager model's.
+Never stale (an edit in the model's module or in code it calls, another torch), never corrupt (a truncated
+file, two processes saving at once), never fatal (a cache directory that cannot be written), off unless
+asked for. Each start is a fresh process, as a restart is."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from regionalize.runtime import internals
+
+# Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
+SAVES = (
+    internals.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and internals.reuses()
+)
+
+HELPER = """
+import torch
+
+FACTOR = 1.0
+
+
+def mix(x):
+    return torch.relu(x) * FACTOR
+"""
+
+MODEL = """
+import torch
+from torch import nn
+
+from helper import mix
+
+SCALE = 1.0
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + SCALE * self.fc2(mix(self.fc1(x)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(4)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+# One start: build the model, compile it regionally (with `saved` as argv asks), call it twice (and once
+# with another batch where asked), and print what its owner says, the frames Dynamo compiled, whether the
+# outputs are eager's, and the runtime's warnings.
+START = """
+import json, sys, warnings
+sys.path.insert(0, sys.argv[1])
+saved = {"on": True, "off": False, "env": None}[sys.argv[2]]
+import torch
+if len(sys.argv) > 3 and sys.argv[3] == "other-torch":
+    torch.__version__ = "9.9.9"
+import regionalize
+import model as module
+from model import Net
+import helper
+module.SCALE = float(next((a[6:] for a in sys.argv if a.startswith("scale=")), 1.0))  # set at start-up
+helper.FACTOR = float(next((a[7:] for a in sys.argv if a.startswith("factor=")), 1.0))
+torch.manual_seed(0)
+model = Net().eval()
+x, y = torch.randn(2, 16), torch.randn(5, 16)
+with torch.no_grad():
+    expected, expected_y = model(x), model(y)
+    regionalize.compile_regions(model, saved=saved)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [model(x), model(x)]
+        if "other-batch" in sys.argv:
+            outs.append(model(y))
+from torch._dynamo.utils import counters
+state = model.__dict__["_regionalize_owner"]
+print(json.dumps({
+    "saved": state.saved,
+    "same": all(torch.allclose(o, e, atol=1e-5) for o, e in zip(outs, [expected, expected, expected_y])),
+    "traced": counters["stats"]["unique_graphs"],
+    "warnings": [str(w.message) for w in caught if "regionalize" in str(w.message)],
+}))
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "helper.py").write_text(HELPER)
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "start.py").write_text(START)
+    return tmp_path
+
+
+def start(project: Path, saved: str = "on", *extra: str, env: dict | None = None, wait: bool = True):
+    """A fresh process's start on `project`, with torch's cache in the project's folder."""
+    environ = {k: v for k, v in os.environ.items() if k != "REGIONALIZE_SAVED_OWNERS"}
+    environ.update(TORCHINDUCTOR_CACHE_DIR=str(project / "cache"), **(env or {}))
+    command = [sys.executable, str(project / "start.py"), str(project), saved, *extra]
+    process = subprocess.Popen(
+        command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    return finish(process) if wait else process
+
+
+def finish(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def files(project: Path, suffix: str = ".pt2") -> list[Path]:
+    """The saved frames (`.pt2`), or what they read of globals (`.json`), or every file (`""`)."""
+    return sorted((project / "cache" / "regionalize" / "owners").glob(f"*{suffix}"))
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_a_restart_loads_the_saved_frame_and_traces_nothing(project: Path) -> None:
+    first = start(project)
+    assert first == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    assert [path.suffix for path in files(project, "")] == [".json", ".pt2"]
+    again = start(project)
+    assert again == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_off_unless_asked_for(project: Path) -> None:
+    assert start(project, "env")["saved"] is None
+    assert start(project, "off", env={"REGIONALIZE_SAVED_OWNERS": "1"})["saved"] is None
+    assert not files(project, "")
+    assert start(project, "env", env={"REGIONALIZE_SAVED_OWNERS": "1"})["saved"] == "saved"
+    assert start(project, "env", env={"REGIONALIZE_SAVED_OWNERS": "1"})["saved"] == "loaded"
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_an_edit_runs_the_edited_code(project: Path) -> None:
+    start(project)
+    # The model's own module keys the file: an edit saves another.
+    model = project / "model.py"
+    model.write_text(MODEL.replace("return x + SCALE * self.fc2", "return x + 2 * SCALE * self.fc2"))
+    assert start(project) == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    assert len(files(project)) == 2
+    # A helper in another module is checked line for line on load: compiled again, and saved over.
+    (project / "helper.py").write_text(HELPER.replace("torch.relu(x)", "torch.tanh(x)"))
+    edited = start(project)
+    assert edited["saved"] == "saved" and edited["same"] and edited["traced"] == 1
+    [warning] = edited["warnings"]
+    assert "Net's saved compile not loaded (helper:" in warning and "changed since it was saved" in warning
+    assert start(project)["saved"] == "loaded"
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+@pytest.mark.parametrize(("setting", "name"), [("scale=2.0", "SCALE"), ("factor=3.0", "helper.FACTOR")])
+def test_a_global_set_at_start_up_is_checked(project: Path, setting: str, name: str) -> None:
+    """torch's `aot_compile` drops guards on globals by default, and rebuilds those kept from the globals as
+    they are at the load: a frame saved with one value of a module's flag would compute with it after a
+    load where the process set another."""
+    start(project)
+    other = start(project, "on", setting)
+    assert other["saved"] == "saved" and other["same"] and other["traced"] == 1
+    [warning] = other["warnings"]
+    assert f"(the global {name} changed since it was saved)" in warning
+    assert start(project, "on", setting)["saved"] == "loaded"
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_another_torch_loads_nothing(project: Path) -> None:
+    start(project)
+    other = start(project, "on", "other-torch")
+    assert other == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    assert len(files(project)) == 2
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_file_is_compiled_again_and_rewritten(project: Path, damage: str) -> None:
+    start(project)
+    [path] = files(project)
+    data = path.read_bytes()
+    path.write_bytes(
+        {"truncated": data[: len(data) // 2], "garbage": b"\x80\x04junk" * 50, "empty": b""}[damage]
+    )
+    again = start(project)
+    assert again["saved"] == "saved" and again["same"] and again["traced"] == 1
+    [warning] = again["warnings"]
+    assert warning.startswith("regionalize: Net's saved compile not loaded (") and "compiling it" in warning
+    assert start(project)["saved"] == "loaded"
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_two_processes_saving_at_once(project: Path) -> None:
+    both = [start(project, wait=False) for _ in range(2)]
+    for result in map(finish, both):
+        assert result["same"] and result["saved"] in ("saved", "loaded") and not result["warnings"]
+    # whole files only, no temporary left
+    assert [path.suffix for path in files(project, "")] == [".json", ".pt2"]
+    assert start(project)["saved"] == "loaded"
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_a_cache_directory_that_cannot_be_written(project: Path) -> None:
+    # Where the owners' folder should be, a file: the save fails as in a read-only directory (the tests may
+    # run as root, which writes anywhere).
+    (project / "cache").mkdir()
+    (project / "cache" / "regionalize").write_text("")
+    result = start(project)
+    assert result["same"] and result["traced"] == 1 and result["saved"].startswith("not saved: ")
+    [warning] = result["warnings"]
+    assert warning.startswith("regionalize: Net's compile not saved (")
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_a_call_its_guards_do_not_hold_compiles_as_today(project: Path) -> None:
+    start(project)
+    result = start(project, "on", "other-batch")
+    assert result == {"saved": "loaded", "same": True, "traced": 1, "warnings": []}
+
+
+def test_where_it_cannot_save_it_says_why(project: Path) -> None:
+    """A module not imported by name (its text cannot key the file), or a torch that cannot save: the
+    owner runs as without saving, its state saying why."""
+    script = textwrap.dedent(
+        """
+        import sys, torch, regionalize
+        source = open(sys.argv[1] + "/model.py").read().replace("from helper import mix", "mix = torch.relu")
+        namespace = {"__name__": "built_by_exec"}
+        exec(compile(source, "<model>", "exec"), namespace)
+        model = namespace["Net"]().eval()
+        x = torch.randn(2, 16)
+        with torch.no_grad():
+            expected = model(x)
+            regionalize.compile_regions(model, saved=True)
+            assert torch.allclose(model(x), expected, atol=1e-5)
+        print(model.__dict__["_regionalize_owner"].saved)
+        """
+    )
+    environ = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(project / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(project)], env=environ, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout.strip().splitlines()[-1]
+    if internals.saving() is None:
+        assert said == "not saved: this torch cannot save a compiled frame"
+    elif hasattr(torch.compiler, "nested_compile_region") and internals.reuses():
+        assert said == "not saved: its code is not in a module imported by name"
+    else:
+        assert said.startswith("not saved: it is compiled ")
+    assert not files(project, "")
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_verify_says_what_each_hot_start_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from regionalize.cli.verify_command import verify
+
+    models = Path(__file__).parent / "models"
+    monkeypatch.setenv("REGIONALIZE_SAVED_OWNERS", "1")
+    out = tmp_path / "result.json"
+    args = [str(models / "stack.py"), "--factory", "make"]  # rewritten by the codemod, in the default form
+    run = CliRunner().invoke(
+        verify,
+        [
+            *args,
+            "--repeats",
+            "1",
+            "--starts",
+            "hot",
+            "--skip",
+            "per-block",
+            "--skip",
+            "dedup",
+            "--skip",
+            "bypass",
+            "--json",
+            str(out),
+        ],
+    )
+    assert run.exit_code == 0, run.output
+    result = json.loads(out.read_text())
+    assert result["saved_owners_hot"] == {"regional": {"Stack": "loaded"}}
+    assert result["saved_owner_bytes"]["regional"] > 0
+    assert "regional hot start, saved owners: Stack loaded" in run.stdout
+    assert re.search(r"saved owners size[ -]+\d+ KiB", run.stdout)
