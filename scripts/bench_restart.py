@@ -15,7 +15,7 @@ and the saved files, as a restarted service finds them). Each round runs every m
 mode after mode, depth after depth; the page gives medians. Every start checks its output against an eager
 copy of the model built in the same process after the timed part.
 
-    python scripts/bench_restart.py [--depths 12 24 32 64] [--modes ...] [--rounds 2] [--python PY]
+    python scripts/bench_restart.py [--depths 12 16 24 32 64] [--modes ...] [--rounds 2] [--python PY]
         [--out docs/results/restart]          # writes OUT.json and OUT.md; --render rewrites the page
 
 `--child MODE` runs one start (depth from RESTART_DEPTH) and prints its JSON record.
@@ -243,11 +243,43 @@ def markdown(meta, summary, runs):
                 f"{ratio} | {hot['per_call_ms']:.1f} ms | {equal} |"
             )
         lines.append("")
+    lines += _targets(meta, summary)
     errors = [r for r in runs if "error" in r]
     lines += [
         f"Failed starts: {len(errors)}. Every start: [restart.json](restart.json) (`runs`).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _targets(meta, summary):
+    """Issue 71's targets, read off the medians: the saved owners' hot start against the full compile's and
+    in seconds, its growth with depth, its cold start against the default's, its time per call."""
+
+    def got(depth, mode, kind, figure="after_import_s"):
+        return summary.get(f"{depth} {mode} {kind}", {}).get(figure)
+
+    lines = ["## Against the targets", ""]
+    for depth in (24, 32):
+        saved, full = got(depth, "saved", "hot"), got(depth, "full", "hot")
+        if saved and full:
+            lines.append(
+                f"- {depth} blocks, hot: {saved:.2f} s after torch's import, {full / saved:.2f}x sooner "
+                "than the full compile's (targets: at most 1.0 s, at least 5x)."
+            )
+    small, large = got(16, "saved", "hot"), got(64, "saved", "hot")
+    if small and large:
+        lines.append(
+            f"- Depth: 64 blocks' hot start takes {large / small:.2f}x 16 blocks' (target: at most 1.3x)."
+        )
+    for depth in meta["depths"]:
+        saved, default = got(depth, "saved", "cold"), got(depth, "regions", "cold")
+        per, full = got(depth, "saved", "hot", "per_call_ms"), got(depth, "full", "hot", "per_call_ms")
+        if saved and default and per and full:
+            lines.append(
+                f"- {depth} blocks, cold: {saved / default:.2f}x the default's; per call {per / full:.2f}x "
+                "the full compile's (targets: at most 1.1x each)."
+            )
+    return [*lines, ""] if len(lines) > 2 else []
 
 
 def versions(python):
@@ -273,7 +305,7 @@ def main():
     parser.add_argument("--child", choices=MODES)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    parser.add_argument("--depths", nargs="+", type=int, default=[12, 24, 32, 64])
+    parser.add_argument("--depths", nargs="+", type=int, default=[12, 16, 24, 32, 64])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="docs/results/restart")
     parser.add_argument("--render", action="store_true", help="rewrite the .md from the .json only")

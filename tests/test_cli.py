@@ -456,3 +456,41 @@ def test_depyf_bypass_needs_inplace(model: Path) -> None:
     code, _, err = invoke("--style", "wrap", "--guard-bypass", "depyf", str(model))
     assert code == 2
     assert "--guard-bypass depyf compiles blocks in place: it needs --style inplace" in err
+
+
+OWNER = (
+    MODEL
+    + """
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("flags", "config", "written"),
+    [
+        ((), "", None),
+        (("--saved-owners",), "", "saved=True"),
+        (("--no-saved-owners",), "", "saved=False"),
+        ((), "saved-owners = true\n", "saved=True"),
+        (("--no-saved-owners",), "saved-owners = true\n", "saved=False"),  # the flag over the key
+    ],
+)
+def test_saved_owners_is_written_into_each_owners_call(
+    tmp_path: Path, flags: tuple[str, ...], config: str, written: str | None
+) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(OWNER, encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(f"[tool.regionalize]\n{config}", encoding="utf-8")
+    code, out, _ = invoke(*flags, "model.py", cwd=tmp_path)
+    assert code == 1
+    [call] = [line for line in out.splitlines() if "compile_region(" in line]
+    assert call.endswith(f"owner=self, {written})" if written else "owner=self)"), call
+
+
+def test_saved_owners_needs_the_hierarchical_form(model: Path) -> None:
+    code, _, err = invoke("--saved-owners", "--form", "per-block", str(model))
+    assert code == 2 and "--saved-owners saves the blocks' owner compiled whole" in err

@@ -71,6 +71,14 @@ _CODEMOD_OPTIONS = [
         "that uses a copy to the import form (RGZ005) and leaves the copy for you to delete.",
     ),
     click.option(
+        "--saved-owners/--no-saved-owners",
+        default=None,
+        help="Write `saved=True` (or `saved=False`) into each owner's call: its compiled frame is saved "
+        "under torch's cache directory and a restarted process loads it instead of tracing "
+        "(docs/saved-owners.md). Default: neither written, REGIONALIZE_SAVED_OWNERS=1 at run time turns it "
+        "on. Hierarchical form only.",
+    ),
+    click.option(
         "--always",
         multiple=True,
         help="Class always treated as a repeated block: its name, or the factory's or variable's that builds "

@@ -75,6 +75,7 @@ KEYS = {
     "containers": _strings,
     "jobs": positive_int,
     "vendor": boolean,
+    "saved-owners": optional_bool,
 }
 
 

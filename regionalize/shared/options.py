@@ -33,6 +33,9 @@ class Options:
     # Where a rewritten file gets the runtime: False, the installed regionalize (`import regionalize`);
     # True, a copy in the user's tree (`_regionalize.py` of the package, or inline in a lone file).
     vendor: bool = False
+    # Saved owners (docs/saved-owners.md): True or False writes `saved=` into each owner's call; None
+    # leaves it to the environment at run time (REGIONALIZE_SAVED_OWNERS).
+    saved_owners: bool | None = None
 
     def __post_init__(self) -> None:
         if self.guard_bypass == "depyf" and self.style != "inplace":
@@ -45,6 +48,10 @@ class Options:
             raise ValueError(
                 f"--mode {self.mode} replays one CUDA graph per call around the blocks' owner: it needs the "
                 "hierarchical form, without --guard-bypass"
+            )
+        if self.saved_owners and not self.hierarchical:
+            raise ValueError(
+                "--saved-owners saves the blocks' owner compiled whole: it needs the hierarchical form"
             )
         if self.form == "hierarchical" and self.style == "wrap":
             raise ValueError(

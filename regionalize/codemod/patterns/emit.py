@@ -44,7 +44,9 @@ def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> st
         cache = f"cache_index={json.dumps(index)}" if index else "nested=False" if cached else ""
         bypass = ctx.options.guard_bypass
         bypass = f"guard_bypass={json.dumps(bypass)}" if bypass != "none" else ""
-        parts = (var, f"{helpers.OWNER}=self", cache, bypass, ctx.edits.kwargs)
+        saved = ctx.options.saved_owners
+        saved = f"saved={saved}" if saved is not None else ""
+        parts = (var, f"{helpers.OWNER}=self", cache, bypass, saved, ctx.edits.kwargs)
         return f"{helpers.COMPILE_REGION}({', '.join(p for p in parts if p)})"
     mode = ctx.options.guard_bypass
     if mode == "none":
