@@ -34,6 +34,7 @@ PROBES = (
     internals.hook_dicts,
     internals.inductor_pieces,
     internals.cpu_check,
+    internals.saving,
 )
 
 
@@ -72,6 +73,18 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
     assert found["tracing_context"][0] is torch._guards.TracingContext.try_get
     assert found["inductor_pieces"][0] is not None
     assert found["cpu_check"][0].name == "regionalize-cpu-check"
+    # torch 2.11 keeps `aot_compile` behind a flag, off: nothing is saved there (runtime/saved.py).
+    saves = getattr(torch._dynamo.config, "enable_aot_compile", True)
+    assert (found["saving"][0] is None) is not saves
+    if saves:
+        assert found["saving"][0].load is torch.compiler.load_compiled_function
+
+
+def test_without_the_hash_of_traced_lines_no_owner_is_saved(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch._dynamo.package
+
+    monkeypatch.delattr(torch._dynamo.package, "_hash_sourcelines")
+    fallback(internals.saving, None, "saved owners")
 
 
 def fallback(probe: Any, expected: Any, needs: str) -> None:

@@ -404,11 +404,11 @@ def saving():
     default (2.13 and later; 2.11 keeps it behind `enable_aot_compile`, and compiles owners in pieces, which
     cannot be saved), the load, the hash of a traced code's lines, and the cache directory. Fallback None:
     nothing saved."""
+    if not getattr(torch._dynamo.config, "enable_aot_compile", True):
+        return None
     from torch._dynamo.package import _hash_sourcelines
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    if not getattr(torch._dynamo.config, "enable_aot_compile", True):
-        return None
     return types.SimpleNamespace(
         load=torch.compiler.load_compiled_function, hash_lines=_hash_sourcelines, cache_dir=cache_dir
     )
