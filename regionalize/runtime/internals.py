@@ -467,6 +467,11 @@ def changed_source(loaded, modules):
     return None
 
 
+def caches_off():
+    """Are Inductor's caches off (`force_disable_caches`)? `aot_compile` refuses then."""
+    return torch._inductor.config.force_disable_caches
+
+
 def config_hash():
     """A hash of Inductor's configuration as it stands (a patched option compiles other code)."""
     import hashlib

@@ -19,7 +19,16 @@ import warnings
 import torch
 
 from .frames import caller
-from .internals import aot_compiled, aot_loaded, changed_source, config_hash, saving, traced, tree_leaves
+from .internals import (
+    aot_compiled,
+    aot_loaded,
+    caches_off,
+    changed_source,
+    config_hash,
+    saving,
+    traced,
+    tree_leaves,
+)
 from .per_block import graph_modes
 from .state import Form
 from .threads import locked
@@ -52,7 +61,7 @@ def why_not(owner, state):
         return "its blocks' cache stand-ins are not saved yet"
     if state.kwargs.get("backend", "inductor") != "inductor":
         return "only Inductor's code is saved"
-    if torch._inductor.config.force_disable_caches:
+    if caches_off():
         return "Inductor's caches are off"
     classes = {type(owner), *(type(block) for block in state.blocks)}
     if any(not _module_file(cls) for cls in classes):
@@ -76,7 +85,8 @@ def key(owner, state, args, kwargs):
     def add(*parts):
         digest.update(repr(parts).encode())
 
-    add(FORMAT, torch.__version__, torch.version.git_version, torch.version.cuda, platform.python_version())
+    version = torch.version
+    add(FORMAT, version.__version__, version.git_version, version.cuda, platform.python_version())
     add(state.plan.form.value, sorted((k, _named(v)) for k, v in state.kwargs.items()), config_hash())
     for cls in sorted(
         {type(owner), *(type(b) for b in state.blocks)}, key=lambda c: (c.__module__, c.__qualname__)
