@@ -73,7 +73,7 @@ sys.path.insert(0, sys.argv[1])
 saved = {"on": True, "off": False, "env": None}[sys.argv[2]]
 import torch
 if len(sys.argv) > 3 and sys.argv[3] == "other-torch":
-    torch.__version__ = "9.9.9"
+    torch.__version__ = torch.version.__version__ = "9.9.9"
 import regionalize
 import model as module
 from model import Net

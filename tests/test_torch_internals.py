@@ -83,6 +83,9 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
 def test_without_the_hash_of_traced_lines_no_owner_is_saved(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch._dynamo.package
 
+    if not getattr(torch._dynamo.config, "enable_aot_compile", True):
+        pytest.skip("this torch keeps aot_compile off (2.11): nothing saved, nothing more probed")
+
     monkeypatch.delattr(torch._dynamo.package, "_hash_sourcelines")
     fallback(internals.saving, None, "saved owners")
 
