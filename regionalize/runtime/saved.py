@@ -120,6 +120,10 @@ def _input(leaf):
     return type(leaf).__qualname__
 
 
+def _why(error):
+    return f"{type(error).__name__}: {str(error)[:200]}"
+
+
 def _publish(temp, path):
     os.chmod(temp, os.stat(os.path.dirname(path)).st_mode & 0o666)  # the folder's, which the umask made
     os.replace(temp, path)
@@ -149,25 +153,27 @@ def changed_global(reads, f_globals):
         except (LookupError, AttributeError, TypeError, ValueError):
             now = None
         if now != saved:  # named as the model's code names it: `SCALE`, `helper.FACTOR`
-            name = re.sub(r"G\['(__import_)?([^']+)'\]", lambda m: m.group(2).replace("_dot_", "."), source)
-            return f"the global {name}"
+            return "the global " + _HEAD.sub(lambda head: _module_name(head.group(1)), source)
     return None
 
 
+_HEAD = re.compile(r"G\['([^']+)'\]")  # a global of the frame's, or a module Dynamo imported
 _STEP = re.compile(r"\.(\w+)|\[(-?\d+)\]|\['([^']*)'\]")
+
+
+def _module_name(name):
+    """A global's name as the code names it: Dynamo's `__import_torch_dot_nn` is the module `torch.nn`."""
+    return name.removeprefix("__import_").replace("_dot_", ".") if name.startswith("__import_") else name
 
 
 def _global(source, f_globals):
     """The value of a guard's global `source` (`G['SCALE']`, `G['__import_helper'].FACTOR[0]`): a name of
     the frame's globals, or a module Dynamo imported, and the attributes and items after it."""
-    head = re.match(r"G\['([^']+)'\]", source)
+    head = _HEAD.match(source)
     if head is None:
         raise LookupError(source)
     name = head.group(1)
-    if name.startswith("__import_"):
-        value = sys.modules[name.removeprefix("__import_").replace("_dot_", ".")]
-    else:
-        value = f_globals[name]
+    value = sys.modules[_module_name(name)] if name.startswith("__import_") else f_globals[name]
     position = head.end()
     while position < len(source):
         step = _STEP.match(source, position)
@@ -192,10 +198,12 @@ class Saved:
         self.jit, self.frame, self.state, self.aot = jit, frame, state, None
 
     def __call__(self, owner, *args, **kwargs):
+        if traced():
+            return self.jit(owner, *args, **kwargs)
         aot = self.aot
-        if aot is None and not traced():
+        if aot is None:
             aot = self.aot = locked(self.first, owner, args, kwargs)
-        if aot and not traced() and aot.guard_check(owner, *args, **kwargs):
+        if aot and aot.guard_check(owner, *args, **kwargs):
             return aot.fn(owner, *args, **kwargs)
         return self.jit(owner, *args, **kwargs)
 
@@ -213,7 +221,7 @@ class Saved:
         try:
             compiled, reads = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
         except Exception as error:
-            self.state.saved = f"not saved: {type(error).__name__}: {str(error)[:200]}"
+            self.state.saved = f"not saved: {_why(error)}"
             return False
         reads = [read for read in reads if read is not None]
         unrecorded = next((source for _, source, value in reads if _plain(value) is None), None)
@@ -236,7 +244,7 @@ class Saved:
             if why is None and not loaded.guard_check(owner, *args, **kwargs):
                 why = "its guards do not hold this call"
         except Exception as error:  # a truncated or corrupt file, another torch's: never the model's error
-            why = f"{type(error).__name__}: {str(error)[:200]}"
+            why = _why(error)
         if why is None:
             return loaded
         name = type(owner).__name__
@@ -272,6 +280,6 @@ def write(compiled, reads, path, name):
     except Exception as error:
         if os.path.exists(temp):
             os.unlink(temp)
-        why = f"{type(error).__name__}: {str(error)[:200]}"
+        why = _why(error)
         warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller())
         return f"not saved: {why}"
