@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from regionalize.runtime.internals import cpu_check_available, imports_inlined_modules, reuses
+from regionalize.runtime.internals.cpu import cpu_check_available
+from regionalize.runtime.internals.tracer import imports_inlined_modules, reuses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +99,7 @@ WORKAROUNDS = (
     ),
     Workaround(
         "compiling in another thread",
-        "`traced` asks Dynamo's tracing context of the thread too (`internals.py`): "
+        "`traced` asks Dynamo's tracing context of the thread too (`internals/tracer.py`): "
         "`torch.compiler.is_compiling()` reads one flag of the process, set while any thread compiles.",
         "2.13 to 2.15",
         "not filed: found serving a model from several threads",
@@ -134,8 +135,8 @@ WORKAROUNDS = (
     Workaround(
         "Inductor's CPU check",
         "Inductor's check of the CPU's instruction sets runs in a thread while Dynamo traces, and Inductor "
-        "waits for it before it builds a kernel (`internals.py`): the check adds `-mavx512bf16` to a set's "
-        "flags while it tries them, and a kernel built meanwhile took the flag into its cache key.",
+        "waits for it before it builds a kernel (`internals/cpu.py`): the check adds `-mavx512bf16` to a "
+        "set's flags while it tries them, and a kernel built meanwhile took the flag into its cache key.",
         "2.11 to 2.15",
         "not filed: found restarting transformers' ConvNeXt",
         cpu_check_available,
@@ -143,9 +144,9 @@ WORKAROUNDS = (
     ),
     Workaround(
         "a saved owner's load",
-        "A saved owner is loaded inside a tracing context (`internals.py`): torch 2.13 rebuilds the guard of "
-        "a module the trace imported (the runtime's, reached from the model's globals) as it reads the file, "
-        "and that asks for a trace under way.",
+        "A saved owner is loaded inside a tracing context (`internals/aot.py`): torch 2.13 rebuilds the "
+        "guard of a module the trace imported (the runtime's, reached from the model's globals) as it reads "
+        "the file, and that asks for a trace under way.",
         "2.13 (2.14 and 2.15 load without it); applied on every torch",
         "not filed: found saving the runtime's owner frame (docs/design-saved-owners.md)",
         None,

@@ -14,7 +14,7 @@ from torch import nn
 import regionalize
 from regionalize.bench.accounting import recording, served_forms
 from regionalize.runtime.constants import differing_constants
-from regionalize.runtime.internals import inductor_pieces
+from regionalize.runtime.internals.compiler import inductor_pieces
 
 
 class DropPath(nn.Module):

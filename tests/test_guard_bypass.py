@@ -134,9 +134,9 @@ def test_a_key_whose_compiled_code_is_not_found_keeps_the_guarded_path_and_is_se
 
     monkeypatch.setattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list", no_entries)
     # The installed runtime, which the import form calls, keeps the reader it found first.
-    from regionalize.runtime import internals
+    from regionalize.runtime.internals import tracer
 
-    internals.cache_entries.cache_clear()
+    tracer.cache_entries.cache_clear()
     try:
         guarded, bypass = build("none").eval(), build("depyf").eval()
         bypass.load_state_dict(guarded.state_dict())
@@ -146,7 +146,7 @@ def test_a_key_whose_compiled_code_is_not_found_keeps_the_guarded_path_and_is_se
                 torch.testing.assert_close(bypass(x), guarded(x))
             torch.testing.assert_close(bypass(x[:1]), guarded(x[:1]))
     finally:
-        internals.cache_entries.cache_clear()
+        tracer.cache_entries.cache_clear()
     assert len(searched) == 2 * len(bypass.layers)  # once per block and key, not once per call
 
 

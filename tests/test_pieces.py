@@ -20,7 +20,8 @@ from torch_support import emulated, stand_in_gpu  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
-from regionalize.runtime import internals, pieces  # noqa: E402
+from regionalize.runtime import pieces  # noqa: E402
+from regionalize.runtime.internals import compiler  # noqa: E402
 from regionalize.runtime.state import OwnerState  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
@@ -73,7 +74,7 @@ def compiled(model: nn.Module) -> tuple[Any, OwnerState]:
 def keys_recorded_and_run(model: nn.Module, x: Any) -> tuple[list[Any], list[Any]]:
     """The key of each piece of `model`'s graph (`x` its batch dimension dynamic), from the inputs Dynamo
     recorded and from a run on fake inputs."""
-    tools = internals.inductor_pieces()
+    tools = compiler.inductor_pieces()
     found: list[Any] = []
 
     def backend(graph: Any, example_inputs: list[Any]) -> Any:

@@ -67,7 +67,9 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def copy_of(folder: Path) -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.py"))}
+    return {
+        p.relative_to(folder).as_posix(): p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*.py"))
+    }
 
 
 def test_apply_writes_one_runtime_copy_and_one_import_per_file(package: Path) -> None:
@@ -99,7 +101,9 @@ def test_the_vendored_form_is_the_import_form_but_for_its_import(package: Path) 
 
 def test_every_module_of_the_copy_carries_the_runtime_header_and_imports_relatively() -> None:
     texts = runtime_copy.modules()
-    assert set(texts) == {p.name for p in runtime_copy.RUNTIME.glob("*.py")}
+    runtime = runtime_copy.RUNTIME
+    assert set(texts) == {p.relative_to(runtime).as_posix() for p in runtime.rglob("*.py")}
+    assert "internals/cpu.py" in texts  # its sub-package too
     for name, text in texts.items():
         assert runtime_copy.version_of(text) == runtime_copy.VERSION > 0, name
         imported = [

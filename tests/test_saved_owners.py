@@ -17,12 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from regionalize.runtime import internals
+from regionalize.runtime.internals import aot, tracer
 
 # Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
-SAVES = (
-    internals.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and internals.reuses()
-)
+SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.reuses()
 
 HELPER = """
 import torch
@@ -30,8 +28,20 @@ import torch
 FACTOR = 1.0
 
 
+def relu(x):
+    return torch.relu(x)
+
+
+def tanh(x):
+    return torch.tanh(x)
+
+
+ACT = relu  # a function of the module's, and one of torch's, either set at start-up
+POINTWISE = torch.sigmoid
+
+
 def mix(x):
-    return torch.relu(x) * FACTOR
+    return POINTWISE(ACT(x)) * FACTOR
 """
 
 MODEL = """
@@ -48,9 +58,10 @@ class Block(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(16, 32)
         self.fc2 = nn.Linear(32, 16)
+        self.act = torch.nn.functional.silu  # an attribute holding a function, set at start-up too
 
     def forward(self, x):
-        return x + SCALE * self.fc2(mix(self.fc1(x)))
+        return x + SCALE * self.fc2(self.act(mix(self.fc1(x))))
 
 
 class Net(nn.Module):
@@ -80,8 +91,13 @@ from model import Net
 import helper
 module.SCALE = float(next((a[6:] for a in sys.argv if a.startswith("scale=")), 1.0))  # set at start-up
 helper.FACTOR = float(next((a[7:] for a in sys.argv if a.startswith("factor=")), 1.0))
+helper.ACT = getattr(helper, next((a[4:] for a in sys.argv if a.startswith("act=")), "relu"))
+helper.POINTWISE = getattr(torch, next((a[10:] for a in sys.argv if a.startswith("pointwise=")), "sigmoid"))
 torch.manual_seed(0)
 model = Net().eval()
+if "attribute=tanh" in sys.argv:
+    for block in model.blocks:
+        block.act = torch.tanh
 x, y = torch.randn(2, 16), torch.randn(5, 16)
 with torch.no_grad():
     expected, expected_y = model(x), model(y)
@@ -168,16 +184,26 @@ def test_an_edit_runs_the_edited_code(project: Path) -> None:
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-@pytest.mark.parametrize(("setting", "name"), [("scale=2.0", "SCALE"), ("factor=3.0", "helper.FACTOR")])
+@pytest.mark.parametrize(
+    ("setting", "name"),
+    [
+        ("scale=2.0", "the global SCALE"),
+        ("factor=3.0", "the global helper.FACTOR"),
+        ("act=tanh", "the global helper.ACT"),
+        ("pointwise=tanh", "the global helper.POINTWISE"),
+        ("attribute=tanh", "self._modules['blocks']._modules['0'].act"),
+    ],
+)
 def test_a_global_set_at_start_up_is_checked(project: Path, setting: str, name: str) -> None:
-    """torch's `aot_compile` drops guards on globals by default, and rebuilds those kept from the globals as
-    they are at the load: a frame saved with one value of a module's flag would compute with it after a
-    load where the process set another."""
+    """torch's `aot_compile` drops the guards it cannot save (which function an attribute or a global
+    holds), and rebuilds those on globals from the globals as they are at the load: a frame saved with one
+    value of a module's flag, or one function of two, would compute with it after a load where the process
+    set another."""
     start(project)
     other = start(project, "on", setting)
     assert other["saved"] == "saved" and other["same"] and other["traced"] == 1
     [warning] = other["warnings"]
-    assert f"(the global {name} changed since it was saved)" in warning
+    assert f"({name} changed since it was saved)" in warning
     assert start(project, "on", setting)["saved"] == "loaded"
 
 
@@ -263,9 +289,9 @@ def test_where_it_cannot_save_it_says_why(project: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     said = done.stdout.strip().splitlines()[-1]
-    if internals.saving() is None:
+    if aot.saving() is None:
         assert said == "not saved: this torch cannot save a compiled frame"
-    elif hasattr(torch.compiler, "nested_compile_region") and internals.reuses():
+    elif hasattr(torch.compiler, "nested_compile_region") and tracer.reuses():
         assert said == "not saved: its code is not in a module imported by name"
     else:
         assert said.startswith("not saved: it is compiled ")
@@ -306,3 +332,47 @@ def test_verify_says_what_each_hot_start_found(tmp_path: Path, monkeypatch: pyte
     assert result["saved_owner_bytes"]["regional"] > 0
     assert "regional hot start, saved owners: Stack loaded" in run.stdout
     assert re.search(r"saved owners size[ -]+\d+ KiB", run.stdout)
+
+
+# transformers' models as users build them: a ViT's encoder reads functions, classes and modules through
+# globals of transformers' own (its attention registry, its output classes) that torch cannot save guards on.
+TRANSFORMERS = """
+import json, sys, warnings
+import torch, transformers, regionalize
+torch.manual_seed(0)
+config = transformers.ViTConfig(
+    hidden_size=64, num_hidden_layers=4, num_attention_heads=2, intermediate_size=128, image_size=32,
+    patch_size=8,
+)
+model = transformers.ViTModel(config).eval()
+x = torch.randn(1, 3, 32, 32)
+with torch.no_grad():
+    expected = model(x).last_hidden_state
+    regionalize.compile_regions(model, saved=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = model(x).last_hidden_state
+from torch._dynamo.utils import counters
+print(json.dumps({
+    "saved": model.__dict__["_regionalize_owner"].saved,
+    "same": torch.allclose(out, expected, atol=1e-5),
+    "traced": counters["stats"]["unique_graphs"],
+    "warnings": [str(w.message) for w in caught if "regionalize" in str(w.message)],
+}))
+"""
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_a_transformers_model_is_saved_and_loaded(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    environ = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+
+    def start() -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", TRANSFORMERS], env=environ, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert start() == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    assert start() == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}

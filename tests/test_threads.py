@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime.internals import reuses
+from regionalize.runtime.internals.tracer import reuses
 from regionalize.runtime.owner import register_block
 from regionalize.runtime.threads import this_call
 

@@ -63,7 +63,11 @@ def _forget_reuse() -> None:
     """Clear the probe of every runtime loaded (the installed one, which a rewrite in the import form reads,
     and the copies a vendored rewrite imports), which keeps what it found for the process."""
     for name, module in list(sys.modules.items()):
-        if name == "regionalize.runtime.internals" or name.split(".")[-2:] == ["_regionalize", "internals"]:
+        if name == "regionalize.runtime.internals.tracer" or name.split(".")[-3:] == [
+            "_regionalize",
+            "internals",
+            "tracer",
+        ]:
             module.reuses.cache_clear()
 
 

@@ -1,4 +1,4 @@
-"""The runtime's one door to torch's private names (`regionalize/runtime/internals.py`): each probe finds
+"""The runtime's one door to torch's private names (`regionalize/runtime/internals/`): each probe finds
 what it looks for on the running torch, and where torch lacks it takes its fallback with one warning.
 Run on every torch CI tests (.ci/torch)."""
 
@@ -17,24 +17,26 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime import internals, owner, plan
+from regionalize.runtime import owner, plan
+from regionalize.runtime.internals import aot, compiler, cpu, hooks, tracer
 from regionalize.runtime.owner import register_block
 
 PROBES = (
-    internals.tracing_context,
-    internals.reuses,
-    internals.cache_entries,
-    internals.config_patch,
-    internals.counters,
-    internals.dynamo_errors,
-    internals.backend_error,
-    internals.imports_inlined_modules,
-    internals.mark_dynamic_probe,
-    internals.static_attribute,
-    internals.hook_dicts,
-    internals.inductor_pieces,
-    internals.cpu_check,
-    internals.saving,
+    tracer.tracing_context,
+    tracer.reuses,
+    tracer.cache_entries,
+    tracer.config_patch,
+    tracer.counters,
+    tracer.dynamo_errors,
+    tracer.backend_error,
+    tracer.imports_inlined_modules,
+    tracer.mark_dynamic_probe,
+    tracer.static_attribute,
+    hooks.hook_dicts,
+    compiler.inductor_pieces,
+    cpu.cpu_check,
+    cpu.remember_builds,
+    aot.saving,
 )
 
 
@@ -73,6 +75,7 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
     assert found["tracing_context"][0] is torch._guards.TracingContext.try_get
     assert found["inductor_pieces"][0] is not None
     assert found["cpu_check"][0].name == "regionalize-cpu-check"
+    assert callable(found["remember_builds"][0])
     # torch 2.11 keeps `aot_compile` behind a flag, off: nothing is saved there (runtime/saved.py).
     saves = getattr(torch._dynamo.config, "enable_aot_compile", True)
     assert (found["saving"][0] is None) is not saves
@@ -87,7 +90,7 @@ def test_without_the_hash_of_traced_lines_no_owner_is_saved(monkeypatch: pytest.
         pytest.skip("this torch keeps aot_compile off (2.11): nothing saved, nothing more probed")
 
     monkeypatch.delattr(torch._dynamo.package, "_hash_sourcelines")
-    fallback(internals.saving, None, "saved owners")
+    fallback(aot.saving, None, "saved owners")
 
 
 def fallback(probe: Any, expected: Any, needs: str) -> None:
@@ -104,28 +107,28 @@ def test_traced_is_true_in_dynamos_trace_only_and_only_in_the_tracing_thread(
     2.13): an eager call, here with that flag set as another thread's compile sets it, is not traced."""
 
     def branch(x: torch.Tensor) -> torch.Tensor:
-        return x + 1 if internals.traced() else x - 1
+        return x + 1 if tracer.traced() else x - 1
 
     x = torch.zeros(2)
     assert branch(x).tolist() == [-1, -1]
     assert torch.compile(branch, backend="eager", fullgraph=True)(x).tolist() == [1, 1]
     monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
-    assert torch.compiler.is_compiling() and not internals.traced()
-    internals.tracing_context.cache_clear()
+    assert torch.compiler.is_compiling() and not tracer.traced()
+    tracer.tracing_context.cache_clear()
     monkeypatch.delattr(torch._guards.TracingContext, "try_get")
-    fallback(internals.tracing_context, None, "traced")
-    assert internals.traced()  # is_compiling() alone, as before
+    fallback(tracer.tracing_context, None, "traced")
+    assert tracer.traced()  # is_compiling() alone, as before
 
 
 def test_reuse_is_read_from_the_regions_signature(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.compiler, "nested_compile_region", lambda fn=None, is_pure=False: fn)
-    assert probed(internals.reuses) == (False, [])
-    internals.reuses.cache_clear()
+    assert probed(tracer.reuses) == (False, [])
+    tracer.reuses.cache_clear()
     monkeypatch.delattr(torch.compiler, "nested_compile_region")  # the owner compiles per block there
-    assert probed(internals.reuses) == (False, [])
-    internals.reuses.cache_clear()
+    assert probed(tracer.reuses) == (False, [])
+    tracer.reuses.cache_clear()
     monkeypatch.setattr(torch.compiler, "nested_compile_region", object(), raising=False)  # no signature
-    fallback(internals.reuses, False, "reuses")
+    fallback(tracer.reuses, False, "reuses")
 
 
 def test_without_cache_entries_the_guard_bypass_keeps_the_guarded_path(
@@ -137,11 +140,11 @@ def test_without_cache_entries_the_guard_bypass_keeps_the_guarded_path(
     compiled = torch.compile(add, backend="eager")
     x = torch.zeros(3)
     compiled(x)
-    assert internals.guarded_code(add.__code__, {"x": x}) is not None
-    internals.cache_entries.cache_clear()
+    assert tracer.guarded_code(add.__code__, {"x": x}) is not None
+    tracer.cache_entries.cache_clear()
     monkeypatch.delattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list")
-    fallback(internals.cache_entries, None, "the guard bypass")
-    assert internals.guarded_code(add.__code__, {"x": x}) is None
+    fallback(tracer.cache_entries, None, "the guard bypass")
+    assert tracer.guarded_code(add.__code__, {"x": x}) is None
 
 
 def test_a_guard_bypass_without_cache_entries_still_computes_the_original(
@@ -150,7 +153,7 @@ def test_a_guard_bypass_without_cache_entries_still_computes_the_original(
     monkeypatch.delattr(torch._C._dynamo.eval_frame, "_debug_get_cache_entry_list")
     block = torch.nn.Linear(4, 4)
     with pytest.warns(UserWarning, match="the guard bypass"):
-        internals.cache_entries()
+        tracer.cache_entries()
     from regionalize.runtime.bypass import dispatch
 
     expected = block(torch.ones(2, 4))
@@ -169,33 +172,33 @@ def test_without_the_config_patch_integer_attributes_stay_specialized(
         return x
 
     assert symbolic_ints(forward) is not forward
-    internals.config_patch.cache_clear()
+    tracer.config_patch.cache_clear()
     monkeypatch.delattr(torch._dynamo, "patch_dynamo_config")
-    fallback(internals.config_patch, None, "symbolic_ints")
+    fallback(tracer.config_patch, None, "symbolic_ints")
     assert symbolic_ints(forward) is forward
 
 
 def test_without_dynamos_counters_the_runtime_counts_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(torch._dynamo.utils, "counters")
-    found, warned = probed(internals.counters)
+    found, warned = probed(tracer.counters)
     assert len(warned) == 1 and "the runtime's counts" in warned[0]
     found["regionalize"]["cuda_graphs_replayed"] += 1
-    assert internals.counters()["regionalize"]["cuda_graphs_replayed"] == 1
+    assert tracer.counters()["regionalize"]["cuda_graphs_replayed"] == 1
 
 
 def test_without_dynamos_error_types_a_compile_error_is_told_by_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert internals.compiling(torch._dynamo.exc.Unsupported("a graph break"))
-    internals.dynamo_errors.cache_clear()
+    assert tracer.compiling(torch._dynamo.exc.Unsupported("a graph break"))
+    tracer.dynamo_errors.cache_clear()
     monkeypatch.delattr(torch._dynamo.exc, "FailOnRecompileLimitHit")
-    fallback(internals.dynamo_errors, (), "compiling")
-    assert not internals.compiling(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
+    fallback(tracer.dynamo_errors, (), "compiling")
+    assert not tracer.compiling(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
     dynamo: dict[str, Any] = {"__name__": "torch._dynamo.convert_frame"}
     exec("def trace():\n    raise AssertionError('a tracer bug')", dynamo)
     with pytest.raises(AssertionError) as inside:
         dynamo["trace"]()
-    assert internals.compiling(inside.value)
+    assert tracer.compiling(inside.value)
 
 
 def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wraps(
@@ -205,62 +208,62 @@ def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wra
         inner_exception = RuntimeError("a lowering failed")
 
     failed = torch._dynamo.exc.BackendCompilerFailed.__new__(torch._dynamo.exc.BackendCompilerFailed)
-    assert internals.backend_failed(failed)
-    assert not internals.backend_failed(Wrapped())  # not torch's type
-    assert not internals.backend_failed(torch._dynamo.exc.Unsupported("a graph break"))
-    internals.backend_error.cache_clear()
+    assert tracer.backend_failed(failed)
+    assert not tracer.backend_failed(Wrapped())  # not torch's type
+    assert not tracer.backend_failed(torch._dynamo.exc.Unsupported("a graph break"))
+    tracer.backend_error.cache_clear()
     monkeypatch.delattr(torch._dynamo.exc, "BackendCompilerFailed")
-    fallback(internals.backend_error, None, "backend_failed")
-    assert internals.backend_failed(Wrapped())
+    fallback(tracer.backend_error, None, "backend_failed")
+    assert tracer.backend_failed(Wrapped())
 
 
 def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
     tensor = torch.zeros(2, 3)
-    internals.mark_dynamic(tensor, 1)
+    tracer.mark_dynamic(tensor, 1)
     assert 1 in getattr(tensor, "_dynamo_weak_dynamic_indices", {1})
-    internals.mark_dynamic_probe.cache_clear()
+    tracer.mark_dynamic_probe.cache_clear()
     monkeypatch.delattr(torch._dynamo, "maybe_mark_dynamic")
-    fallback(internals.mark_dynamic_probe, None, "kv_growing")
-    internals.mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
+    fallback(tracer.mark_dynamic_probe, None, "kv_growing")
+    tracer.mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
 
 
 def test_a_static_mark_dynamo_no_longer_sets_marks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     marked = torch.zeros(2)
     torch._dynamo.mark_static_address(marked)
-    assert internals.static_marked(marked)
-    assert not internals.static_marked(torch.zeros(2))
-    internals.static_attribute.cache_clear()
+    assert tracer.static_marked(marked)
+    assert not tracer.static_marked(torch.zeros(2))
+    tracer.static_attribute.cache_clear()
     monkeypatch.setattr(torch._dynamo, "mark_static_address", lambda tensor, guard=False: None)
-    fallback(internals.static_attribute, None, "CUDA graphs of static caches")
-    assert not internals.static_marked(marked)
+    fallback(tracer.static_attribute, None, "CUDA graphs of static caches")
+    assert not tracer.static_marked(marked)
 
 
 def test_without_global_hook_dicts_every_call_is_taken_as_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not internals.global_hooks()
+    assert not hooks.global_hooks()
     handle = torch.nn.modules.module.register_module_full_backward_hook(lambda *args: None)
     try:
-        assert internals.global_hooks() and not internals.global_hooks(backward=False)
+        assert hooks.global_hooks() and not hooks.global_hooks(backward=False)
     finally:
         handle.remove()
-    internals.hook_dicts.cache_clear()
+    hooks.hook_dicts.cache_clear()
     monkeypatch.delattr(torch.nn.modules.module, "_global_forward_hooks")
-    fallback(internals.hook_dicts, None, "the checks for global hooks")
-    assert internals.global_hooks(backward=False)
+    fallback(hooks.hook_dicts, None, "the checks for global hooks")
+    assert hooks.global_hooks(backward=False)
 
 
 def test_without_inductors_pieces_the_probe_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    tools = internals.inductor_pieces()
+    tools = compiler.inductor_pieces()
     assert str(tools.size_symbol(2)) == "s2"
-    internals.inductor_pieces.cache_clear()
+    compiler.inductor_pieces.cache_clear()
     monkeypatch.setitem(sys.modules, "torch._inductor.compile_fx", None)
-    fallback(internals.inductor_pieces, None, "compiling in pieces")
+    fallback(compiler.inductor_pieces, None, "compiling in pieces")
 
 
 def test_the_cpu_check_runs_inductors_in_a_thread_which_leaves_it_cached() -> None:
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
     valid_vec_isa_list.cache_clear()
-    thread = internals.cpu_check()
+    thread = cpu.cpu_check()
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert valid_vec_isa_list.cache_info().currsize == 1
@@ -274,7 +277,7 @@ def test_the_cpu_checks_thread_imports_nothing() -> None:
         """
         import sys
         import torch._inductor.cpu_vec_isa as isa
-        from regionalize.runtime import internals
+        from regionalize.runtime.internals import cpu
 
         check, gained = isa.valid_vec_isa_list, []
 
@@ -284,7 +287,7 @@ def test_the_cpu_checks_thread_imports_nothing() -> None:
             gained.extend(sorted(set(sys.modules) - before))
 
         isa.valid_vec_isa_list = watched
-        internals.cpu_check().join(timeout=120)
+        cpu.cpu_check().join(timeout=120)
         print(gained)
         """
     )
@@ -309,7 +312,7 @@ def test_inductor_picks_its_instruction_set_after_the_cpu_check_not_beside_it(
         return []
 
     monkeypatch.setattr(isa, "valid_vec_isa_list", slow_check)
-    internals.cpu_check()
+    cpu.cpu_check()
     assert isa.pick_vec_isa() is isa.invalid_vec_isa  # the check found none
     (checker, _, checked), (picker, picked, _) = runs
     assert checker == "regionalize-cpu-check" and picker == threading.current_thread().name
@@ -319,7 +322,12 @@ def test_inductor_picks_its_instruction_set_after_the_cpu_check_not_beside_it(
 
 def test_without_inductors_cpu_check_none_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch._inductor.cpu_vec_isa", None)
-    fallback(internals.cpu_check, None, "the CPU check ahead of compiling")
+    fallback(cpu.cpu_check, None, "the CPU check ahead of compiling")
+
+
+def test_without_inductors_check_build_every_build_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch._inductor.cpu_vec_isa", None)
+    fallback(cpu.remember_builds, None, "the CPU check's answers kept")
 
 
 @pytest.mark.parametrize(("backend", "started"), [("inductor", 1), ("eager", 0)])
@@ -329,7 +337,7 @@ def test_an_owners_first_call_on_the_cpu_starts_the_cpu_check_once(
     """Inductor's CPU check is started on the owner's first call, as Dynamo is about to trace, once, and
     only where Inductor compiles for the CPU."""
     calls = []
-    monkeypatch.setattr(owner, "cpu_check", lambda: calls.append(1))
+    monkeypatch.setattr(owner, "start_cpu_check", lambda: calls.append(1))
     model = model_classes()[1]().eval()
     model.__dict__["_regionalize_owner"].kwargs["backend"] = backend
     with torch.no_grad():

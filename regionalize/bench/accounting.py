@@ -164,7 +164,7 @@ def saved_owners(model: torch.nn.Module) -> dict[str, str]:
 
 def saved_bytes() -> int | None:
     """The size of the saved owners' files under torch's cache directory; None where there are none."""
-    from regionalize.runtime.internals import saving
+    from regionalize.runtime.internals.aot import saving
     from regionalize.runtime.saved import folder
 
     if saving() is None or not os.path.isdir(folder()):

@@ -47,10 +47,15 @@ def version_of(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _name(path: Path, folder: Path) -> str:
+    return path.relative_to(folder).as_posix()
+
+
 @cache
 def modules() -> dict[str, str]:
-    """The copy's files by name: the runtime's modules, each with the runtime's header line first."""
-    texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(RUNTIME.glob("*.py"))}
+    """The copy's files by path in it (`internals/cpu.py`): the runtime's modules, each with the runtime's
+    header line first."""
+    texts = {_name(p, RUNTIME): p.read_text(encoding="utf-8") for p in sorted(RUNTIME.rglob("*.py"))}
     header = texts[_INIT].partition("\n")[0] + "\n"
     return {name: text if text.startswith(MARK) else header + text for name, text in texts.items()}
 
@@ -154,7 +159,7 @@ Changes = dict[Path, tuple[str, str]]
 def pending(folder: Path) -> Changes:
     """What the copy at `folder` needs to be this runtime's: its files missing or differing, and files of an
     older runtime that this one no longer has. Nothing for a copy up to date, or from a newer regionalize."""
-    present = {p.name: p for p in folder.glob("*.py")} if folder.is_dir() else {}
+    present = {_name(p, folder): p for p in folder.rglob("*.py")} if folder.is_dir() else {}
     old = {name: _read(path) for name, path in present.items()}
     if (version_of(old.get(_INIT, "")) or 0) > VERSION:
         return {}
@@ -178,15 +183,18 @@ def write(folder: Path, changes: Changes) -> None:
         temp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".regionalize-"))
         try:
             for path, (_, text) in changes.items():
-                write_atomically(str(temp / path.name), _NEW, text)
+                new = temp / path.relative_to(folder)
+                new.parent.mkdir(exist_ok=True)
+                write_atomically(str(new), _NEW, text)
             os.chmod(temp, 0o777 & ~_umask())
             os.rename(temp, folder)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
         return
-    for path, (_, text) in sorted(changes.items(), key=lambda item: item[0].name == _INIT):
+    for path, (_, text) in sorted(changes.items(), key=lambda item: item[0] == folder / _INIT):
         if text:
+            path.parent.mkdir(exist_ok=True)
             write_atomically(str(path), _NEW, text)
         else:
             path.unlink()

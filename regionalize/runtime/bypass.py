@@ -5,7 +5,8 @@ import types
 
 import torch
 
-from .internals import compiled_call, global_hooks, guarded_code, module_hooks, set_compiled_call
+from .internals.hooks import compiled_call, global_hooks, module_hooks, set_compiled_call
+from .internals.tracer import guarded_code
 
 
 def guard_filter(entries):

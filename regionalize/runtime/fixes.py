@@ -4,7 +4,7 @@ attributes traced symbolically (RGZ004)."""
 import torch
 
 from .frames import globals_of, in_globals
-from .internals import config_patch
+from .internals.tracer import config_patch
 from .threads import this_call
 
 

@@ -15,7 +15,8 @@ import traceback
 import types
 import warnings
 
-from .internals import compiling, module_frame, why_failed
+from .internals.hooks import module_frame
+from .internals.tracer import compiling, why_failed
 from .state import process
 
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.

@@ -4,7 +4,8 @@ import copy
 
 import torch
 
-from .internals import global_hooks, module_hooks, tree_leaves, tree_map
+from .internals.hooks import global_hooks, module_hooks
+from .internals.tracer import tree_leaves, tree_map
 from .static import static_graphable
 
 plain = (int, float, bool, str, type(None))  # values a call passes as they are

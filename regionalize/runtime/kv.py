@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from .internals import mark_dynamic
+from .internals.tracer import mark_dynamic
 from .nested import contiguous_copy
 from .state import process
 

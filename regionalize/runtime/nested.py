@@ -3,7 +3,8 @@ the structures of blocks, which their regions take so that one is never reused f
 
 import torch
 
-from .internals import base, reuses, tree_leaves, tree_map_only
+from .internals.hooks import base
+from .internals.tracer import reuses, tree_leaves, tree_map_only
 from .state import process
 
 

@@ -7,7 +7,7 @@ It takes every stage offered or none: a stage it cannot take, or a failure to co
 stages owners of their blocks again (`refuse`), as they were before it took them. Blocks of
 its own stay its own."""
 
-from .internals import set_compiled_call
+from .internals.hooks import set_compiled_call
 from .state import Form
 
 

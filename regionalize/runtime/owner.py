@@ -7,22 +7,12 @@ import torch
 
 from .around import handoff, is_opaque, outside, owned
 from .bypass import Direct, guard_filter
+from .cpu_answers import start_cpu_check
 from .frames import caller, new_frame
 from .graphs import graphable, kept
-from .internals import (
-    backend_failed,
-    compiled_call,
-    compiling,
-    counters,
-    cpu_check,
-    inductor_pieces,
-    is_aliasing,
-    module_call,
-    set_compiled_call,
-    submodules,
-    traced,
-    why_failed,
-)
+from .internals.compiler import inductor_pieces
+from .internals.hooks import compiled_call, module_call, set_compiled_call, submodules
+from .internals.tracer import backend_failed, compiling, counters, is_aliasing, traced, why_failed
 from .kv import kv_growing, kv_holds, layer_idx
 from .nested import name_structures, reuses
 from .outer import holds_owners, mostly_stages, refuse, take, takes
@@ -244,7 +234,7 @@ def owner_setup(owner, whole, graphs):
         inductor = state.kwargs.get("backend", "inductor") == "inductor"
         parameter = first_parameter(owner)  # its first parameter's (dtype, device), None without one
         if inductor and parameter is not None and parameter[1].type == "cpu":
-            cpu_check()  # while Dynamo traces
+            start_cpu_check()  # while Dynamo traces
         indexed = state.indexed
         kv = bool(indexed) and all(attribute and region_of(type(b)).name for b, attribute in indexed)
         if kv and process.kv is None:

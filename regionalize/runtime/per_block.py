@@ -8,7 +8,7 @@ import torch
 
 from .bypass import Direct
 from .frames import OrEager, globals_of, importable, new_frame
-from .internals import compiled_call, module_call, set_compiled_call
+from .internals.hooks import compiled_call, module_call, set_compiled_call
 from .kv import kv_empty
 from .regions import block_compiled
 from .state import Form, process

@@ -7,16 +7,9 @@ import threading
 
 import torch
 
-from .internals import (
-    counters,
-    inductor_pieces,
-    op_arguments,
-    static_marked,
-    sym_expr,
-    sym_hint,
-    tree_leaves,
-    writes,
-)
+from .internals.compiler import inductor_pieces, op_arguments, sym_expr, sym_hint
+from .internals.hooks import writes
+from .internals.tracer import counters, static_marked, tree_leaves
 from .per_block import graph_modes
 from .static import on_graph_device
 from .threads import this_call

@@ -3,7 +3,8 @@
 
 from .constants import differing_constants
 from .frames import globals_of, unimportable
-from .internals import imports_inlined_modules, inductor_pieces
+from .internals.compiler import inductor_pieces
+from .internals.tracer import imports_inlined_modules
 from .state import Form, Plan, process
 
 

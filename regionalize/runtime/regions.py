@@ -6,7 +6,7 @@ import inspect
 import torch
 
 from .frames import OrEager, globals_of, in_globals, installed
-from .internals import compiling, traced, tree_map_only
+from .internals.tracer import compiling, traced, tree_map_only
 from .kv import LayerKV, kv_layer, kv_length, kv_pair, kv_past, kv_store
 from .nested import contiguous_copy, nested
 from .state import process

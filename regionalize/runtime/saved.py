@@ -11,29 +11,30 @@ import hashlib
 import json
 import os
 import platform
-import re
 import sys
-import uuid
 import warnings
 
 import torch
 
+from .files import write_whole
 from .frames import caller
-from .internals import (
+from .guard_reads import changed, named, recorded, scope, unreadable
+from .internals.aot import (
     aot_compiled,
     aot_loaded,
     caches_off,
     changed_source,
     config_hash,
+    install_modules,
+    installed_modules,
     saving,
-    traced,
-    tree_leaves,
 )
+from .internals.tracer import traced, tree_leaves
 from .per_block import graph_modes
 from .state import Form
 from .threads import locked
 
-FORMAT = 1  # of the key and the files: a change here names every file afresh
+FORMAT = 2  # of the key and the files: a change here names every file afresh
 SWITCH = "REGIONALIZE_SAVED_OWNERS"
 
 
@@ -124,67 +125,6 @@ def _why(error):
     return f"{type(error).__name__}: {str(error)[:200]}"
 
 
-def _publish(temp, path):
-    os.chmod(temp, os.stat(os.path.dirname(path)).st_mode & 0o666)  # the folder's, which the umask made
-    os.replace(temp, path)
-
-
-_PLAIN = (type(None), bool, int, float, str)
-
-
-def _plain(value):
-    """`value` as JSON keeps it (a tuple as a list), else by its `repr` where that names no object's
-    address (`torch.uint8`, an enum's member); None where neither holds it."""
-    if isinstance(value, _PLAIN):
-        return [value]  # boxed: None is a value too
-    if isinstance(value, (tuple, list)) and all(isinstance(item, _PLAIN) for item in value):
-        return [list(value)]
-    text = repr(value)
-    return None if " at 0x" in text or "object at" in text else {"repr": text}
-
-
-def changed_global(reads, f_globals):
-    """The first global of `reads` (what a saved frame's guards read, `global_reads`) whose value differs
-    now, or None. The guards torch rebuilds on load read such globals afresh, so they would not see it."""
-    for how, source, saved in reads:
-        try:
-            value = _global(source, f_globals)
-            now = _plain(len(value) if how == "len" else value)
-        except (LookupError, AttributeError, TypeError, ValueError):
-            now = None
-        if now != saved:  # named as the model's code names it: `SCALE`, `helper.FACTOR`
-            return "the global " + _HEAD.sub(lambda head: _module_name(head.group(1)), source)
-    return None
-
-
-_HEAD = re.compile(r"G\['([^']+)'\]")  # a global of the frame's, or a module Dynamo imported
-_STEP = re.compile(r"\.(\w+)|\[(-?\d+)\]|\['([^']*)'\]")
-
-
-def _module_name(name):
-    """A global's name as the code names it: Dynamo's `__import_torch_dot_nn` is the module `torch.nn`."""
-    return name.removeprefix("__import_").replace("_dot_", ".") if name.startswith("__import_") else name
-
-
-def _global(source, f_globals):
-    """The value of a guard's global `source` (`G['SCALE']`, `G['__import_helper'].FACTOR[0]`): a name of
-    the frame's globals, or a module Dynamo imported, and the attributes and items after it."""
-    head = _HEAD.match(source)
-    if head is None:
-        raise LookupError(source)
-    name = head.group(1)
-    value = sys.modules[_module_name(name)] if name.startswith("__import_") else f_globals[name]
-    position = head.end()
-    while position < len(source):
-        step = _STEP.match(source, position)
-        if step is None:
-            raise LookupError(source)
-        attribute, index, key = step.groups()
-        value = getattr(value, attribute) if attribute else value[int(index)] if index else value[key]
-        position = step.end()
-    return value
-
-
 class Saved:
     """An owner's compiled frame that saves (`Form.WHOLE`). Its first call loads the owner's file where it
     is there, its traced code unchanged and its guards hold the call; else compiles the frame ahead of the
@@ -223,12 +163,15 @@ class Saved:
         except Exception as error:
             self.state.saved = f"not saved: {_why(error)}"
             return False
-        reads = [read for read in reads if read is not None]
-        unrecorded = next((source for _, source, value in reads if _plain(value) is None), None)
-        if unrecorded is not None:  # served as compiled, not saved
-            self.state.saved = f"not saved: it reads a global whose value cannot be recorded ({unrecorded})"
+        unread = unreadable(reads, scope(self.frame, owner, args, kwargs))
+        if unread is not None:  # served as compiled, not saved
+            self.state.saved = f"not saved: a later process could not check what {named(unread)} holds"
         else:
-            self.state.saved = write(compiled, reads, path, type(owner).__name__)
+            records = {
+                "reads": [(source, recorded(value)) for source, value in reads],
+                "modules": installed_modules(self.frame.__globals__),
+            }
+            self.state.saved = write(compiled, records, path, type(owner).__name__)
         return compiled
 
     def load(self, path, owner, args, kwargs):
@@ -236,11 +179,13 @@ class Saved:
         build's, its traced code edited since, or its guards failing this call (then saved afresh)."""
         try:
             with open(path[: -len(".pt2")] + ".json", encoding="utf-8") as file:
-                reads = json.load(file)["globals"]
+                records = json.load(file)
+            install_modules(records["modules"], self.frame.__globals__)
             with open(path, "rb") as file:
                 loaded = aot_loaded(file, self.frame.__globals__)
-            changed = changed_source(loaded, sys.modules) or changed_global(reads, self.frame.__globals__)
-            why = f"{changed} changed since it was saved" if changed else None
+            names = scope(self.frame, owner, args, kwargs)
+            edited = changed_source(loaded, sys.modules) or changed(records["reads"], names)
+            why = f"{edited} changed since it was saved" if edited else None
             if why is None and not loaded.guard_check(owner, *args, **kwargs):
                 why = "its guards do not hold this call"
         except Exception as error:  # a truncated or corrupt file, another torch's: never the model's error
@@ -261,25 +206,21 @@ def folder():
     return os.path.join(saving().cache_dir(), "regionalize", "owners")
 
 
-def write(compiled, reads, path, name):
-    """Save `compiled` at `path`, and what it read of globals beside it (`.json`, first), each file whole or
-    not at all (a file of this process's in the folder, renamed over it, with the umask's mode as torch's
-    cache files): two processes saving at once each write whole files, the last ones stay. Returns what
-    the owner's state says: "saved", or why not, with one warning (a read-only cache directory runs as
-    without saving)."""
-    where = os.path.dirname(path)
-    temp = os.path.join(where, f".{uuid.uuid4().hex}.tmp")
-    try:
-        os.makedirs(where, exist_ok=True)
+def write(compiled, records, path, name):
+    """Save `compiled` at `path`, and beside it (`.json`, first) `records`: what its guards read that a load
+    would not check (`guard_reads.py`) and the modules its code loads by Dynamo's names. Each file whole or
+    not at all (`write_whole`). Returns what the owner's state says: "saved", or why not, with one warning
+    (a read-only cache directory runs as without saving)."""
+
+    def record(temp):
         with open(temp, "w", encoding="utf-8") as file:
-            json.dump({"globals": [[how, source, _plain(value)] for how, source, value in reads]}, file)
-        _publish(temp, path[: -len(".pt2")] + ".json")
-        compiled.save_compiled_function(temp)
-        _publish(temp, path)
+            json.dump(records, file)
+
+    try:
+        write_whole(path[: -len(".pt2")] + ".json", record)
+        write_whole(path, compiled.save_compiled_function)
         return "saved"
     except Exception as error:
-        if os.path.exists(temp):
-            os.unlink(temp)
         why = _why(error)
         warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller())
         return f"not saved: {why}"

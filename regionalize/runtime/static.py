@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from .internals import static_marked
+from .internals.tracer import static_marked
 from .kv import kv_alike
 from .state import process
 

@@ -7,7 +7,7 @@ frames, what a probe found) is set up under one lock."""
 import threading
 import warnings
 
-from .internals import traced
+from .internals.tracer import traced
 
 
 class Call(threading.local):

@@ -1,0 +1,117 @@
+"""torch's `aot_compile`, its save and load, as saved owners use them (`saved.py`)."""
+
+import functools
+import importlib
+import re
+import types
+
+import torch
+
+from . import probe
+
+
+@probe("saved owners", "owners are compiled at each start, as without saving")
+def saving():
+    """Probe: what saving an owner's compiled frame needs of torch (`saved.py`): `aot_compile` on by
+    default (2.13 and later; 2.11 keeps it behind `enable_aot_compile`, and compiles owners in pieces, which
+    cannot be saved), the load, the hash of a traced code's lines, and the cache directory. Fallback None:
+    nothing saved."""
+    if not getattr(torch._dynamo.config, "enable_aot_compile", True):
+        return None
+    from torch._dynamo.package import _hash_sourcelines
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return types.SimpleNamespace(
+        load=torch.compiler.load_compiled_function, hash_lines=_hash_sourcelines, cache_dir=cache_dir
+    )
+
+
+def aot_compiled(frame, compile_kwargs, args, kwargs):
+    """`frame` compiled ahead of a call with `args` and `kwargs` (`fullgraph=True`), with nothing run: an
+    `AOTCompiledFunction`, which saves to a file, and what its guards read that a load would not check
+    (`savable`)."""
+    unsaved = torch._dynamo.guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    reads = []
+    keep = functools.partial(savable, unsaved, reads)
+    options = {**compile_kwargs.get("options", {}), "guard_filter_fn": keep}
+    compiled = torch.compile(frame, **{**compile_kwargs, "options": options}, fullgraph=True)
+    return compiled.aot_compile((args, kwargs)), reads
+
+
+def savable(unsaved, reads, guards):
+    """Which of `guards` (torch's `GuardFilterEntry`s) a saved frame keeps: every kind torch can save (its
+    own or one it derives from), but those on the globals Dynamo makes itself (`__builtins_dict___0`),
+    which a new process lacks. What the dropped ones and those on globals (which torch's load builds again
+    from the globals as they are then) read goes into `reads`, as (source, value), for `guard_reads.py`."""
+
+    def dropped(guard):
+        kinds = (guard.guard_type, *guard.derived_guard_types)
+        return any(kind in unsaved for kind in kinds) or guard.name.startswith("G['__builtins_dict")
+
+    kept = [not dropped(guard) for guard in guards]
+    reads.extend(
+        (guard.name, guard.value)
+        for guard, keep in zip(guards, kept, strict=True)
+        if guard.has_value and guard.guard_type not in _RELATIONS and (guard.is_global or not keep)
+    )
+    return kept
+
+
+# Guards that relate inputs (one aliasing another) and read no value.
+_RELATIONS = ("DUPLICATE_INPUT", "NO_TENSOR_ALIASING", "OBJECT_ALIASING")
+
+
+def aot_loaded(file, f_globals):
+    """The compiled function saved in `file`, its code run in `f_globals`. Inside a tracing context: torch
+    2.13 rebuilds a guard of an imported module's (`ImportSource`, the runtime's own functions reached from
+    the model's globals) as it unpickles, which asks for one (2.14 builds none; harmless there)."""
+    with torch._guards.tracing(torch._guards.TracingContext(None)):
+        return saving().load(file, f_globals=f_globals)
+
+
+def changed_source(loaded, modules):
+    """The first code `loaded` traced whose lines differ now, as "module:line", or None: a block's `forward`
+    edited since the save, which its guards do not see. A module missing from `modules` (not imported by
+    name in this process) counts as changed."""
+    for source in loaded.source_info().inlined_sources:
+        module = modules.get(source.module)
+        if module is None or saving().hash_lines(module, source.firstlineno, source.lastlineno) != (
+            source.checksum
+        ):
+            return f"{source.module}:{source.firstlineno}"
+    return None
+
+
+def caches_off():
+    """Are Inductor's caches off (`force_disable_caches`)? `aot_compile` refuses then."""
+    return torch._inductor.config.force_disable_caches
+
+
+def config_hash():
+    """A hash of Inductor's configuration as it stands (a patched option compiles other code)."""
+    import hashlib
+
+    return hashlib.sha256(repr(sorted(torch._inductor.config.get_config_copy().items())).encode()).hexdigest()
+
+
+# The globals Dynamo installs for a module its code loads (`create_load_python_module`), named by the
+# module's last name, its id in the compiling process and the compile's number: `___module_collections_
+# 140473201368960_c0`. A saved frame's code loads them by that name, which a later process lacks.
+_INSTALLED_MODULE = re.compile(r"___module_\w+_\d+_c\d+")
+
+
+def installed_modules(f_globals):
+    """The modules Dynamo installed in `f_globals` for the code it compiled, by the names it gave them."""
+    return {
+        name: value.__name__
+        for name, value in list(f_globals.items())
+        if isinstance(value, types.ModuleType) and _INSTALLED_MODULE.fullmatch(name)
+    }
+
+
+def install_modules(modules, f_globals):
+    """Put back in `f_globals` the modules a saved frame's code loads by Dynamo's names (`installed_modules`
+    of the process that saved it), imported where they are not yet."""
+    for name, module in modules.items():
+        if _INSTALLED_MODULE.fullmatch(name):
+            f_globals.setdefault(name, importlib.import_module(module))
