@@ -20,7 +20,21 @@ import torch
 _PLAIN = (type(None), bool, int, float, str)
 
 
-def recorded(value):
+def recorded(how, value):
+    """What a guard reads of `value` (`how`: its "len", its "type", its dict's "keys", which object it "is",
+    or its "value"), as JSON keeps it, comparable across processes (`_value`); None where it cannot be
+    recorded: the frame is not saved."""
+    if how == "len":
+        return [len(value)]
+    if how == "type":
+        return _value(type(value))
+    if how == "keys":
+        keys = [_value(key) for key in value]
+        return None if None in keys else keys
+    return _value(value)
+
+
+def _value(value):
     """`value` as JSON keeps it, comparable across processes: a constant (a tuple as a list), a function,
     class or module by its name (a function's code by its line and a hash: two lambdas of one module
     differ), a dict by its keys (its values have guards of their own), a code object; `repr` where it names
@@ -36,8 +50,8 @@ def recorded(value):
     if isinstance(value, types.CodeType):
         return {"code": _code(value)}
     if isinstance(value, dict):
-        keys = [recorded(key) for key in value]
-        return None if None in keys else {"keys": keys}
+        keys = recorded("keys", value)
+        return keys and {"keys": keys}
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
         name = getattr(value, "__qualname__", None)
         code = getattr(value, "__code__", None)
@@ -47,7 +61,7 @@ def recorded(value):
     text = repr(value)
     if " at 0x" not in text and "object at" not in text and "..." not in text:  # "...": cut short
         return {"repr": text}
-    kind = recorded(type(value))
+    kind = _value(type(value))
     return kind and {"type": kind}
 
 
@@ -89,25 +103,26 @@ def read(source, names):
 
 
 def unreadable(reads, names):
-    """The first of `reads` ((source, value) pairs, as the guards saw them) that a later process could
-    not check: its source does not evaluate to the same object here, or its value cannot be recorded.
+    """The first source of `reads` ((how, source, value), as the guards saw them) that a later process could
+    not check: it does not evaluate to the same object here, or what is read of it cannot be recorded.
     None where every one can."""
-    for source, value in reads:
+    for how, source, value in reads:
         try:
-            same = read(source, names) is value or recorded(read(source, names)) == recorded(value)
+            now = read(source, names)
+            same = now is value or recorded(how, now) == recorded(how, value)
         except Exception:
             same = False
-        if not same or recorded(value) is None:
+        if not same or recorded(how, value) is None:
             return source
     return None
 
 
 def changed(records, names):
-    """The first of `records` ((source, `recorded` value) pairs) that reads otherwise now, as the model's
-    code names it ("the global helper.ACT", "self.act"), or None."""
-    for source, saved in records:
+    """The first source of `records` ((how, source, what `recorded` kept)) that reads otherwise now, as the
+    model's code names it ("the global helper.ACT", "self.act"), or None."""
+    for how, source, saved in records:
         try:
-            now = recorded(read(source, names))
+            now = recorded(how, read(source, names))
         except Exception:
             now = None
         if now != saved:

@@ -58,8 +58,6 @@ def why_not(owner, state):
         or "guard_filter_fn" in state.kwargs.get("options", {})
     ):
         return "CUDA graphs and guard bypass are not saved"
-    if state.indexed:
-        return "its blocks' cache stand-ins are not saved yet"
     if state.kwargs.get("backend", "inductor") != "inductor":
         return "only Inductor's code is saved"
     if caches_off():
@@ -168,7 +166,7 @@ class Saved:
             self.state.saved = f"not saved: a later process could not check what {named(unread)} holds"
         else:
             records = {
-                "reads": [(source, recorded(value)) for source, value in reads],
+                "reads": [(how, source, recorded(how, value)) for how, source, value in reads],
                 "modules": installed_modules(self.frame.__globals__),
             }
             self.state.saved = write(compiled, records, path, type(owner).__name__)

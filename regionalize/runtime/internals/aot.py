@@ -42,23 +42,46 @@ def savable(unsaved, reads, guards):
     """Which of `guards` (torch's `GuardFilterEntry`s) a saved frame keeps: every kind torch can save (its
     own or one it derives from), but those on the globals Dynamo makes itself (`__builtins_dict___0`),
     which a new process lacks. What the dropped ones and those on globals (which torch's load builds again
-    from the globals as they are then) read goes into `reads`, as (source, value), for `guard_reads.py`."""
+    from the globals as they are then) read goes into `reads`, as (what is read, source, value), for
+    `guard_reads.py`."""
 
     def dropped(guard):
         kinds = (guard.guard_type, *guard.derived_guard_types)
         return any(kind in unsaved for kind in kinds) or guard.name.startswith("G['__builtins_dict")
 
     kept = [not dropped(guard) for guard in guards]
-    reads.extend(
-        (guard.name, guard.value)
-        for guard, keep in zip(guards, kept, strict=True)
-        if guard.has_value and guard.guard_type not in _RELATIONS and (guard.is_global or not keep)
-    )
+    for guard, keep in zip(guards, kept, strict=True):
+        what = _READS.get(guard.guard_type, "value")
+        if guard.has_value and what and (guard.is_global or not keep):
+            reads.append((what, guard.name, guard.value))
     return kept
 
 
-# Guards that relate inputs (one aliasing another) and read no value.
-_RELATIONS = ("DUPLICATE_INPUT", "NO_TENSOR_ALIASING", "OBJECT_ALIASING")
+# What a guard's kind reads of its value (`guard_reads.recorded`); None where the guard's own saved
+# arguments say what it checks (a key a dict holds) or it relates inputs (one aliasing another). Kinds not
+# named here read the whole value.
+_READS = {
+    "CONSTANT_MATCH": "value",
+    "EQUALS_MATCH": "value",
+    "SEQUENCE_LENGTH": "len",
+    "LENGTH_CHECK": "len",
+    "TYPE_MATCH": "type",
+    "DICT_KEYS_MATCH": "keys",
+    **dict.fromkeys(
+        ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "BUILTIN_MATCH", "CLASS_MATCH", "MODULE_MATCH"), "is"
+    ),
+    **dict.fromkeys(
+        (
+            "DICT_CONTAINS",
+            "DICT_NOT_CONTAINS",
+            "HASATTR",
+            "NOT_PRESENT_IN_GENERIC_DICT",
+            "DUPLICATE_INPUT",
+            "NO_TENSOR_ALIASING",
+            "OBJECT_ALIASING",
+        )
+    ),
+}
 
 
 def aot_loaded(file, f_globals):
