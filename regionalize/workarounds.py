@@ -153,15 +153,28 @@ WORKAROUNDS = (
         "when torch 2.13 leaves the supported range",
     ),
     Workaround(
-        "a saved owner's globals",
-        "A saved owner keeps its guards on globals and records the values they read beside its file, which "
-        "its load compares with the globals then (`saved.py`): `aot_compile` drops guards on globals by "
-        "default, and its load builds those kept from the globals at the load (a helper module's on 2.13), "
-        "so a flag set at start-up went unchecked and the loaded frame computed with the saved value.",
+        "a saved owner's guards",
+        "A saved owner records what its guards read that torch's load would not check, and compares it "
+        "before a load (`guard_reads.py`): `aot_compile` drops the guards it cannot save (which function, "
+        "class or module a global or an attribute holds) and its load builds the guards on globals from the "
+        "globals at the load, so a flag or an activation function set at start-up went unchecked and the "
+        "loaded frame computed with the saved one. Dynamo's globals for the modules its code loads, named "
+        "by their id in the saving process, are put back before the load.",
         "2.13 to 2.15; applied on every torch",
         "not filed: found by tests/test_saved_owners.py",
         None,
-        "when a loaded frame's guards compare globals with the values it was compiled for",
+        "when a loaded frame's guards check what it was compiled for, globals and functions included",
+    ),
+    Workaround(
+        "the CPU check's answers",
+        "The builds of Inductor's CPU check that worked are kept under torch's cache directory, keyed by "
+        "the CPU's flags, the compiler and torch's build, and a later process takes them (`cpu_answers.py`): "
+        "Inductor builds and loads a program for each instruction set in every process, each load a "
+        "process of its own: the floor of a saved owner's load.",
+        "2.11 to 2.15",
+        "not filed: found measuring saved owners' restarts (docs/design-saved-owners.md, try 7)",
+        None,
+        "when Inductor keeps its CPU check's answer across processes",
     ),
 )
 

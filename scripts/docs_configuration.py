@@ -23,6 +23,7 @@ UNSET = {
     "form": '"hierarchical"; "per-block" with `style = "wrap"`',
     "dynamic": '"auto" (torch decides)',
     "jobs": "the CPU cores",
+    "saved-owners": '"auto" (neither written: on at run time)',
 }
 VALUES = {
     config.boolean: "`true` or `false`",

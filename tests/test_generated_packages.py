@@ -149,7 +149,9 @@ def check(spec: Spec, root: Path) -> None:
     after = snapshot(root)
 
     copy = folder.relative_to(root) / runtime_copy.MODULE
-    expected = {copy / name: text.encode() for name, text in runtime_copy.modules().items()} | {copy: None}
+    modules = runtime_copy.modules()
+    expected: dict[Path, bytes | None] = {copy / name: text.encode() for name, text in modules.items()}
+    expected |= {(copy / name).parent: None for name in modules}  # the copy and its folders
     rewritten = any(r.changed for r in reports.values())
     joined = folder.relative_to(root) / f"{runtime_copy.MODULE}.py"
     # Only an earlier release's joined copy goes, where the sub-package took its place.

@@ -1,8 +1,8 @@
 """Saved owners (runtime/saved.py): a process saves its owner's compiled frame under torch's cache directory,
 and a later process loads it and runs its first call with no frame traced, its output the eager model's.
-Never stale (an edit in the model's module or in code it calls, another torch), never corrupt (a truncated
-file, two processes saving at once), never fatal (a cache directory that cannot be written), off unless
-asked for. Each start is a fresh process, as a restart is."""
+Never stale (an edit in the model's module or in code it calls, a function or flag set at start-up, another
+torch), never corrupt (a truncated file, two processes saving at once), never fatal (a cache directory that
+cannot be written), on unless turned off. Each start is a fresh process, as a restart is."""
 
 from __future__ import annotations
 
@@ -158,11 +158,14 @@ def test_a_restart_loads_the_saved_frame_and_traces_nothing(project: Path) -> No
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-def test_off_unless_asked_for(project: Path) -> None:
-    assert start(project, "env")["saved"] is None
+def test_on_unless_turned_off(project: Path) -> None:
+    """Off for the process (`REGIONALIZE_SAVED_OWNERS=0`) or for a model (`saved=False`, which the
+    environment does not override); on otherwise."""
+    for value in ("0", "false", "off"):
+        assert start(project, "env", env={"REGIONALIZE_SAVED_OWNERS": value})["saved"] is None
     assert start(project, "off", env={"REGIONALIZE_SAVED_OWNERS": "1"})["saved"] is None
     assert not files(project, "")
-    assert start(project, "env", env={"REGIONALIZE_SAVED_OWNERS": "1"})["saved"] == "saved"
+    assert start(project, "env")["saved"] == "saved"
     assert start(project, "env", env={"REGIONALIZE_SAVED_OWNERS": "1"})["saved"] == "loaded"
 
 
@@ -305,7 +308,7 @@ def test_verify_says_what_each_hot_start_found(tmp_path: Path, monkeypatch: pyte
     from regionalize.cli.verify_command import verify
 
     models = Path(__file__).parent / "models"
-    monkeypatch.setenv("REGIONALIZE_SAVED_OWNERS", "1")
+    monkeypatch.delenv("REGIONALIZE_SAVED_OWNERS", raising=False)  # on by default
     out = tmp_path / "result.json"
     args = [str(models / "stack.py"), "--factory", "make"]  # rewritten by the codemod, in the default form
     run = CliRunner().invoke(

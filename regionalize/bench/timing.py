@@ -220,7 +220,7 @@ def cold_starts(
     - cold: empty compile caches, nothing compiled before in the process;
     - warm: empty caches, after one unrelated compile (torch's own start-up paid);
     - hot: the caches the cold process left on disk, as a restarted service finds them (its saved owners
-      among them, where REGIONALIZE_SAVED_OWNERS=1 asks for them: `saved_<kind>` says what each found);
+      among them, unless REGIONALIZE_SAVED_OWNERS=0 turns them off: `saved_<kind>` says what each found);
     - artifact: empty caches, with the portable artifacts the cold process saved
       (`torch.compiler.save_cache_artifacts`) loaded first, as a service shipping them in its image.
     `artifact_bytes` holds their sizes. For a generation these time its first token; `generate` (warm

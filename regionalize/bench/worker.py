@@ -57,7 +57,7 @@ def main() -> None:
         Path(job.save_artifacts).write_bytes(payload)
         size = len(payload)
     result = {"first_call_s": seconds, "warmup_s": warmup_s, "artifact_bytes": size}
-    owners = saved_owners(built.model)  # asked for (REGIONALIZE_SAVED_OWNERS=1): loaded, saved, or why not
+    owners = saved_owners(built.model)  # loaded, saved, or why not (unless turned off)
     if owners:
         result.update(saved_owners=owners, saved_bytes=saved_bytes())
     print(RESULT_MARKER + json.dumps(result), flush=True)

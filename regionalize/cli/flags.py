@@ -73,10 +73,10 @@ _CODEMOD_OPTIONS = [
     click.option(
         "--saved-owners/--no-saved-owners",
         default=None,
-        help="Write `saved=True` (or `saved=False`) into each owner's call: its compiled frame is saved "
-        "under torch's cache directory and a restarted process loads it instead of tracing "
-        "(docs/saved-owners.md). Default: neither written, REGIONALIZE_SAVED_OWNERS=1 at run time turns it "
-        "on. Hierarchical form only.",
+        help="Write `saved=True` (or `saved=False`) into each owner's call, whatever the environment says "
+        "at run time. Saved owners: an owner's compiled frame is saved under torch's cache directory and a "
+        "restarted process loads it instead of tracing (docs/saved-owners.md). Default: neither written; "
+        "on at run time unless REGIONALIZE_SAVED_OWNERS=0. Hierarchical form only.",
     ),
     click.option(
         "--always",

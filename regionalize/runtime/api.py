@@ -58,9 +58,9 @@ def compile_region(
     `dynamic`, `backend`, `fullgraph`, `options`). Where the owner cannot be compiled whole, its blocks
     are compiled one by one at run time, with one warning.
 
-    `saved=True` saves the owner's compiled frame under torch's cache directory, and a later process's first
-    call loads it instead of tracing (docs/saved-owners.md); `None` takes `REGIONALIZE_SAVED_OWNERS`
-    (off by default).
+    Saved owners: the owner's compiled frame is saved under torch's cache directory, and a later process's
+    first call loads it instead of tracing (docs/saved-owners.md). `saved=False` turns it off for this
+    owner, `saved=True` on; `None` takes `REGIONALIZE_SAVED_OWNERS` (on unless it is `0`).
     """
     for block in blocks:
         register_block(

@@ -1,6 +1,6 @@
 """The answers of Inductor's CPU check, kept for later processes. Inductor checks which vector instruction
 sets the CPU runs by building small programs and loading each in a process of its own, once a process:
-about 1.4 s on a 2-core AVX-512 box with its caches hot, the floor of a restart that loads saved owners.
+the floor of a restart that loads saved owners (docs/design-saved-owners.md, try 7).
 The builds that worked are kept in `<torch cache dir>/regionalize/cpu/<key>.json`, the key naming the CPU's
 flags, the compiler, torch's build, Python and Inductor's configuration; a later process with the same
 key takes them from there (docs/saved-owners.md, "The CPU check")."""

@@ -1,10 +1,11 @@
 """Saved owners: an owner's compiled frame, written under torch's cache directory by its first compile and
 loaded by a later process's first call, which then runs it with no trace (docs/saved-owners.md).
 
-Asked for per model (`compile_regions(model, saved=True)`, `compile_region(..., saved=True)`) or for the
-process (`REGIONALIZE_SAVED_OWNERS=1`); off by default. What the compiled code depends on and its guards do
-not check across processes is in the file's name (`key`); what it traced is checked on load, line for line
-(`changed_source`), and its guards before every call. Anything that fails to load, save or check is
+On by default; off for a model (`compile_regions(model, saved=False)`, `compile_region(..., saved=False)`)
+or for the process (`REGIONALIZE_SAVED_OWNERS=0`). What the compiled code depends on and its guards do not
+check across processes is in the file's name (`key`); what it traced is checked on load, line for line
+(`changed_source`), what its guards read that torch's load would not check is recorded and compared
+(`guard_reads.py`), and its guards before every call. Anything that fails to load, save or check is
 compiled as without saving, with one warning where a file was there and could not be used."""
 
 import hashlib
@@ -39,10 +40,11 @@ SWITCH = "REGIONALIZE_SAVED_OWNERS"
 
 
 def wanted(asked):
-    """Is an owner saved? `asked` (the `saved` keyword) where given, else the environment's switch."""
+    """Is an owner saved? `asked` (the `saved` keyword) where given, else the environment's switch: on
+    unless it says off (`REGIONALIZE_SAVED_OWNERS=0`)."""
     if asked is not None:
         return bool(asked)
-    return os.environ.get(SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get(SWITCH, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def why_not(owner, state):
@@ -161,7 +163,10 @@ class Saved:
         except Exception as error:
             self.state.saved = f"not saved: {_why(error)}"
             return False
-        unread = unreadable(reads, scope(self.frame, owner, args, kwargs))
+        try:
+            unread = unreadable(reads, scope(self.frame, owner, args, kwargs))
+        except TypeError:  # arguments the frame's signature does not bind: none to evaluate a source in
+            unread = "the call's arguments"
         if unread is not None:  # served as compiled, not saved
             self.state.saved = f"not saved: a later process could not check what {named(unread)} holds"
         else:

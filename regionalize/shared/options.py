@@ -34,7 +34,7 @@ class Options:
     # True, a copy in the user's tree (`_regionalize.py` of the package, or inline in a lone file).
     vendor: bool = False
     # Saved owners (docs/saved-owners.md): True or False writes `saved=` into each owner's call; None
-    # leaves it to the environment at run time (REGIONALIZE_SAVED_OWNERS).
+    # leaves it to the runtime: on unless REGIONALIZE_SAVED_OWNERS=0.
     saved_owners: bool | None = None
 
     def __post_init__(self) -> None:
