@@ -51,7 +51,8 @@ ENCODER_DECODERS = Source("encoder-decoders/decode.json", "encoder-decoders/deco
 CUDA = Source("cuda.json", "cuda.md", "CUDA")
 SERVING = Source("serving/serving.json", "serving/serving.md", "serving")
 VERSIONS = Source("torch-versions/versions.json", "torch-versions/versions.md", "by torch")
-SOURCES = (FORWARD, STOCHASTIC, DECODE, STATIC, ENCODER_DECODERS, CUDA, SERVING, VERSIONS)
+RESTART = Source("restart.json", "restart.md", "restart")
+SOURCES = (FORWARD, STOCHASTIC, DECODE, STATIC, ENCODER_DECODERS, CUDA, SERVING, VERSIONS, RESTART)
 
 
 def runs(source: Source) -> list[Run]:
@@ -133,6 +134,28 @@ def _cuda_runs() -> list[Run]:
     ]
 
 
+def _restart_runs() -> list[Run]:
+    """The restart page's model at each depth: the default's (saved owners) cold start, hot start and time
+    a call against the full compile's, medians of one sitting (scripts/bench_restart.py)."""
+    summary = RESTART.data()["summary"]
+
+    def both(depth: int, kind: str, figure: str) -> dict[str, float | None]:
+        return {
+            name: summary.get(f"{depth} {mode} {kind}", {}).get(figure)
+            for name, mode in (("full", "full"), ("regional", "saved"))
+        }
+
+    return [
+        {
+            "name": f"vit-{depth}",
+            "cold": both(depth, "cold", "first_call_s"),
+            "hot": both(depth, "hot", "first_call_s"),
+            "ms": both(depth, "hot", "per_call_ms"),
+        }
+        for depth in RESTART.data()["meta"]["depths"]
+    ]
+
+
 def _serving_sitting(variant: str) -> str:
     """serving.json keeps each variant's latest run, which may be another sitting than full's: say so, as
     its page asks to compare rows of one run."""
@@ -191,6 +214,15 @@ def table() -> list[Row]:
             pair("first_generate_s", "regional"),
             pair("first_generate_hot_s", "regional"),
             pair("decode_ms_per_token", "regional"),
+        ),
+        Row(
+            "restarts, CPU, a ViT-like encoder of 12 to 64 blocks: the rewrite, its owners saved (first call "
+            "with empty caches; restarted; per call)",
+            RESTART,
+            _restart_runs(),
+            pair("cold", "regional"),
+            pair("hot", "regional"),
+            pair("ms", "regional"),
         ),
         Row(
             "encoder-decoders, CPU: the rewrite (first token; per token)",
