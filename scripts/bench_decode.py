@@ -324,10 +324,13 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     lines += ["Every fresh-process time to first token, in seconds:", ""]
     for r in results:
         for variant, runs in (r.get("compile_runs") or {}).items():
-            kinds = "; ".join(
-                f"{kind} {', '.join(f'{s:.2f}' for s in runs[kind])}" for kind in runs if runs[kind]
-            )
+            times = {kind: got for kind, got in runs.items() if got and isinstance(got[0], float)}
+            kinds = "; ".join(f"{kind} {', '.join(f'{s:.2f}' for s in got)}" for kind, got in times.items())
             lines.append(f"- {r['label']} {LABELS.get(variant, variant)}: {kinds}")
+            found = runs.get("saved_hot")
+            if found:  # saved owners (on by default): what the restart found
+                owners = ", ".join(f"{name} {what}" for name, what in found[-1].items())
+                lines.append(f"  - saved owners, hot: {owners}; {runs['saved_bytes'][-1] / 1e6:.1f} MB")
     return "\n".join(lines) + "\n"
 
 

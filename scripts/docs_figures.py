@@ -52,7 +52,19 @@ CUDA = Source("cuda.json", "cuda.md", "CUDA")
 SERVING = Source("serving/serving.json", "serving/serving.md", "serving")
 VERSIONS = Source("torch-versions/versions.json", "torch-versions/versions.md", "by torch")
 RESTART = Source("restart.json", "restart.md", "restart")
-SOURCES = (FORWARD, STOCHASTIC, DECODE, STATIC, ENCODER_DECODERS, CUDA, SERVING, VERSIONS, RESTART)
+RESTART_DECODE = Source("restart-decode/decode.json", "restart-decode/decode.md", "decoder restart")
+SOURCES = (
+    FORWARD,
+    STOCHASTIC,
+    DECODE,
+    STATIC,
+    ENCODER_DECODERS,
+    CUDA,
+    SERVING,
+    VERSIONS,
+    RESTART,
+    RESTART_DECODE,
+)
 
 
 def runs(source: Source) -> list[Run]:
@@ -223,6 +235,14 @@ def table() -> list[Row]:
             pair("cold", "regional"),
             pair("hot", "regional"),
             pair("ms", "regional"),
+        ),
+        Row(
+            "generate with a `DynamicCache`, CPU, llama-32, its owners saved (first token; per token)",
+            RESTART_DECODE,
+            runs(RESTART_DECODE),
+            pair("ttft_s", "regional"),
+            pair("compile_hot_s", "regional"),
+            pair("decode_ms_per_token", "regional"),
         ),
         Row(
             "encoder-decoders, CPU: the rewrite (first token; per token)",

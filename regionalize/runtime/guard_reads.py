@@ -17,6 +17,8 @@ import types
 
 import torch
 
+from .internals.aot import installed
+
 _PLAIN = (type(None), bool, int, float, str)
 
 
@@ -74,8 +76,10 @@ def _code(code):
 
 
 class _Globals(dict):
-    """The globals a guard's source names (`G['SCALE']`): the frame's, the modules Dynamo imported by a name
-    of its own (`__import_torch_dot_nn`), and Python's builtins (`__builtins_dict___0`)."""
+    """The globals a guard's source names (`G['SCALE']`), as a later process has them: the frame's, the
+    modules Dynamo imported by a name of its own (`__import_torch_dot_nn`), and Python's builtins
+    (`__builtins_dict___0`). Of the globals Dynamo installed under an id of its process's, the modules only,
+    which a load puts back (`install_modules`): a source through any other cannot be read there."""
 
     def __init__(self, f_globals):
         super().__init__()
@@ -86,7 +90,10 @@ class _Globals(dict):
             return sys.modules[_module_name(name)]
         if name.startswith("__builtins_dict"):
             return builtins.__dict__
-        return self.f_globals[name]
+        value = self.f_globals[name]
+        if installed(name) and not isinstance(value, types.ModuleType):
+            raise KeyError(name)
+        return value
 
 
 def scope(frame, owner, args, kwargs):

@@ -117,18 +117,24 @@ def config_hash():
     return hashlib.sha256(repr(sorted(torch._inductor.config.get_config_copy().items())).encode()).hexdigest()
 
 
-# The globals Dynamo installs for a module its code loads (`create_load_python_module`), named by the
-# module's last name, its id in the compiling process and the compile's number: `___module_collections_
-# 140473201368960_c0`. A saved frame's code loads them by that name, which a later process lacks.
-_INSTALLED_MODULE = re.compile(r"___module_\w+_\d+_c\d+")
+# The globals Dynamo installs for what its code loads (`install_global_by_id`), named by the object's id in
+# the compiling process and the compile's number: `___module_collections_140473201368960_c0` for a module,
+# `_140599701941008_c0`. A saved frame's code and guards name them so, which a later process lacks.
+_INSTALLED = re.compile(r"\w*_\d+_c\d+")
+
+
+def installed(name):
+    """Is `name` a global Dynamo installed under an id of its process's (`_140599701941008_c0`)?"""
+    return _INSTALLED.fullmatch(name) is not None
 
 
 def installed_modules(f_globals):
-    """The modules Dynamo installed in `f_globals` for the code it compiled, by the names it gave them."""
+    """The modules Dynamo installed in `f_globals` for the code it compiled, by the names it gave them: a
+    later process gets them back by name (`install_modules`); other such globals it cannot."""
     return {
         name: value.__name__
         for name, value in list(f_globals.items())
-        if isinstance(value, types.ModuleType) and _INSTALLED_MODULE.fullmatch(name)
+        if isinstance(value, types.ModuleType) and installed(name)
     }
 
 
@@ -136,5 +142,5 @@ def install_modules(modules, f_globals):
     """Put back in `f_globals` the modules a saved frame's code loads by Dynamo's names (`installed_modules`
     of the process that saved it), imported where they are not yet."""
     for name, module in modules.items():
-        if _INSTALLED_MODULE.fullmatch(name):
+        if installed(name):
             f_globals.setdefault(name, importlib.import_module(module))
