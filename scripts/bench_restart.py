@@ -216,7 +216,7 @@ def summarize(runs):
     }
 
 
-def markdown(meta, summary, runs):
+def markdown(meta, summary, runs, data):
     imports = [r["import_s"] + r["compiler_imports_s"] for r in runs if "import_s" in r]
     lines = [
         "# Restarts: the first call of a fresh process, cold and hot, by depth",
@@ -256,7 +256,7 @@ def markdown(meta, summary, runs):
     lines += _targets(meta, summary)
     errors = [r for r in runs if "error" in r]
     lines += [
-        f"Failed starts: {len(errors)}. Every start: [restart.json](restart.json) (`runs`).",
+        f"Failed starts: {len(errors)}. Every start: [{data}]({data}) (`runs`).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -302,7 +302,7 @@ def versions(python):
 
 def write(out, meta, runs):
     summary = summarize(runs)
-    text = markdown(meta, summary, runs)
+    text = markdown(meta, summary, runs, os.path.basename(out) + ".json")
     with open(out + ".json", "w") as file:
         json.dump({"meta": meta, "summary": summary, "runs": runs}, file, indent=1)
     with open(out + ".md", "w") as file:
