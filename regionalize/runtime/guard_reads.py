@@ -114,12 +114,13 @@ def unreadable(reads, names):
     not check: it does not evaluate to the same object here, or what is read of it cannot be recorded.
     None where every one can."""
     for how, source, value in reads:
+        kept = recorded(how, value)
         try:
             now = read(source, names)
-            same = now is value or recorded(how, now) == recorded(how, value)
+            same = kept is not None and (now is value or recorded(how, now) == kept)
         except Exception:
             same = False
-        if not same or recorded(how, value) is None:
+        if not same:
             return source
     return None
 
