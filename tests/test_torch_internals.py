@@ -4,12 +4,14 @@ Run on every torch CI tests (.ci/torch)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -392,3 +394,26 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
     state = model.__dict__["_regionalize_owner"]
     assert state.plan.form.value == "per block" and not state.plan.fallback
     assert all(block._compiled_call_impl is not None for block in model.blocks)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_saved_frames_load_runs_with_the_collector_paused_and_leaves_it_as_it_was(
+    monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    seen = []
+
+    def load(file, f_globals):
+        seen.append(gc.isenabled())
+        raise EOFError("a truncated file")
+
+    monkeypatch.setattr(aot, "saving", lambda: types.SimpleNamespace(load=load))
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with pytest.raises(EOFError):
+            aot.aot_loaded(None, {})
+        after = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False]
+    assert after is enabled
