@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from regionalize.runtime.internals.aot import loads_gradients
 from regionalize.runtime.internals.cpu import cpu_check_available
 from regionalize.runtime.internals.tracer import imports_inlined_modules, reuses
 
@@ -164,6 +165,16 @@ WORKAROUNDS = (
         "not filed: found by tests/test_saved_owners.py",
         None,
         "when a loaded frame's guards check what it was compiled for, globals and functions included",
+    ),
+    Workaround(
+        "a saved owner's gradients",
+        "An owner whose parameters hold gradients at its first call is not saved (`saved.py`): torch's "
+        "guard state saves a gradient as a placeholder that its load fails to assign back (`TypeError: "
+        "assigned grad expected to be a Tensor`), so every restart warned and compiled again.",
+        "2.13 and 2.14 (2.11's load fails too, and saves nothing)",
+        "not filed: found by tests/test_hierarchical.py (a backward, then a no_grad call); fixed in 2.15",
+        lambda: not loads_gradients(),
+        "when the oldest torch that saves owners is 2.15",
     ),
     Workaround(
         "the CPU check's answers",

@@ -18,11 +18,18 @@ import docs_workarounds
 import render_docs
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "torch-workarounds.md"
+GRADIENTS = "a saved owner's gradients"
 # The workarounds with a probe that each CI torch needs, by its minor version.
 NEEDED = {
-    (2, 11): {"Inductor's CPU check", "module globals", "regions traced for every block"},
-    (2, 13): {"Inductor's CPU check", "module globals", "reuse limit", "compiling in another thread"},
-    (2, 14): {"Inductor's CPU check", "reuse limit", "compiling in another thread"},
+    (2, 11): {"Inductor's CPU check", "module globals", "regions traced for every block", GRADIENTS},
+    (2, 13): {
+        "Inductor's CPU check",
+        "module globals",
+        "reuse limit",
+        "compiling in another thread",
+        GRADIENTS,
+    },
+    (2, 14): {"Inductor's CPU check", "reuse limit", "compiling in another thread", GRADIENTS},
     (2, 15): {"Inductor's CPU check", "reuse limit", "compiling in another thread"},
 }
 

@@ -8,6 +8,7 @@ check across processes is in the file's name (`key`); what it traced is checked 
 (`guard_reads.py`), and its guards before every call. Anything that fails to load, save or check is
 compiled as without saving, with one warning where a file was there and could not be used."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from .internals.aot import (
     config_hash,
     install_modules,
     installed_modules,
+    loads_gradients,
     saving,
 )
 from .internals.tracer import traced, tree_leaves
@@ -158,6 +160,10 @@ class Saved:
             if loaded is not None:
                 self.state.saved = "loaded"
                 return loaded
+        if not loads_gradients() and any(p.grad is not None for p in owner.parameters()):
+            self.state.saved = "not saved: its parameters hold gradients, which this torch cannot load"
+            remove(path)  # one that did not load (an earlier release saved such) would warn every start
+            return False
         try:
             compiled, reads = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
         except Exception as error:
@@ -207,6 +213,13 @@ def folder():
     (`TORCHINDUCTOR_CACHE_DIR`, else Inductor's default), beside the compiled code they need: one variable
     moves or clears both."""
     return os.path.join(saving().cache_dir(), "regionalize", "owners")
+
+
+def remove(path):
+    """Remove the saved frame at `path` and its records, where they are and can be."""
+    for name in (path, path[: -len(".pt2")] + ".json"):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 def write(compiled, records, path, name):

@@ -28,6 +28,27 @@ def saving():
     )
 
 
+@probe("a saved frame of parameters holding gradients", "such an owner is not saved", fallback=False)
+def loads_gradients():
+    """Probe: does torch's load of a saved frame take a parameter that held a gradient at the save? Its
+    guard state pickles the gradient as a placeholder, which 2.13 and 2.14 fail to assign back
+    (`TypeError: assigned grad expected to be a Tensor`): every restart would warn and compile again. 2.15
+    drops it. Fallback False: such owners are not saved."""
+    from torch._dynamo.guards import GuardsStatePickler, _Missing
+
+    real = torch.empty(1)
+    keys = torch._C._dispatch_keys(real).raw_repr()
+    try:
+        GuardsStatePickler._unpickle_tensor(
+            torch.empty(1, device="meta"), real.device, torch.Tensor, keys, _Missing("grad")
+        )
+    except TypeError as error:
+        if "grad" not in str(error):
+            raise
+        return False
+    return True
+
+
 def aot_compiled(frame, compile_kwargs, args, kwargs):
     """`frame` compiled ahead of a call with `args` and `kwargs` (`fullgraph=True`), with nothing run: an
     `AOTCompiledFunction`, which saves to a file, and what its guards read that a load would not check
