@@ -180,7 +180,7 @@ class Saved:
                 "reads": [(how, source, recorded(how, value)) for how, source, value in reads],
                 "modules": installed_modules(self.frame.__globals__),
             }
-            self.state.saved = write(compiled, records, path, type(owner).__name__)
+            self.state.saved = write(compiled, records, path, type(owner).__name__, self.frame.__globals__)
         return compiled
 
     def load(self, path, owner, args, kwargs):
@@ -222,21 +222,38 @@ def remove(path):
             os.unlink(name)
 
 
-def write(compiled, records, path, name):
+def write(compiled, records, path, name, f_globals):
     """Save `compiled` at `path`, and beside it (`.json`, first) `records`: what its guards read that a load
     would not check (`guard_reads.py`) and the modules its code loads by Dynamo's names. Each file whole or
-    not at all (`write_whole`). Returns what the owner's state says: "saved", or why not, with one warning
-    (a read-only cache directory runs as without saving)."""
+    not at all (`write_whole`), and the frame loaded back before it is kept: torch saves some guard states
+    that its load cannot build (a dict's key order guarded through a value it pruned), which every later
+    start would warn of. Returns what the owner's state says: "saved", or why not, with one warning where
+    the files could not be written (a read-only cache directory runs as without saving)."""
 
     def record(temp):
         with open(temp, "w", encoding="utf-8") as file:
             json.dump(records, file)
 
+    def frame(temp):
+        compiled.save_compiled_function(temp)
+        try:
+            with open(temp, "rb") as file:
+                aot_loaded(file, f_globals)
+        except Exception as error:
+            raise _Unloadable(_why(error)) from error
+
     try:
         write_whole(path[: -len(".pt2")] + ".json", record)
-        write_whole(path, compiled.save_compiled_function)
+        write_whole(path, frame)
         return "saved"
+    except _Unloadable as error:
+        remove(path)
+        return f"not saved: torch's load of it fails ({error})"
     except Exception as error:
         why = _why(error)
         warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller())
         return f"not saved: {why}"
+
+
+class _Unloadable(Exception):
+    """A saved frame that torch's load does not take back."""
