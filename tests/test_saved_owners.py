@@ -433,3 +433,18 @@ def test_transformers_models_are_saved_and_loaded(tmp_path: Path, kind: str) -> 
 
     assert start() == {"saved": "saved", "same": True, "warnings": []}
     assert start() == {"saved": "loaded", "same": True, "warnings": []}
+
+
+def test_the_key_names_the_runtime_that_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vendored copy beside the package, or another release, keys files of its own: its code is traced
+    into the frame, and a file of the other would be found changed on load, with a warning."""
+    from regionalize.runtime import saved
+
+    saved._runtime.cache_clear()
+    package = saved._runtime()
+    monkeypatch.setattr(saved, "__package__", "_regionalize")
+    saved._runtime.cache_clear()
+    try:
+        assert saved._runtime() != package
+    finally:
+        saved._runtime.cache_clear()

@@ -9,6 +9,7 @@ check across processes is in the file's name (`key`); what it traced is checked 
 compiled as without saving, with one warning where a file was there and could not be used."""
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -80,9 +81,9 @@ def _module_file(cls):
 
 def key(owner, state, args, kwargs):
     """The file's name: what the compiled code depends on that its guards do not check in another process.
-    torch's build, Python, the form and compile options, Inductor's configuration, the owner's and blocks'
-    classes with their modules' text, the owner's parameters and the call's inputs (as Dynamo would
-    specialize on them: shapes, dtypes, devices, scalars)."""
+    torch's build, Python, the runtime (`_runtime`), the form and compile options, Inductor's configuration,
+    the owner's and blocks' classes with their modules' text, the owner's parameters and the call's inputs
+    (as Dynamo would specialize on them: shapes, dtypes, devices, scalars)."""
     digest = hashlib.sha256()
 
     def add(*parts):
@@ -90,6 +91,7 @@ def key(owner, state, args, kwargs):
 
     version = torch.version
     add(FORMAT, version.__version__, version.git_version, version.cuda, platform.python_version())
+    add(_runtime())
     add(state.plan.form.value, sorted((k, _named(v)) for k, v in state.kwargs.items()), config_hash())
     for cls in sorted(
         {type(owner), *(type(b) for b in state.blocks)}, key=lambda c: (c.__module__, c.__qualname__)
@@ -104,6 +106,19 @@ def key(owner, state, args, kwargs):
     )
     add(sorted(kwargs), [_input(leaf) for leaf in tree_leaves((args, kwargs))], torch.is_grad_enabled())
     return digest.hexdigest()[:40]
+
+
+@functools.cache
+def _runtime():
+    """The runtime compiling (its package's name and a hash of its sources): its code is traced into the
+    frame, so another release, or a vendored copy beside the package, keys files of its own rather than
+    meeting one it would find changed on load."""
+    digest = hashlib.sha256(__package__.encode())
+    for folder, _, names in sorted(os.walk(os.path.dirname(__file__))):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as file:
+                digest.update(file.read())
+    return digest.hexdigest()
 
 
 def _named(value):
