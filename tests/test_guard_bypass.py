@@ -11,9 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch import nn  # noqa: E402
 from torch_support import needs_reuse  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
+from regionalize.runtime.nested import reuses  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 MODEL = """
@@ -232,3 +234,61 @@ def test_codemod_and_bypass_templates_import_without_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "success"
+
+
+class Scaled(nn.Module):
+    def __init__(self, dim: int, rate: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.rate * torch.relu(self.linear(x))
+
+
+class ScaledStack(nn.Module):
+    def __init__(self, rates: tuple[float, ...]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Scaled(8, rate) for rate in rates)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@pytest.mark.parametrize(
+    "form, rates, backend",
+    [
+        ("whole", (0.5,) * 4, "inductor"),
+        ("whole, in pieces", (0.0, 0.1, 0.2, 0.3), "inductor"),  # blocks differing in a constant
+        ("per block", (0.5,) * 4, "eager"),
+    ],
+)
+def test_the_guard_filter_handed_in_serves_the_owner_in_each_form(
+    form: str, rates: tuple[float, ...], backend: str
+) -> None:
+    """A guard filter handed in the options (as `--guard-bypass filter` writes it) filters the guards of
+    the frames the owner compiles, whatever its form, and the caller's options keep it: torch.compile pops
+    it from the dict it is handed, which left later compiles without it."""
+    import regionalize
+
+    seen: list[int] = []
+
+    def counting(entries: list[Any]) -> list[bool]:
+        seen.append(len(entries))
+        return regionalize.guard_filter(entries)
+
+    options = {"guard_filter_fn": counting}
+    torch.manual_seed(0)
+    model, x = ScaledStack(rates).eval(), torch.randn(2, 8)
+    with torch.no_grad():
+        expected = model(x)
+        regionalize.compile_regions(model, saved=False, backend=backend, options=options)
+        out = [model(x) for _ in range(2)]
+    # Where torch reuses no traced region (2.11), an owner of alike blocks is compiled in pieces too.
+    expected_form = "whole, in pieces" if form == "whole" and not reuses() else form
+    assert model.__dict__["_regionalize_owner"].plan.form.value == expected_form
+    assert seen, "the filter was not called"
+    assert all(torch.allclose(o, expected, atol=1e-5) for o in out)
+    assert options == {"guard_filter_fn": counting}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from regionalize.runtime import saved as saved_owners
 from regionalize.runtime.internals import aot, tracer
 
 # Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
@@ -340,6 +341,50 @@ def test_where_it_cannot_save_it_says_why(project: Path) -> None:
         assert said == "not saved: its code is not in a module imported by name"
     else:
         assert said.startswith("not saved: it is compiled ")
+    assert not files(project, "")
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_guard_bypass_and_cuda_graph_modes_say_why_they_are_not_saved(project: Path) -> None:
+    """The guard bypass (its filter handed in the options, as the API documents it, or the dispatcher) and a
+    CUDA-graph mode run as without saving, each saying why; the options handed in keep their filter for
+    every later compile (torch.compile pops it from the dict it is given)."""
+    script = textwrap.dedent(
+        """
+        import json, sys, torch, regionalize
+        sys.path.insert(0, sys.argv[1])
+        from model import Net
+        said = {}
+        for name in ("filter", "depyf", "reduce-overhead"):
+            torch.manual_seed(0)
+            model, x = Net().eval(), torch.randn(2, 16)
+            options = {"guard_filter_fn": regionalize.guard_filter}
+            with torch.no_grad():
+                expected = model(x)
+                if name == "filter":
+                    regionalize.compile_regions(model, options=options)
+                elif name == "depyf":
+                    regionalize.compile_region(*model.blocks, owner=model, guard_bypass=name)
+                else:
+                    regionalize.compile_regions(model, mode=name)
+                same = all(torch.allclose(model(x), expected, atol=1e-5) for _ in range(2))
+            state = model.__dict__["_regionalize_owner"]
+            said[name] = [state.saved, same, "guard_filter_fn" in options]
+        print(json.dumps(said))
+        """
+    )
+    environ = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(project / "cache")}
+    environ.pop("REGIONALIZE_SAVED_OWNERS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(project)], env=environ, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {
+        "filter": [f"not saved: {saved_owners.BYPASS_FILTER}", True, True],
+        "depyf": [f"not saved: {saved_owners.BYPASS_DEPYF}", True, True],
+        "reduce-overhead": [f"not saved: {saved_owners.GRAPH_MODES}", True, True],
+    }
     assert not files(project, "")
 
 

@@ -15,6 +15,8 @@ import traceback
 import types
 import warnings
 
+import torch
+
 from .internals.hooks import module_frame
 from .internals.tracer import compiling, why_failed
 from .state import process
@@ -140,3 +142,15 @@ def caller():
             break
         frame, level = frame.f_back, level + 1
     return level
+
+
+def torch_compile(fn, kwargs, **more):
+    """`torch.compile(fn, **kwargs)`, `more` taking precedence, given options of its own: torch.compile
+    pops `guard_filter_fn` from the options it is handed (2.11 to 2.15), which would leave an owner's set-up
+    without its guard filter at its next compile, and its saving unaware of it."""
+    return torch.compile(fn, **{**own_options(kwargs), **more})
+
+
+def own_options(kwargs):
+    """`kwargs` with a copy of their options, for a compile that may change them (`block.compile`)."""
+    return {**kwargs, "options": dict(kwargs["options"])} if "options" in kwargs else kwargs

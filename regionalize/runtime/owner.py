@@ -8,7 +8,7 @@ import torch
 from .around import handoff, is_opaque, outside, owned
 from .bypass import Direct, guard_filter
 from .cpu_answers import start_cpu_check
-from .frames import caller, new_frame
+from .frames import caller, new_frame, torch_compile
 from .graphs import graphable, kept
 from .internals.compiler import inductor_pieces
 from .internals.hooks import compiled_call, module_call, set_compiled_call, submodules
@@ -120,11 +120,13 @@ def owner_compiled(owner, compile_kwargs):
     state = owner.__dict__["_regionalize_owner"]
     kwargs = compile_kwargs
     if state.plan.form is Form.PIECES:  # `pieces_backend`
-        options = {k: v for k, v in compile_kwargs.get("options", {}).items() if k != "guard_filter_fn"}
+        options = dict(compile_kwargs.get("options", {}))
         kwargs = {k: v for k, v in compile_kwargs.items() if k not in ("mode", "options")}
+        if "guard_filter_fn" in options:  # Dynamo's, for the frame; the rest are Inductor's, for the pieces
+            kwargs["options"] = {"guard_filter_fn": options.pop("guard_filter_fn")}
         classes = {type(block) for block in state.blocks}
         kwargs["backend"] = pieces_backend(classes, state, compile_kwargs.get("mode"), options)
-    whole = torch.compile(frame, **kwargs, fullgraph=True)
+    whole = torch_compile(frame, kwargs, fullgraph=True)
     if state.save:  # asked for: saved where it can be
         why = why_not(owner, state)
         state.saved = why and f"not saved: {why}"

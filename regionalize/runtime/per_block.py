@@ -7,7 +7,7 @@ import sys
 import torch
 
 from .bypass import Direct
-from .frames import OrEager, globals_of, importable, new_frame
+from .frames import OrEager, globals_of, importable, new_frame, own_options, torch_compile
 from .internals.hooks import compiled_call, module_call, set_compiled_call
 from .kv import kv_empty
 from .regions import block_compiled
@@ -52,15 +52,15 @@ def block_compile(block, kwargs, direct):
     cls = type(block)
     model_globals = globals_of(cls.forward)
     if model_globals is None or importable(model_globals):
-        block.compile(**kwargs)
+        block.compile(**own_options(kwargs))
         if direct:
             set_compiled_call(block, Direct(block, compiled_call(block)))
         return
     frame = process.class_frames.get(cls)
     if frame is None:
         frame = process.class_frames[cls] = new_frame(cls, "call")
-    compiled = functools.partial(torch.compile(frame, **kwargs), block)
-    call = OrEager(compiled, module_call(block), frame.__code__, cls)
+    frame_call = functools.partial(torch_compile(frame, kwargs), block)
+    call = OrEager(frame_call, module_call(block), frame.__code__, cls)
     set_compiled_call(block, Direct(block, call, frame) if direct else call)
 
 

@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-from .frames import OrEager, globals_of, in_globals, installed
+from .frames import OrEager, globals_of, in_globals, installed, torch_compile
 from .internals.tracer import compiling, traced, tree_map_only
 from .kv import LayerKV, kv_layer, kv_length, kv_pair, kv_past, kv_store
 from .nested import contiguous_copy, nested
@@ -256,7 +256,7 @@ def block_compiled(block, compile_kwargs):
     be compiled whole with the stand-in falls back to the block's own code compiled (`stood_in`)."""
     region = region_of(type(block))
     bodies, whole = region.bodies()
-    full = {**compile_kwargs, "fullgraph": True}
-    frame = OrEager(torch.compile(whole, **compile_kwargs), region.plain, whole.__code__, type(block))
+    frame = OrEager(torch_compile(whole, compile_kwargs), region.plain, whole.__code__, type(block))
     # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
-    process.block_frames[block] = tuple(torch.compile(body, **full) for body in bodies), frame, frame
+    bodies = tuple(torch_compile(body, compile_kwargs, fullgraph=True) for body in bodies)
+    process.block_frames[block] = bodies, frame, frame

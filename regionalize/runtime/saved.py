@@ -40,6 +40,10 @@ from .threads import locked
 
 FORMAT = 2  # of the key and the files: a change here names every file afresh
 SWITCH = "REGIONALIZE_SAVED_OWNERS"
+# Why the forms that run on the first call's compile are not saved (docs/saved-owners.md).
+GRAPH_MODES = "a CUDA-graph mode is not saved until a GPU check runs a loaded one"
+BYPASS_DEPYF = "the guard bypass calls the code Dynamo keeps for the frame, which a loaded frame lacks"
+BYPASS_FILTER = "the guard bypass drops guards on modules' structure, which a later process's may not share"
 
 
 def wanted(asked):
@@ -57,12 +61,12 @@ def why_not(owner, state):
         return "this torch cannot save a compiled frame"
     if state.plan.form is not Form.WHOLE:
         return f"it is compiled {state.plan.form.value}"
-    if (
-        state.kwargs.get("mode") in graph_modes
-        or state.direct
-        or "guard_filter_fn" in state.kwargs.get("options", {})
-    ):
-        return "CUDA graphs and guard bypass are not saved"
+    if state.kwargs.get("mode") in graph_modes:
+        return GRAPH_MODES
+    if state.direct:
+        return BYPASS_DEPYF
+    if "guard_filter_fn" in state.kwargs.get("options", {}):
+        return BYPASS_FILTER
     if state.kwargs.get("backend", "inductor") != "inductor":
         return "only Inductor's code is saved"
     if caches_off():
