@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -493,3 +494,39 @@ def test_the_key_names_the_runtime_that_compiles(monkeypatch: pytest.MonkeyPatch
         assert saved._runtime() != package
     finally:
         saved._runtime.cache_clear()
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(x)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_the_key_names_the_runtime_whose_region_a_block_class_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block class whose region another runtime copy installed (both in one process) traces that copy's
+    code into the frame: it keys a file of its own, not one a later process would find changed on load."""
+    from regionalize.runtime import saved
+
+    model, x = _Net(), torch.randn(2, 4)
+    state = types.SimpleNamespace(
+        plan=types.SimpleNamespace(form=saved.Form.WHOLE), kwargs={}, blocks=model.blocks
+    )
+    first = saved.key(model, state, (x,), {})
+    assert saved.key(model, state, (x,), {}) == first
+    region = type("Region", (), {"__module__": "runtime_copy_1.regions"})()  # as another copy installs it
+    monkeypatch.setattr(_Block, "_regionalize_region", region, raising=False)
+    assert saved.key(model, state, (x,), {}) != first

@@ -86,7 +86,8 @@ def _module_file(cls):
 def key(owner, state, args, kwargs):
     """The file's name: what the compiled code depends on that its guards do not check in another process.
     torch's build, Python, the runtime (`_runtime`), the form and compile options, Inductor's configuration,
-    the owner's and blocks' classes with their modules' text, the owner's parameters and the call's inputs
+    the owner's and blocks' classes with their modules' text and the runtime whose region a class runs
+    (another copy's is traced in), the owner's parameters and the call's inputs
     (as Dynamo would specialize on them: shapes, dtypes, devices, scalars)."""
     digest = hashlib.sha256()
 
@@ -102,6 +103,8 @@ def key(owner, state, args, kwargs):
     ):
         with open(_module_file(cls), "rb") as file:
             add(cls.__module__, cls.__qualname__, hashlib.sha256(file.read()).hexdigest())
+        region = cls.__dict__.get("_regionalize_region")  # installed by this runtime, or by another copy
+        add(region is not None and type(region).__module__)
     add(
         [
             (name, tuple(p.shape), p.dtype, str(p.device), p.requires_grad)
