@@ -1,12 +1,17 @@
 """Figures the guides quote inside their prose, each computed from the results file that holds it.
 
-A guide's sentence that gives a measured figure (a ratio, seconds, milliseconds, a share) either sits in
+A page's sentence that gives a measured figure (a ratio, seconds, milliseconds, a share) either sits in
 a block that scripts/render_docs.py writes, or is one of the quotes below: the words as the page says
 them, with the figures formatted from docs/results. tests/test_guide_quotes.py fails when a page no
 longer says a quote (the file was measured again, or the page was edited), and when a page's prose holds
 a figure that is neither rendered nor quoted (`unchecked`): a figure typed by hand has no source, so it
 belongs in a results file, or the sentence says what it means without it and links where it was
 measured. `python scripts/render_docs.py --check` reports the same.
+
+The pages checked (`pages`) are the guides, the site codes' pages (regionalize/codes/, which `regionalize
+rule` prints), the results index, and the pages in docs/results' sub-folders that no run wrote. A page a
+script wrote (`measured`: its header dates the run) holds that run's figures, as a results file does: it
+is a source the quotes read, not prose.
 
 Where a script writes its page only as markdown (the profiles), the quote reads the table that script
 wrote (`table`), which is that page's latest run by construction.
@@ -15,6 +20,7 @@ wrote (`table`), which is that page's latest run by construction.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import sys
@@ -27,14 +33,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 DOCS = ROOT / "docs"
 RESULTS = DOCS / "results"
+CODES = ROOT / "regionalize" / "codes"
 
 
 @dataclass(frozen=True)
 class Quote:
-    page: str  # relative to docs/
+    page: str  # relative to docs/ (a site code's page: `code_page`)
     name: str  # what the figures are
     text: str  # the words the page says, figures formatted from `source`
     source: str  # relative to docs/results (a setting's: the package's file that sets it)
+
+    @property
+    def path(self) -> Path:
+        return (DOCS / self.page).resolve()
+
+
+def code_page(code: str) -> str:
+    """A site code's page, as a quote names its page."""
+    return os.path.relpath(CODES / f"{code}.md", DOCS)
 
 
 def results(name: str) -> Any:
@@ -213,6 +229,14 @@ def library_quotes() -> list[Quote]:
     ]
 
 
+CALL_PROFILE = "forward/call-profile.md"
+
+
+def against_full(page: str) -> dict[str, str]:
+    """A profile's time a call of each form against the full compile's, as its table gives it."""
+    return {form: row["against full"] for form, row in table(page).items()}
+
+
 def hierarchical_quotes() -> list[Quote]:
     page, stochastic = "form-hierarchical.md", "forward/stochastic-depth.json"
     run, by_model = manifest(stochastic)
@@ -221,9 +245,8 @@ def hierarchical_quotes() -> list[Quote]:
     def starts(r: dict[str, Any]) -> str:
         return ", ".join(x(sooner(r, key)) for key in ("compile_s", "compile_cold_s", "compile_hot_s"))
 
-    calls = table("forward/call-profile.md")
-    call = {form: calls[form]["against full"] for form in calls}
-    call_date, call_runtime = header("forward/call-profile.md")
+    call = against_full(CALL_PROFILE)
+    call_date, call_runtime = header(CALL_PROFILE)
     restarts = table("forward/restart-profile.md")
     cold = {form: restarts[form]["cold"] for form in restarts}
     hot = {form: restarts[form]["hot (median)"] for form in restarts}
@@ -273,25 +296,25 @@ def hierarchical_quotes() -> list[Quote]:
             f"{call['stage-owners']} a full compile's time, each stage compiled whole without regions "
             f"{call['stages']}, the encoder compiled whole {call['encoder']} ({call_date}, runtime "
             f"{call_runtime})",
-            "forward/call-profile.md",
+            CALL_PROFILE,
         ),
         Quote(
             page,
             "the default a call",
             f"and a call is one frame, its graph in pieces: {call['default']}",
-            "forward/call-profile.md",
+            CALL_PROFILE,
         ),
         Quote(
             page,
             "stretches compiled",
             f"compiled, a call takes {call['stretches']}",
-            "forward/call-profile.md",
+            CALL_PROFILE,
         ),
         Quote(
             page,
             "the fresh chunk",
             f"costs nothing measurable there ({call['unchunked']} without it, {call['default']} with it)",
-            "forward/call-profile.md",
+            CALL_PROFILE,
         ),
         Quote(
             page,
@@ -586,18 +609,97 @@ def guard_bypass_quotes() -> list[Quote]:
     ]
 
 
+def serving_quotes() -> list[Quote]:
+    """The serving folder's account of its latest runs (run 10 and the rows it kept), from serving.json."""
+    page, source = "results/serving/README.md", "serving/serving.json"
+    data = results(source)
+    rows = data["results"]
+    full, theirs = rows["full"], rows["transformers_static"]
+    static, graphs = rows["rewrite_static"], rows["rewrite_static_cuda_graphs"]
+
+    def first(row: dict[str, Any]) -> str:
+        return f"{row['first_generate_s']:.1f} s"
+
+    def token(row: dict[str, Any]) -> str:
+        return f"{row['decode_ms_per_token']:.2f} ms"
+
+    def sooner_both(key: str) -> str:
+        """How many times sooner than the full compile both static-cache rewrites came: '7.8x to 8.0x'."""
+        low, high = sorted(full[key] / row[key] for row in (static, graphs))
+        return f"{x(low, 1)} to {x(high, 1)}"
+
+    return [
+        Quote(
+            page,
+            "run 10's static-cache rewrites",
+            f"In run 10 `rewrite_static` took {first(static)} to its first generate and {token(static)} a "
+            f"token, `rewrite_static_cuda_graphs` {first(graphs)} and {token(graphs)}",
+            source,
+        ),
+        Quote(page, "run 10's full compile", f"its full compile took {token(full)} a token", source),
+        Quote(
+            page,
+            "the copy bandwidth",
+            f"run 10's {data['meta']['bandwidth']['bandwidth_gb_s']:.0f} GB/s in serving.md's header",
+            source,
+        ),
+        Quote(
+            page,
+            "sooner within run 10",
+            f"Within run 10 both static-cache rewrites reached their first generate "
+            f"{sooner_both('first_generate_s')} sooner than a full compile, and restarted "
+            f"{sooner_both('restart_first_generate_s')} sooner than it.",
+            source,
+        ),
+        Quote(page, "rewrite", f"the first generate stayed at {first(rows['rewrite'])}", source),
+        Quote(
+            page,
+            "rewrite_static",
+            f"it starts in {first(static)}, sooner than in pieces, but `generate`'s own compile graphs the "
+            f"stretches between the blocks' frames, {static['dynamo']['cuda_graphs_per_token']:.0f} CUDA "
+            f"graphs a token: {token(static)} a token, "
+            f"{x(static['decode_ms_per_token'] / theirs['decode_ms_per_token'])} transformers' own.",
+            source,
+        ),
+        Quote(
+            page,
+            "rewrite_static_cuda_graphs",
+            f"{token(graphs)} a token against transformers' {token(theirs)} (measured {theirs['date']}",
+            source,
+        ),
+    ]
+
+
+def codes_quotes() -> list[Quote]:
+    """The site codes' pages, which `regionalize rule` prints."""
+    call = against_full(CALL_PROFILE)
+    return [
+        Quote(
+            code_page("RGZ006"),
+            "a frame a stage",
+            f"a frame a stage took {call['stage-owners']} a full compile's time a call, one frame for all "
+            f"twelve layers {call['default']}",
+            CALL_PROFILE,
+        )
+    ]
+
+
 def settings_quotes() -> list[Quote]:
     """Limits the package sets, quoted from where it sets them."""
+    from regionalize.runtime import outer
     from regionalize.shared import source_files
 
     mib = source_files.MAX_BYTES / (1024 * 1024)
+    largest = "../../regionalize/shared/source_files.py"
     return [
+        Quote("getting-started.md", "the largest source file read", f"is over {mib:g} MiB", largest),
+        Quote(code_page("RGZ900"), "the largest source file read", f"is larger than {mib:g} MiB", largest),
         Quote(
-            "getting-started.md",
-            "the largest source file read",
-            f"is over {mib:g} MiB",
-            "../../regionalize/shared/source_files.py",
-        )
+            code_page("RGZ006"),
+            "work of the module's own",
+            f"{1 - outer.SHARE:.0%} of its parameters or more",
+            "../../regionalize/runtime/outer.py",
+        ),
     ]
 
 
@@ -610,26 +712,37 @@ def quotes() -> list[Quote]:
         *caches_quotes(),
         *libraries_page_quotes(),
         *guard_bypass_quotes(),
+        *serving_quotes(),
+        *codes_quotes(),
         *settings_quotes(),
     ]
 
 
+def measured(page: Path) -> bool:
+    """Whether a results page is a run's: the paragraph under its title dates the run, as every script's
+    header does (`Measured by ... on 2026-12-02`, a verify manifest's `...; 2026-12-05.`)."""
+    opening = page.read_text(encoding="utf-8").split("\n\n", 2)[1]
+    return re.search(r"\d{4}-\d\d-\d\d", opening) is not None
+
+
 def pages() -> list[Path]:
-    """The pages whose prose is checked: the guides and the results index. (The README's figures are its
-    rendered section, which tests/test_quoted_figures.py checks.)"""
-    return [*sorted(DOCS.glob("*.md")), RESULTS / "README.md"]
+    """The pages whose prose is checked: the guides, the site codes' pages, the results index and the
+    pages of the results' sub-folders that no run wrote. (The README's figures are its rendered section,
+    which tests/test_quoted_figures.py checks.)"""
+    written = [page for page in sorted(RESULTS.glob("*/**/*.md")) if not measured(page)]
+    return [*sorted(DOCS.glob("*.md")), *sorted(CODES.glob("*.md")), RESULTS / "README.md", *written]
 
 
 def problems() -> list[str]:
     """Every quote a page no longer says, and every figure a page's prose holds unchecked."""
     found = []
-    by_page: dict[str, list[str]] = {}
+    by_page: dict[Path, list[str]] = {}
     for quote in quotes():
-        by_page.setdefault(f"docs/{quote.page}", []).append(quote.text)
+        by_page.setdefault(quote.path, []).append(quote.text)
     for page in pages():
         name = page.relative_to(ROOT).as_posix()
         text = page.read_text(encoding="utf-8")
-        said = by_page.get(name, [])
+        said = by_page.get(page, [])
         found += [f"{name} should say {q!r} (from its results file)" for q in said if q not in prose(text)]
         found += [f"{name}: a figure with no source: {f}" for f in unchecked(text, said)]
     return found

@@ -25,14 +25,18 @@ def page_text(page: Path) -> str:
 
 
 def quotes_of(page: Path) -> list[str]:
-    return [q.text for q in QUOTES if docs_quotes.DOCS / q.page == page]
+    return [q.text for q in QUOTES if q.path == page]
 
 
-@pytest.mark.parametrize("quote", QUOTES, ids=[f"{q.page}: {q.name}" for q in QUOTES])
+def where(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("quote", QUOTES, ids=[f"{where(q.path)}: {q.name}" for q in QUOTES])
 def test_the_guide_quotes_its_results_file(quote: docs_quotes.Quote) -> None:
     assert (docs_quotes.RESULTS / quote.source).exists(), quote.source
-    said = docs_quotes.prose(page_text(docs_quotes.DOCS / quote.page))
-    assert quote.text in said, f"docs/{quote.page} should say {quote.text!r}, as {quote.source} gives it now"
+    said = docs_quotes.prose(page_text(quote.path))
+    assert quote.text in said, f"{where(quote.path)} should say {quote.text!r}, as {quote.source} has it now"
 
 
 SOURCES = sorted({q.source for q in QUOTES if q.source.endswith(".json")})
@@ -60,7 +64,7 @@ def test_a_file_of_another_run_fails() -> None:
     assert 99 in runtimes and "runtime 99" not in text
 
 
-@pytest.mark.parametrize("page", docs_quotes.pages(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", docs_quotes.pages(), ids=where)
 def test_every_figure_of_the_prose_has_a_source(page: Path) -> None:
     """A ratio, a time or a share in a page's prose is rendered or quoted from a results file; anything
     else is a figure typed by hand, which no run can correct."""
@@ -85,15 +89,14 @@ def test_a_quote_that_drifted_fails(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(docs_quotes, "results", measured_again)
     quote = docs_quotes.cuda_quotes()[0]
-    page = docs_quotes.DOCS / quote.page
-    assert quote.text not in docs_quotes.prose(page_text(page))
-    assert docs_quotes.unchecked(page_text(page), [q.text for q in docs_quotes.cuda_quotes()])
+    assert quote.text not in docs_quotes.prose(page_text(quote.path))
+    assert docs_quotes.unchecked(page_text(quote.path), [q.text for q in docs_quotes.cuda_quotes()])
 
 
 def test_a_figure_typed_by_hand_fails() -> None:
     """A guide's quoted figure edited by hand, or a figure added without a source, is found."""
     quote = next(q for q in QUOTES if q.page == "form-hierarchical.md")
-    page = docs_quotes.DOCS / quote.page
+    page = quote.path
     text = page_text(page)
     first = docs_quotes.FIGURE.search(quote.text)
     assert first is not None
@@ -102,6 +105,47 @@ def test_a_figure_typed_by_hand_fails() -> None:
     assert any("9.99x" in loose for loose in docs_quotes.unchecked(drifted, quotes_of(page)))
     added = text + "\nThe first call came 2.5x sooner on a laptop.\n"
     assert any("2.5x" in loose for loose in docs_quotes.unchecked(added, quotes_of(page)))
+
+
+def test_the_codes_and_results_pages_are_checked_too() -> None:
+    """Every site code's page is checked, and so is a results sub-folder's page no run wrote (the serving
+    folder's README); a page a run wrote is that run's figures, which the quotes read."""
+    checked = set(docs_quotes.pages())
+    assert set(docs_quotes.CODES.glob("*.md")) <= checked
+    assert docs_quotes.RESULTS / "serving" / "README.md" in checked
+    assert docs_quotes.RESULTS / docs_quotes.CALL_PROFILE not in checked
+    assert docs_quotes.RESULTS / "serving" / "serving.md" not in checked
+
+
+def test_a_run_is_told_by_its_header(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# A run\n\nMeasured by `python scripts/x.py` on 2026-12-02: 2 CPU cores.\n\n1.5x\n")
+    assert docs_quotes.measured(page)
+    page.write_text("# Notes\n\nThis folder holds a run's page.\n\nOn 2026-12-02 it took 1.5x.\n")
+    assert not docs_quotes.measured(page)
+
+
+def test_a_codes_page_with_a_stale_figure_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RGZ006 quoting the call profile's earlier run (1.32x and 1.20x) is found: its quote is no longer
+    said, and the old figures have no source; the profile measured again, the page no longer matches."""
+    page = docs_quotes.CODES / "RGZ006.md"
+    quote = next(q for q in QUOTES if q.path == page and q.source == docs_quotes.CALL_PROFILE)
+    old = iter(["1.32x", "1.20x"])
+    stale = docs_quotes.FIGURE.sub(lambda _: next(old), quote.text)
+    said = docs_quotes.prose(page_text(page)).replace(quote.text, stale)
+    assert quote.text not in said
+    loose = docs_quotes.unchecked(said, quotes_of(page))
+    assert any("1.32x" in f for f in loose) and any("1.20x" in f for f in loose)
+    real = docs_quotes.table
+
+    def measured_again(name: str) -> dict[str, dict[str, str]]:
+        rows = real(name)
+        if name == docs_quotes.CALL_PROFILE:
+            rows["default"] = {**rows["default"], "against full": "1.40x"}
+        return rows
+
+    monkeypatch.setattr(docs_quotes, "table", measured_again)
+    assert docs_quotes.codes_quotes()[0].text not in docs_quotes.prose(page_text(page))
 
 
 def test_code_and_rendered_blocks_are_not_prose() -> None:
