@@ -154,8 +154,8 @@ def finish(process: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def files(project: Path, suffix: str = ".pt2") -> list[Path]:
-    """The saved frames (`.pt2`), or what they read of globals (`.json`), or every file (`""`)."""
+def files(project: Path, suffix: str = saved_owners.SUFFIX) -> list[Path]:
+    """The saved owners' files, or every file in their folder (`""`)."""
     return sorted((project / "cache" / "regionalize" / "owners").glob(f"*{suffix}"))
 
 
@@ -163,7 +163,7 @@ def files(project: Path, suffix: str = ".pt2") -> list[Path]:
 def test_a_restart_loads_the_saved_frame_and_traces_nothing(project: Path) -> None:
     first = start(project)
     assert first == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
-    assert [path.suffix for path in files(project, "")] == [".json", ".pt2"]
+    assert [path.suffix for path in files(project, "")] == [saved_owners.SUFFIX]
     again = start(project)
     assert again == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}
 
@@ -265,15 +265,18 @@ def test_another_torch_loads_nothing(project: Path) -> None:
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_a_damaged_file_is_compiled_again_and_rewritten(project: Path) -> None:
     start(project)
-    for damage in ("truncated", "garbage", "empty", "record missing"):  # each start rewrites what it found
+    for damage in ("truncated", "garbage", "empty", "another frame", "records edited"):  # each rewritten
         [path] = files(project)
         data = path.read_bytes()
-        if damage == "record missing":
-            files(project, ".json")[0].unlink()
-        else:
-            path.write_bytes(
-                {"truncated": data[: len(data) // 2], "garbage": b"\x80\x04junk" * 50, "empty": b""}[damage]
-            )
+        damaged = {
+            "truncated": data[: len(data) // 2],
+            "garbage": b"\x80\x04junk" * 50,
+            "empty": b"",
+            "another frame": data[:-10] + bytes(10),  # the records name the frame's hash
+            "records edited": data.replace(b'"how": "is"', b'"how": "xx"', 1),
+        }[damage]
+        assert damaged != data, damage
+        path.write_bytes(damaged)
         again = start(project)
         assert again["saved"] == "saved" and again["same"] and again["traced"] == 1, damage
         [warning] = again["warnings"]
@@ -289,7 +292,7 @@ def test_two_processes_saving_at_once(project: Path) -> None:
     for result in map(finish, both):
         assert result["same"] and result["saved"] in ("saved", "loaded") and not result["warnings"]
     # whole files only, no temporary left
-    assert [path.suffix for path in files(project, "")] == [".json", ".pt2"]
+    assert [path.suffix for path in files(project, "")] == [saved_owners.SUFFIX]
     assert start(project)["saved"] == "loaded"
 
 

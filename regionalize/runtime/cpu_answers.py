@@ -13,9 +13,10 @@ import os
 import platform
 import sys
 
-from .files import write_whole
+from .files import distrust, write_whole
 from .internals.aot import caches_off, config_hash
 from .internals.cpu import cpu_check, cpu_identity, remember_builds
+from .machine import cpu_flags
 
 FORMAT = 1  # of the key and the file
 
@@ -25,7 +26,7 @@ def start_cpu_check():
     """Start Inductor's CPU check (`cpu_check`), once a process, its builds answered from the kept file
     where there is one; the builds that work are added to it."""
     install, path = remember_builds(), answers_path()
-    if install is not None and path is not None:
+    if install is not None and path is not None and distrust(path) is None:  # answers others wrote: none
         known = read(path)
         install(known, functools.partial(write, path, known))
     return cpu_check()
@@ -41,20 +42,6 @@ def answers_path():
     parts = (FORMAT, platform.machine(), flags, sys.executable, config_hash(), sorted(identity.items()))
     key = hashlib.sha256(repr(parts).encode()).hexdigest()[:40]
     return os.path.join(where, "regionalize", "cpu", key + ".json")
-
-
-def cpu_flags():
-    """The CPU's flags as Linux lists them (`/proc/cpuinfo`, x86's "flags", Arm's "Features"), sorted; None
-    where there are none to read."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
-            for line in file:
-                name, _, value = line.partition(":")
-                if name.strip() in ("flags", "Features"):
-                    return sorted(value.split())
-    except OSError:
-        pass
-    return None
 
 
 def read(path):

@@ -19,6 +19,7 @@ import torch
 
 from .internals.hooks import module_frame
 from .internals.tracer import compiling, why_failed
+from .machine import tag_caches
 from .state import process
 
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.
@@ -147,7 +148,9 @@ def caller():
 def torch_compile(fn, kwargs, **more):
     """`torch.compile(fn, **kwargs)`, `more` taking precedence, given options of its own: torch.compile
     pops `guard_filter_fn` from the options it is handed (2.11 to 2.15), which would leave an owner's set-up
-    without its guard filter at its next compile, and its saving unaware of it."""
+    without its guard filter at its next compile, and its saving unaware of it. torch's caches are keyed
+    on the machine first (`tag_caches`)."""
+    tag_caches()
     return torch.compile(fn, **{**own_options(kwargs), **more})
 
 

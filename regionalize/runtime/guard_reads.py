@@ -1,31 +1,54 @@
-"""What a saved owner's guards read that torch's load would not check, recorded with the file and checked
-before it is loaded (`saved.py`).
+"""What a saved owner's guards read that torch does not check for it, recorded with the file, checked before
+it is loaded, and checked again on every call (`saved.py`).
 
 torch saves a frame's guards on its inputs with the values they expect. It cannot save some kinds (which
-function, class or module an attribute holds: `ID_MATCH`, `CLOSURE_MATCH`, ...), which `aot_compile` then
-drops, and those on globals it builds again at the load from the globals as they are then: a frame saved
-with one activation function, or one value of a module's flag, would run with it in a process that set
-another. Each such guard's source (a Python expression over the frame's globals, `G[...]`, and its
-arguments) is recorded with what it read (`recorded`), and evaluated again before a load."""
+function, class or module a name holds: `ID_MATCH`, `CLOSURE_MATCH`, ...), which `aot_compile` then drops
+from the frame it serves, in the process that compiled it as in one that loads it; and it builds the guards
+on globals again at a load from the globals as they are then. So a function rebound after the first call,
+or a module's flag that a later process sets otherwise, would go unchecked. Each such guard's place (a
+path, `guard_paths.py`) is recorded with what it read (`recorded`) and compared before a load (`changed`);
+the dropped ones are checked on every call (`Watch`), as `torch.compile`'s guards would, and a call where
+one fails runs the frame `torch.compile` compiles, which compiles again."""
 
-import builtins
+from __future__ import annotations
+
 import hashlib
-import inspect
-import re
+import operator
 import sys
 import types
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .internals.aot import installed
+from .guard_paths import Path, Scope, global_value, parse, render, step, valid, walk
 
 _PLAIN = (type(None), bool, int, float, str)
+_HOWS = ("len", "type", "keys", "is", "value")  # what a guard reads of its value (`recorded`)
+_DEPTH = 2  # how deep a function's state is followed through its closures and globals
 
 
-def recorded(how, value):
-    """What a guard reads of `value` (`how`: its "len", its "type", its dict's "keys", which object it "is",
-    or its "value"), as JSON keeps it, comparable across processes (`_value`); None where it cannot be
-    recorded: the frame is not saved."""
+class Read:
+    """One guard's read: what it reads of its value (`how`: its "len", its "type", its dict's "keys", which
+    object it "is", or its "value"), where (`path`; None where Dynamo's `source` is not a plain path of
+    look-ups, which a later process could not find again), what it saw there (`seen`, the object itself),
+    and whether torch drops the guard (`dropped`: then the runtime checks it on every call)."""
+
+    __slots__ = ("dropped", "how", "path", "seen", "source")
+
+    def __init__(self, how: str, path: Path | None, seen: Any, dropped: bool, source: str = "") -> None:
+        self.how, self.path, self.seen, self.dropped = how, path, seen, dropped
+        self.source = source or (render(path) if path else "")
+
+
+def reads_of(guards: list[tuple[str, str, Any, bool]]) -> list[Read]:
+    """`guards` ((how, source, value, dropped), as `aot.savable` collected them) as `Read`s."""
+    return [Read(how, parse(source), value, dropped, source) for how, source, value, dropped in guards]
+
+
+def recorded(how: str, value: Any) -> Any:
+    """What a guard reads of `value` as JSON keeps it, comparable across processes (`_value`); None where
+    it cannot be recorded: the frame is not saved."""
     if how == "len":
         return [len(value)]
     if how == "type":
@@ -36,13 +59,13 @@ def recorded(how, value):
     return _value(value)
 
 
-def _value(value):
-    """`value` as JSON keeps it, comparable across processes: a constant (a tuple as a list), a function,
-    class or module by its name (a function's code by its line and a hash: two lambdas of one module
-    differ), a dict by its keys (its values have guards of their own), a code object; `repr` where it names
-    no address (`torch.uint8`, an enum's member), else the object's type (what is read of it is guarded on
-    its own). None for a tensor (its values may be the compiled code's constants) and where even the type
-    cannot be named: the frame is not saved."""
+def _value(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON keeps it, comparable across processes: a constant (a tuple as a list), a module by
+    its name, a function by its name and all that changes what it computes (`_function`), a class by its
+    name, a dict by its keys (its values have guards of their own), a code object by its content; `repr`
+    where it names no address (`torch.uint8`, an enum's member), else the object's type (what is read of
+    it is guarded on its own). None for a tensor (its values may be the compiled code's constants) and
+    where even the type cannot be named: the frame is not saved."""
     if isinstance(value, _PLAIN):
         return [value]  # boxed: None is a value too
     if isinstance(value, (tuple, list)) and all(isinstance(item, _PLAIN) for item in value):
@@ -54,10 +77,11 @@ def _value(value):
     if isinstance(value, dict):
         keys = recorded("keys", value)
         return keys and {"keys": keys}
-    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+    if isinstance(value, types.FunctionType):
+        return _function(value, depth)
+    if isinstance(value, (type, types.BuiltinFunctionType)):
         name = getattr(value, "__qualname__", None)
-        code = getattr(value, "__code__", None)
-        return name and {"is": f"{getattr(value, '__module__', None)}.{name}", "code": code and _code(code)}
+        return name and {"is": f"{getattr(value, '__module__', None)}.{name}"}
     if isinstance(value, torch.Tensor):
         return None  # its values may be the compiled code's constants
     text = repr(value)
@@ -67,86 +91,198 @@ def _value(value):
     return kind and {"type": kind}
 
 
-def _code(code):
+def _function(function: types.FunctionType, depth: int) -> dict:
+    """A function as a later process can tell it apart: its name, its code (bytecode, constants, names),
+    and, `_DEPTH` deep, its defaults, its closure's cells and the globals its code names (`_state`). Two
+    functions built by `exec` from one text with another constant, or one closure over another value,
+    differ."""
+    name = {"is": f"{function.__module__}.{function.__qualname__}", "code": _code(function.__code__)}
+    if depth >= _DEPTH:
+        return name
+    f_globals = function.__globals__
+    state = {
+        "defaults": [_state(v, depth) for v in function.__defaults__ or ()],
+        "kwdefaults": [[k, _state(v, depth)] for k, v in sorted((function.__kwdefaults__ or {}).items())],
+        "cells": [_state(_cell(cell), depth) for cell in function.__closure__ or ()],
+        "globals": [
+            [n, _state(f_globals[n], depth)] for n in sorted(_names(function.__code__)) if n in f_globals
+        ],
+    }
+    return {**name, **state}
+
+
+def _state(value: Any, depth: int) -> Any:
+    """What of a value a function holds (a default, a cell, a global) changes what it computes: a
+    constant's value, a function (`_function`, a level deeper), which class, module or code it is; of
+    anything else (a tensor, a registry, a logger) its type alone: what a trace reads of it is guarded on
+    its own, and its contents may differ from process to process without changing the code."""
+    if isinstance(value, types.FunctionType):
+        return _function(value, depth + 1)
+    plain = isinstance(value, (*_PLAIN, type, types.BuiltinFunctionType, types.ModuleType, types.CodeType))
+    if plain or (isinstance(value, tuple) and all(isinstance(item, _PLAIN) for item in value)):
+        return _value(value, depth + 1)
+    return {"type": _value(type(value))}
+
+
+def _cell(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return "<empty cell>"
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The names `code` and the code nested in it look up (globals among them)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _code(code: types.CodeType) -> list:
+    """A code object by its name, its first line and a hash of what it runs: its bytecode, its constants
+    (nested code by the same hash) and the names it looks up."""
     return [
         code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
         code.co_firstlineno,
-        hashlib.sha256(code.co_code).hexdigest()[:16],
+        _hash(code),
     ]
 
 
-class _Globals(dict):
-    """The globals a guard's source names (`G['SCALE']`), as a later process has them: the frame's, the
-    modules Dynamo imported by a name of its own (`__import_torch_dot_nn`), and Python's builtins
-    (`__builtins_dict___0`). Of the globals Dynamo installed under an id of its process's, the modules only,
-    which a load puts back (`install_modules`): a source through any other cannot be read there."""
-
-    def __init__(self, f_globals):
-        super().__init__()
-        self.f_globals = f_globals
-
-    def __missing__(self, name):
-        if name.startswith("__import_"):
-            return sys.modules[_module_name(name)]
-        if name.startswith("__builtins_dict"):
-            return builtins.__dict__
-        value = self.f_globals[name]
-        if installed(name) and not isinstance(value, types.ModuleType):
-            raise KeyError(name)
-        return value
+def _hash(code: types.CodeType) -> str:
+    digest = hashlib.sha256(code.co_code)
+    for const in code.co_consts:
+        digest.update(
+            (_hash(const) if isinstance(const, types.CodeType) else repr((type(const), const))).encode()
+        )
+    digest.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)).encode())
+    return digest.hexdigest()[:16]
 
 
-def scope(frame, owner, args, kwargs):
-    """What a source is evaluated in, for a call of `frame` (the owner's compiled function): `G`, and the
-    call's arguments by the names of the frame's parameters (`self` the owner)."""
-    bound = inspect.signature(frame).bind(owner, *args, **kwargs)
-    bound.apply_defaults()
-    return {"G": _Globals(frame.__globals__), "__builtins__": builtins, **bound.arguments}
-
-
-def read(source, names):
-    """The value of a guard's `source` in `names` (`scope`)."""
-    return eval(source, dict(names))  # a guard's source, as Dynamo's own guards evaluate it every call
-
-
-def unreadable(reads, names):
-    """The first source of `reads` ((how, source, value), as the guards saw them) that a later process could
-    not check: it does not evaluate to the same object here, or what is read of it cannot be recorded.
-    None where every one can."""
-    for how, source, value in reads:
-        kept = recorded(how, value)
+def unreadable(reads: list[Read], scope: Scope) -> str | None:
+    """The first of `reads` that a later process could not check, as the code names it: its path is not
+    plain, it does not lead to the same object here, or what is read of it cannot be recorded. None where
+    every one can."""
+    for read in reads:
+        kept = recorded(read.how, read.seen)
         try:
-            now = read(source, names)
-            same = kept is not None and (now is value or recorded(how, now) == kept)
+            now = walk(read.path, scope) if read.path else None
+            same = (
+                read.path is not None
+                and kept is not None
+                and (now is read.seen or recorded(read.how, now) == kept)
+            )
         except Exception:
             same = False
         if not same:
-            return source
+            return render(read.path) if read.path else read.source
     return None
 
 
-def changed(records, names):
-    """The first source of `records` ((how, source, what `recorded` kept)) that reads otherwise now, as the
-    model's code names it ("the global helper.ACT", "self.act"), or None."""
-    for how, source, saved in records:
+def records(reads: list[Read]) -> list[dict]:
+    """`reads` as the saved file keeps them: data only (`guard_paths.valid`)."""
+    return [
+        {"how": r.how, "path": r.path, "saw": recorded(r.how, r.seen), "dropped": r.dropped} for r in reads
+    ]
+
+
+def changed(kept: object, scope: Scope) -> tuple[str | None, list[Read]]:
+    """What of the saved file's records (`kept`) reads otherwise now, as the model's code names it ("the
+    global helper.ACT", "self.act"), or None; and the reads as they are now, for the `Watch`. Where several
+    differ, one that changed in itself is named before a function that changed only through the globals it
+    reads (a changed flag changes both). A record that is not what `records` writes raises ValueError: the
+    file is not loaded."""
+    if not isinstance(kept, list):
+        raise ValueError("records are not a list")
+    now_reads, differ = [], []
+    for record in kept:
+        if not (isinstance(record, dict) and valid(record.get("path")) and record.get("how") in _HOWS):
+            raise ValueError("a record is not a guard's read")
+        path, saw = record["path"], record.get("saw")
         try:
-            now = recorded(how, read(source, names))
+            value = walk(path, scope)
+            now = recorded(record["how"], value)
         except Exception:
-            now = None
-        if now != saved:
-            return named(source)
-    return None
+            now = value = None
+        if now != saw:
+            differ.append((_through_globals(saw, now), render(path)))
+        now_reads.append(Read(record["how"], path, value, bool(record.get("dropped"))))
+    if differ:
+        return min(differ, key=lambda pair: pair[0])[1], []
+    return None, now_reads
 
 
-_HEAD = re.compile(r"G\['([^']+)'\]")  # a global of the frame's, or a module Dynamo imported
+def _through_globals(saw: Any, now: Any) -> bool:
+    """Do two records of a function differ only in the globals it reads?"""
+    if not (isinstance(saw, dict) and isinstance(now, dict) and "globals" in saw and "globals" in now):
+        return False
+    return {**saw, "globals": None} == {**now, "globals": None}
 
 
-def named(source):
-    """A source as the code names it: `G['__import_helper'].ACT` is "the global helper.ACT"."""
-    text = _HEAD.sub(lambda head: _module_name(head.group(1)), source)
-    return f"the global {text}" if _HEAD.match(source) else text
+class Watch:
+    """The reads torch drops from a saved frame's guards, checked on every call as `torch.compile`'s guards
+    would: each path walked from the call's owner or the frame's globals, and the object found compared
+    with the one seen when the frame was compiled or loaded (what it reads of it, for the kinds that do not
+    ask which object). Paths that share their first steps take them once."""
+
+    __slots__ = ("checks", "nodes")
+
+    def __init__(self, reads: list[Read], frame: types.FunctionType) -> None:
+        """Raises ValueError where a dropped read has no plain path: it could not be checked."""
+        index: dict[tuple, int] = {}
+        self.nodes: list[tuple[int, Callable[[Any], Any]]] = []  # (the node it steps from, the step)
+        self.checks: list[tuple[int, str, Any]] = []
+        for read in (r for r in reads if r.dropped):
+            if read.path is None:
+                raise ValueError(f"{read.source} cannot be checked on each call")
+            parent = -1
+            for depth, (kind, arg) in enumerate(read.path):
+                prefix = tuple(map(tuple, read.path[: depth + 1]))
+                if prefix not in index:
+                    index[prefix] = len(self.nodes)
+                    take = _head(frame, kind, arg) if parent < 0 else _getter(kind, arg)
+                    self.nodes.append((parent, take))
+                parent = index[prefix]
+            seen = read.seen if read.how == "is" else recorded(read.how, read.seen)
+            self.checks.append((parent, read.how, seen))
+
+    def __bool__(self) -> bool:
+        return bool(self.checks)
+
+    def holds(self, owner: Any, args: tuple, kwargs: dict) -> bool:
+        """Does every dropped read find what it found before, for this call of `owner`? False where a path
+        no longer leads anywhere."""
+        values: list[Any] = []
+        call = (owner, args, kwargs)
+        try:
+            for parent, take in self.nodes:
+                values.append(take(call if parent < 0 else values[parent]))
+        except Exception:
+            return False
+        for node, how, seen in self.checks:
+            if (values[node] is not seen) if how == "is" else (recorded(how, values[node]) != seen):
+                return False
+        return True
 
 
-def _module_name(name):
-    """A global's name as the code names it: Dynamo's `__import_torch_dot_nn` is the module `torch.nn`."""
-    return name.removeprefix("__import_").replace("_dot_", ".") if name.startswith("__import_") else name
+def _head(frame: types.FunctionType, kind: str, name: str) -> Callable[[tuple], Any]:
+    """A path's head as a function of a call (owner, args, kwargs): the owner itself for the frame's first
+    parameter, another argument bound by name, a global of the frame's, an imported module."""
+    if kind == "global":
+        f_globals = frame.__globals__
+        return lambda call: global_value(f_globals, name)
+    if kind == "module":
+        return lambda call: sys.modules[name]
+    if name == frame.__code__.co_varnames[0]:
+        return lambda call: call[0]
+    return lambda call: Scope(frame, *call).arguments[name]
+
+
+def _getter(kind: str, arg: Any) -> Callable[[Any], Any]:
+    """One step of a path as a function of the value before it (`operator`'s getters run in C)."""
+    if kind == "attr":
+        return operator.attrgetter(arg)
+    if kind == "item":
+        return operator.itemgetter(arg)
+    return lambda value: step(value, kind, arg)

@@ -4,13 +4,16 @@ loaded by a later process's first call, which then runs it with no trace (docs/s
 On by default; off for a model (`compile_regions(model, saved=False)`, `compile_region(..., saved=False)`)
 or for the process (`REGIONALIZE_SAVED_OWNERS=0`). What the compiled code depends on and its guards do not
 check across processes is in the file's name (`key`); what it traced is checked on load, line for line
-(`changed_source`), what its guards read that torch's load would not check is recorded and compared
-(`guard_reads.py`), and its guards before every call. Anything that fails to load, save or check is
-compiled as without saving, with one warning where a file was there and could not be used."""
+(`changed_source`); what its guards read that torch does not check is recorded, compared on load and,
+for the guards torch drops, checked on every call (`guard_reads.py`). The records and the frame are one
+file, written whole, and read only from a folder no one else can write (`files.distrust`). Anything that
+fails to load, save or check is compiled as without saving, with one warning where a file was there and
+could not be used."""
 
 import contextlib
 import functools
 import hashlib
+import io
 import json
 import os
 import platform
@@ -19,9 +22,10 @@ import warnings
 
 import torch
 
-from .files import write_whole
+from .files import distrust, write_whole
 from .frames import caller
-from .guard_reads import changed, named, recorded, scope, unreadable
+from .guard_paths import Scope
+from .guard_reads import Watch, changed, reads_of, records, unreadable
 from .internals.aot import (
     aot_compiled,
     aot_loaded,
@@ -34,11 +38,14 @@ from .internals.aot import (
     saving,
 )
 from .internals.tracer import traced, tree_leaves
+from .machine import machine
 from .per_block import graph_modes
 from .state import Form
 from .threads import locked
 
-FORMAT = 2  # of the key and the files: a change here names every file afresh
+FORMAT = 3  # of the key and the file: a change here names every file afresh
+SUFFIX = ".owner"
+MAGIC = b"regionalize saved owner\n"
 SWITCH = "REGIONALIZE_SAVED_OWNERS"
 # Why the forms that run on the first call's compile are not saved (docs/saved-owners.md).
 GRAPH_MODES = "a CUDA-graph mode is not saved until a GPU check runs a loaded one"
@@ -85,7 +92,9 @@ def _module_file(cls):
 
 def key(owner, state, args, kwargs):
     """The file's name: what the compiled code depends on that its guards do not check in another process.
-    torch's build, Python, the runtime (`_runtime`), the form and compile options, Inductor's configuration,
+    torch's build, Python, the machine (its architecture, the CPU's flags and the instruction set asked
+    for, which pick Inductor's vector code, and the C++ compiler: `machine`), the runtime (`_runtime`),
+    the form and compile options, Inductor's configuration,
     the owner's and blocks' classes with their modules' text and the runtime whose region a class runs
     (another copy's is traced in), the owner's parameters and the call's inputs
     (as Dynamo would specialize on them: shapes, dtypes, devices, scalars)."""
@@ -96,6 +105,7 @@ def key(owner, state, args, kwargs):
 
     version = torch.version
     add(FORMAT, version.__version__, version.git_version, version.cuda, platform.python_version())
+    add(machine())
     add(_runtime())
     add(state.plan.form.value, sorted((k, _named(v)) for k, v in state.kwargs.items()), config_hash())
     for cls in sorted(
@@ -152,14 +162,15 @@ def _why(error):
 class Saved:
     """An owner's compiled frame that saves (`Form.WHOLE`). Its first call loads the owner's file where it
     is there, its traced code unchanged and its guards hold the call; else compiles the frame ahead of the
-    call and saves it. A call whose guards fail, a call Dynamo traces (a compile around the model), and
+    call and saves it. Each call then runs that frame where its guards, and the reads torch dropped from
+    them (`watch`), hold. A call where they do not, a call Dynamo traces (a compile around the model), and
     every call once compiling ahead failed, runs `jit`, the frame as `torch.compile` compiles it at its
     call."""
 
-    __slots__ = ("aot", "frame", "jit", "state")
+    __slots__ = ("aot", "frame", "jit", "state", "watch")
 
     def __init__(self, jit, frame, state):
-        self.jit, self.frame, self.state, self.aot = jit, frame, state, None
+        self.jit, self.frame, self.state, self.aot, self.watch = jit, frame, state, None, None
 
     def __call__(self, owner, *args, **kwargs):
         if traced():
@@ -167,7 +178,11 @@ class Saved:
         aot = self.aot
         if aot is None:
             aot = self.aot = locked(self.first, owner, args, kwargs)
-        if aot and aot.guard_check(owner, *args, **kwargs):
+        if (
+            aot
+            and aot.guard_check(owner, *args, **kwargs)
+            and (not self.watch or self.watch.holds(owner, args, kwargs))
+        ):
             return aot.fn(owner, *args, **kwargs)
         return self.jit(owner, *args, **kwargs)
 
@@ -176,7 +191,12 @@ class Saved:
         compiled at its call then meets the failure, if it is the frame's, for the owner's retries)."""
         if self.aot is not None:  # another thread's first call, while this one's waited
             return self.aot
-        path = os.path.join(folder(), key(owner, self.state, args, kwargs) + ".pt2")
+        path = os.path.join(folder(), key(owner, self.state, args, kwargs) + SUFFIX)
+        unsafe = distrust(path)
+        if unsafe is not None:
+            self.state.saved = f"not saved: {unsafe}"
+            _warn_untrusted(unsafe)
+            return False
         if os.path.exists(path):
             loaded = self.load(path, owner, args, kwargs)
             if loaded is not None:
@@ -187,47 +207,62 @@ class Saved:
             remove(path)  # one that did not load (an earlier release saved such) would warn every start
             return False
         try:
-            compiled, reads = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
-        except Exception as error:
+            compiled, guards = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
+            reads = reads_of(guards)
+            self.watch = Watch(reads, self.frame)
+        except Exception as error:  # a dropped guard that cannot be checked on each call: not served
             self.state.saved = f"not saved: {_why(error)}"
             return False
         try:
-            unread = unreadable(reads, scope(self.frame, owner, args, kwargs))
-        except TypeError:  # arguments the frame's signature does not bind: none to evaluate a source in
+            unread = unreadable(reads, Scope(self.frame, owner, args, kwargs))
+        except TypeError:  # arguments the frame's signature does not bind: none to look a path up in
             unread = "the call's arguments"
         if unread is not None:  # served as compiled, not saved
-            self.state.saved = f"not saved: a later process could not check what {named(unread)} holds"
-        else:
-            records = {
-                "reads": [(how, source, recorded(how, value)) for how, source, value in reads],
-                "modules": installed_modules(self.frame.__globals__),
-            }
-            self.state.saved = write(compiled, records, path, type(owner).__name__, self.frame.__globals__)
+            self.state.saved = f"not saved: a later process could not check what {unread} holds"
+            return compiled
+        kept = {"reads": records(reads), "modules": installed_modules(self.frame.__globals__)}
+        self.state.saved = write(compiled, kept, path, type(owner).__name__, self.frame.__globals__)
         return compiled
 
     def load(self, path, owner, args, kwargs):
         """The saved frame at `path`, or None with one warning where it cannot serve: unreadable, another
         build's, its traced code edited since, or its guards failing this call (then saved afresh)."""
         try:
-            with open(path[: -len(".pt2")] + ".json", encoding="utf-8") as file:
-                records = json.load(file)
-            install_modules(records["modules"], self.frame.__globals__)
             with open(path, "rb") as file:
-                loaded = aot_loaded(file, self.frame.__globals__)
-            names = scope(self.frame, owner, args, kwargs)
-            edited = changed_source(loaded, sys.modules) or changed(records["reads"], names)
+                kept, frame = unpack(file.read())
+            install_modules(kept["modules"], self.frame.__globals__)
+            loaded = aot_loaded(io.BytesIO(frame), self.frame.__globals__)
+            scope = Scope(self.frame, owner, args, kwargs)
+            edited, reads = changed(kept["reads"], scope)
+            edited = changed_source(loaded, sys.modules) or edited
             why = f"{edited} changed since it was saved" if edited else None
             if why is None and not loaded.guard_check(owner, *args, **kwargs):
                 why = "its guards do not hold this call"
+            watch = Watch(reads, self.frame)
         except Exception as error:  # a truncated or corrupt file, another torch's: never the model's error
             why = _why(error)
         if why is None:
+            self.watch = watch
             return loaded
         name = type(owner).__name__
         warnings.warn(
             f"regionalize: {name}'s saved compile not loaded ({why}); compiling it", stacklevel=caller()
         )
         return None
+
+
+_untrusted_warned = set()
+
+
+def _warn_untrusted(why):
+    """One warning a process for each unsafe place: every owner under it is compiled without loading."""
+    if why not in _untrusted_warned:
+        _untrusted_warned.add(why)
+        warnings.warn(
+            f"regionalize: saved compiles not loaded or saved ({why}: whoever can write there could run code "
+            "in this process); compiling as without saving",
+            stacklevel=caller(),
+        )
 
 
 def folder():
@@ -238,35 +273,59 @@ def folder():
 
 
 def remove(path):
-    """Remove the saved frame at `path` and its records, where they are and can be."""
-    for name in (path, path[: -len(".pt2")] + ".json"):
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+    """Remove the saved frame at `path`, where it is and can be."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
-def write(compiled, records, path, name, f_globals):
-    """Save `compiled` at `path`, and beside it (`.json`, first) `records`: what its guards read that a load
-    would not check (`guard_reads.py`) and the modules its code loads by Dynamo's names. Each file whole or
-    not at all (`write_whole`), and the frame loaded back before it is kept: torch saves some guard states
-    that its load cannot build (a dict's key order guarded through a value it pruned), which every later
-    start would warn of. Returns what the owner's state says: "saved", or why not, with one warning where
-    the files could not be written (a read-only cache directory runs as without saving)."""
+def pack(kept, frame):
+    """One file of the records (`kept`: what the frame's guards read that torch does not check, the modules
+    its code loads by Dynamo's names) and the frame torch saved: a line naming the format, the records'
+    length, the records as JSON with the frame's hash, then the frame. One file, written whole, cannot
+    pair one process's records with another's frame."""
+    head = json.dumps({**kept, "format": FORMAT, "frame": hashlib.sha256(frame).hexdigest()}).encode()
+    return MAGIC + b"%d\n" % len(head) + head + frame
 
-    def record(temp):
-        with open(temp, "w", encoding="utf-8") as file:
-            json.dump(records, file)
 
-    def frame(temp):
+def unpack(blob):
+    """The records and the frame of a file `pack` wrote; ValueError where it is not one, whole."""
+    if not blob.startswith(MAGIC):
+        raise ValueError("not a saved owner's file")
+    length, _, rest = blob[len(MAGIC) :].partition(b"\n")
+    if not length.isdigit():
+        raise ValueError("no records' length")
+    kept, frame = json.loads(rest[: int(length)]), rest[int(length) :]
+    if (
+        not isinstance(kept, dict)
+        or kept.get("format") != FORMAT
+        or not isinstance(kept.get("modules"), dict)
+    ):
+        raise ValueError("records of another format")
+    if kept.get("frame") != hashlib.sha256(frame).hexdigest():
+        raise ValueError("the frame is not the one its records were written with")
+    return kept, frame
+
+
+def write(compiled, kept, path, name, f_globals):
+    """Save `compiled` and its records (`kept`) at `path`, one file (`pack`), whole or not at all
+    (`write_whole`), the frame loaded back before it is kept: torch saves some guard states that its load
+    cannot build (a dict's key order guarded through a value it pruned), which every later start would
+    warn of. Returns what the owner's state says: "saved", or why not, with one warning where the file
+    could not be written (a read-only cache directory runs as without saving)."""
+
+    def fill(temp):
         compiled.save_compiled_function(temp)
+        with open(temp, "rb") as file:
+            frame = file.read()
         try:
-            with open(temp, "rb") as file:
-                aot_loaded(file, f_globals)
+            aot_loaded(io.BytesIO(frame), f_globals)
         except Exception as error:
             raise _Unloadable(_why(error)) from error
+        with open(temp, "wb") as file:
+            file.write(pack(kept, frame))
 
     try:
-        write_whole(path[: -len(".pt2")] + ".json", record)
-        write_whole(path, frame)
+        write_whole(path, fill)
         return "saved"
     except _Unloadable as error:
         remove(path)

@@ -65,8 +65,8 @@ def savable(unsaved, reads, guards):
     """Which of `guards` (torch's `GuardFilterEntry`s) a saved frame keeps: every kind torch can save (its
     own or one it derives from), but those on the globals Dynamo makes itself (`__builtins_dict___0`),
     which a new process lacks. What the dropped ones and those on globals (which torch's load builds again
-    from the globals as they are then) read goes into `reads`, as (what is read, source, value), for
-    `guard_reads.py`."""
+    from the globals as they are then) read goes into `reads`, as (what is read, source, value, dropped),
+    for `guard_reads.py`."""
 
     def dropped(guard):
         kinds = (guard.guard_type, *guard.derived_guard_types)
@@ -76,7 +76,7 @@ def savable(unsaved, reads, guards):
     for guard, keep in zip(guards, kept, strict=True):
         what = _READS.get(guard.guard_type, "value")
         if guard.has_value and what and (guard.is_global or not keep):
-            reads.append((what, guard.name, guard.value))
+            reads.append((what, guard.name, guard.value, not keep))
     return kept
 
 
@@ -91,7 +91,17 @@ _READS = {
     "TYPE_MATCH": "type",
     "DICT_KEYS_MATCH": "keys",
     **dict.fromkeys(
-        ("ID_MATCH", "CLOSURE_MATCH", "FUNCTION_MATCH", "BUILTIN_MATCH", "CLASS_MATCH", "MODULE_MATCH"), "is"
+        (
+            "ID_MATCH",
+            "CLOSURE_MATCH",
+            "FUNCTION_MATCH",
+            "BUILTIN_MATCH",
+            "CLASS_MATCH",
+            "MODULE_MATCH",
+            "NN_MODULE",
+            "WEAKREF_ALIVE",
+        ),
+        "is",
     ),
     **dict.fromkeys(
         (
