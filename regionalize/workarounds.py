@@ -155,12 +155,14 @@ WORKAROUNDS = (
     ),
     Workaround(
         "a saved owner's guards",
-        "A saved owner records what its guards read that torch's load would not check, and compares it "
-        "before a load (`guard_reads.py`): `aot_compile` drops the guards it cannot save (which function, "
-        "class or module a global or an attribute holds) and its load builds the guards on globals from the "
-        "globals at the load, so a flag or an activation function set at start-up went unchecked and the "
-        "loaded frame computed with the saved one. Dynamo's globals for the modules its code loads, named "
-        "by their id in the saving process, are put back before the load.",
+        "A saved owner records what its guards read that torch's load would not check, compares it before "
+        "a load (`guard_reads.py`), and checks the guards torch dropped on every call (`watch.py`): "
+        "`aot_compile` drops the guards it cannot save (which function, class or module a global or an "
+        "attribute holds), from the frame it serves in the compiling process too, and its load builds the "
+        "guards on globals from the globals at the load, so a flag or an activation function set at "
+        "start-up, or a function rebound after the first call, went unchecked and the frame computed with "
+        "the one it was compiled with. Dynamo's globals for the modules its code loads, named by their id "
+        "in the saving process, are put back before the load.",
         "2.13 to 2.15; applied on every torch",
         "not filed: found by tests/test_saved_owners.py",
         None,
@@ -175,6 +177,20 @@ WORKAROUNDS = (
         "not filed: found by tests/test_hierarchical.py (a backward, then a no_grad call); fixed in 2.15",
         lambda: not loads_gradients(),
         "when the oldest torch that saves owners is 2.15",
+    ),
+    Workaround(
+        "compile caches on mixed CPUs",
+        "The runtime adds the CPU (its architecture, flags and `ATEN_CPU_CAPABILITY`, and the C++ compiler) "
+        "to the tag torch puts in every compile cache's key, `torch.compiler.config.cache_key_tag` "
+        "(`cpu_keys.py`), and to its saved owners' keys: Inductor writes a CPU kernel for the vector "
+        "instructions it picks, but keys its compiled graphs without them, so a cache made under "
+        "`ATEN_CPU_CAPABILITY=avx2` and run on an AVX-512 CPU served the other's code, which crashed with a "
+        "double free, and the reverse computed wrong numbers.",
+        "2.12 to 2.15 (measured on 2.13); applied on every torch",
+        "not filed: found running a cache made under another `ATEN_CPU_CAPABILITY` "
+        "(tests/test_saved_owner_safety.py)",
+        None,
+        "when torch keys its compiled graphs on the vector instructions its kernels use",
     ),
     Workaround(
         "the CPU check's answers",

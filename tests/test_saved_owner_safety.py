@@ -309,3 +309,69 @@ def test_a_guards_source_becomes_a_path_of_look_ups() -> None:
         "x",
     ):
         assert not valid(planted), planted
+
+
+ACT = torch.relu  # a global of this module's that a watched frame reads
+
+
+def _frame(self: object, x: torch.Tensor) -> torch.Tensor:
+    return ACT(x)
+
+
+def test_the_watch_fails_where_a_dropped_guard_would() -> None:
+    """The check made from the dropped guards' paths: true while every path finds what it found, false
+    once one is rebound or no longer leads anywhere; kept guards (torch checks those) are not watched."""
+    from regionalize.runtime.guard_reads import reads_of
+    from regionalize.runtime.watch import Watch
+
+    owner = torch.nn.Module()
+    owner.inner = torch.nn.Linear(2, 2)
+    owner.inner.fn = torch.tanh
+    guards = [
+        ("is", "G['ACT']", torch.relu, True),
+        ("is", "self._modules['inner'].fn", torch.tanh, True),
+        ("len", "self._modules['inner'].weight.shape", torch.Size([2, 2]), True),
+        ("is", "G['torch'].sigmoid", torch.sigmoid, False),  # kept: torch's own guards check it
+    ]
+    watch = Watch(reads_of(guards), _frame)
+    call = (owner, (torch.ones(2),), {})
+    assert watch.holds(*call)
+    global ACT
+    ACT = torch.sigmoid
+    try:
+        assert not watch.holds(*call)
+    finally:
+        ACT = torch.relu
+    assert watch.holds(*call)
+    owner.inner.fn = torch.sin
+    assert not watch.holds(*call)
+    del owner.inner.fn
+    assert not watch.holds(*call)  # the path leads nowhere
+    owner.inner.fn = torch.tanh
+    assert watch.holds(*call)
+    with pytest.raises(ValueError, match="cannot be checked on each call"):
+        Watch(reads_of([("is", "G['a'] + 1", 1, True)]), _frame)
+
+
+def test_only_a_folder_no_one_else_can_write_is_trusted(tmp_path: Path) -> None:
+    """As ssh checks its keys: the user's (or root's) folders, writable by no one else; a sticky folder of
+    root's (/tmp) may be open to all."""
+    from regionalize.runtime.files import distrust, make_folder
+
+    folder = tmp_path / "cache" / "regionalize" / "owners"
+    make_folder(str(folder))
+    assert (folder.stat().st_mode & 0o777, folder.parent.stat().st_mode & 0o777) == (0o700, 0o700)
+    path = str(folder / "x.owner")
+    assert distrust(path) is None
+    (tmp_path / "cache").chmod(0o777)
+    assert distrust(path) == f"{tmp_path / 'cache'} can be written by others"
+    (tmp_path / "cache").chmod(0o1777)  # sticky: others cannot replace what is in it, if root owns it
+    assert (distrust(path) is None) == (os.geteuid() == 0)
+    (tmp_path / "cache").chmod(0o700)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "cache")
+    assert distrust(str(link / "regionalize" / "owners" / "x.owner")) is None
+    if os.geteuid() == 0:  # a folder another user owns (root can make one here)
+        os.chown(tmp_path / "cache", 12345, 12345)
+        assert distrust(path) == f"{tmp_path / 'cache'} belongs to another user"
+        assert distrust(str(link / "regionalize")) is not None  # through the link too

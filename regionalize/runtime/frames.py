@@ -19,7 +19,7 @@ import torch
 
 from .internals.hooks import module_frame
 from .internals.tracer import compiling, why_failed
-from .machine import tag_caches
+from .cpu_keys import tag_caches
 from .state import process
 
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.

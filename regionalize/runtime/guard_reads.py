@@ -7,21 +7,18 @@ from the frame it serves, in the process that compiled it as in one that loads i
 on globals again at a load from the globals as they are then. So a function rebound after the first call,
 or a module's flag that a later process sets otherwise, would go unchecked. Each such guard's place (a
 path, `guard_paths.py`) is recorded with what it read (`recorded`) and compared before a load (`changed`);
-the dropped ones are checked on every call (`Watch`), as `torch.compile`'s guards would, and a call where
-one fails runs the frame `torch.compile` compiles, which compiles again."""
+the dropped ones are checked on every call (`watch.py`), as `torch.compile`'s guards would, and a call
+where one fails runs the frame `torch.compile` compiles, which compiles again."""
 
 from __future__ import annotations
 
 import hashlib
-import operator
-import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .guard_paths import Path, Scope, global_value, parse, render, step, valid, walk
+from .guard_paths import Path, Scope, parse, render, valid, walk
 
 _PLAIN = (type(None), bool, int, float, str)
 _HOWS = ("len", "type", "keys", "is", "value")  # what a guard reads of its value (`recorded`)
@@ -218,71 +215,3 @@ def _through_globals(saw: Any, now: Any) -> bool:
     if not (isinstance(saw, dict) and isinstance(now, dict) and "globals" in saw and "globals" in now):
         return False
     return {**saw, "globals": None} == {**now, "globals": None}
-
-
-class Watch:
-    """The reads torch drops from a saved frame's guards, checked on every call as `torch.compile`'s guards
-    would: each path walked from the call's owner or the frame's globals, and the object found compared
-    with the one seen when the frame was compiled or loaded (what it reads of it, for the kinds that do not
-    ask which object). Paths that share their first steps take them once."""
-
-    __slots__ = ("checks", "nodes")
-
-    def __init__(self, reads: list[Read], frame: types.FunctionType) -> None:
-        """Raises ValueError where a dropped read has no plain path: it could not be checked."""
-        index: dict[tuple, int] = {}
-        self.nodes: list[tuple[int, Callable[[Any], Any]]] = []  # (the node it steps from, the step)
-        self.checks: list[tuple[int, str, Any]] = []
-        for read in (r for r in reads if r.dropped):
-            if read.path is None:
-                raise ValueError(f"{read.source} cannot be checked on each call")
-            parent = -1
-            for depth, (kind, arg) in enumerate(read.path):
-                prefix = tuple(map(tuple, read.path[: depth + 1]))
-                if prefix not in index:
-                    index[prefix] = len(self.nodes)
-                    take = _head(frame, kind, arg) if parent < 0 else _getter(kind, arg)
-                    self.nodes.append((parent, take))
-                parent = index[prefix]
-            seen = read.seen if read.how == "is" else recorded(read.how, read.seen)
-            self.checks.append((parent, read.how, seen))
-
-    def __bool__(self) -> bool:
-        return bool(self.checks)
-
-    def holds(self, owner: Any, args: tuple, kwargs: dict) -> bool:
-        """Does every dropped read find what it found before, for this call of `owner`? False where a path
-        no longer leads anywhere."""
-        values: list[Any] = []
-        call = (owner, args, kwargs)
-        try:
-            for parent, take in self.nodes:
-                values.append(take(call if parent < 0 else values[parent]))
-        except Exception:
-            return False
-        for node, how, seen in self.checks:
-            if (values[node] is not seen) if how == "is" else (recorded(how, values[node]) != seen):
-                return False
-        return True
-
-
-def _head(frame: types.FunctionType, kind: str, name: str) -> Callable[[tuple], Any]:
-    """A path's head as a function of a call (owner, args, kwargs): the owner itself for the frame's first
-    parameter, another argument bound by name, a global of the frame's, an imported module."""
-    if kind == "global":
-        f_globals = frame.__globals__
-        return lambda call: global_value(f_globals, name)
-    if kind == "module":
-        return lambda call: sys.modules[name]
-    if name == frame.__code__.co_varnames[0]:
-        return lambda call: call[0]
-    return lambda call: Scope(frame, *call).arguments[name]
-
-
-def _getter(kind: str, arg: Any) -> Callable[[Any], Any]:
-    """One step of a path as a function of the value before it (`operator`'s getters run in C)."""
-    if kind == "attr":
-        return operator.attrgetter(arg)
-    if kind == "item":
-        return operator.itemgetter(arg)
-    return lambda value: step(value, kind, arg)

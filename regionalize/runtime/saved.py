@@ -25,7 +25,7 @@ import torch
 from .files import distrust, write_whole
 from .frames import caller
 from .guard_paths import Scope
-from .guard_reads import Watch, changed, reads_of, records, unreadable
+from .guard_reads import changed, reads_of, records, unreadable
 from .internals.aot import (
     aot_compiled,
     aot_loaded,
@@ -38,10 +38,11 @@ from .internals.aot import (
     saving,
 )
 from .internals.tracer import traced, tree_leaves
-from .machine import machine
+from .cpu_keys import machine
 from .per_block import graph_modes
 from .state import Form
 from .threads import locked
+from .watch import Watch
 
 FORMAT = 3  # of the key and the file: a change here names every file afresh
 SUFFIX = ".owner"

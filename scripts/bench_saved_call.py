@@ -1,0 +1,163 @@
+"""Per call with saving on against saving off, in one process: what a saved owner's own checks cost.
+
+A saved owner runs the frame torch saved, after its guards and the runtime's checks of the guards torch drops
+(`guard_reads.Watch`); an owner with saving off runs `torch.compile`'s frame. Two copies of one model (seeded
+random weights, no downloads), one compiled each way, take turns in one process, so that the machine's
+drift between processes does not enter the ratio: `--rounds` rounds of `--calls` calls each, the order
+swapped every round, medians of every call. Each model runs in two processes on one cache: the first saves
+its owner, the second loads it.
+
+Models: the restart benchmark's ViT-like encoder (scripts/bench_restart.py) at 4 and 24 blocks, and a
+4-block MLP at width 64 (the smallest per call, where a fixed cost shows most).
+
+    python scripts/bench_saved_call.py [--rounds 30] [--calls 20] [--out docs/results/saved-call]
+
+`--child MODEL` runs one process and prints its JSON record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_restart
+
+LOCK = "/work/timing.lock"
+MODELS = ("vit-4", "vit-24", "mlp-4")
+
+
+class Layer(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(torch.relu(self.fc1(x)))
+
+
+class MLP(nn.Module):
+    def __init__(self, depth: int, dim: int = 64) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Layer(dim) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def build(name: str) -> tuple[nn.Module, torch.Tensor]:
+    kind, depth = name.split("-")
+    torch.manual_seed(0)
+    if kind == "vit":
+        model = bench_restart.ViT(int(depth)).eval()
+        shape = (bench_restart.BATCH, bench_restart.TOKENS, bench_restart.PATCH)
+        return model, torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    return MLP(int(depth)).eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
+
+
+def child(name: str, rounds: int, calls: int) -> dict:
+    import regionalize
+
+    (on, x), (off, _) = build(name), build(name)
+    regionalize.compile_regions(on)
+    regionalize.compile_regions(off, saved=False)
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    with torch.no_grad():
+        equal = torch.allclose(on(x), off(x), atol=1e-5)
+        for _ in range(5):  # warm both
+            on(x), off(x)
+        for round_ in range(rounds):
+            for mode in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+                model = on if mode == "on" else off
+                for _ in range(calls):
+                    began = time.perf_counter()
+                    model(x)
+                    times[mode].append(time.perf_counter() - began)
+    state = next(m.__dict__["_regionalize_owner"] for m in on.modules() if "_regionalize_owner" in m.__dict__)
+    on_ms, off_ms = (statistics.median(times[m]) * 1e3 for m in ("on", "off"))
+    return {"model": name, "found": state.saved, "equal": bool(equal), "on_ms": on_ms, "off_ms": off_ms}
+
+
+def run(name: str, cache: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+    env.pop("REGIONALIZE_SAVED_OWNERS", None)
+    command = [sys.executable, os.path.abspath(__file__), "--child", name]
+    command += ["--rounds", str(args.rounds), "--calls", str(args.calls)]
+    done = subprocess.run(["flock", LOCK, *command], env=env, capture_output=True, text=True, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise SystemExit(f"{name}: {(done.stderr or done.stdout)[-2000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def markdown(data: dict) -> str:
+    rows = [
+        f"| {r['model']} | {r['found']} | {r['on_ms']:.3f} ms | {r['off_ms']:.3f} ms | "
+        f"{r['on_ms'] / r['off_ms']:.3f}x | {'yes' if r['equal'] else 'NO'} |"
+        for r in data["runs"]
+    ]
+    return "\n".join(
+        [
+            "# Per call, saving on against saving off",
+            "",
+            f"Measured {data['date']} on {data['machine']}, torch {data['torch']}, Python {data['python']}, by "
+            f"`python scripts/bench_saved_call.py --rounds {data['rounds']} --calls {data['calls']}` "
+            "([saved-call.json](saved-call.json)). Two copies of each model in one process, one saving and one "
+            "not, take turns; medians of every call. The first process saves the owner, the second loads it.",
+            "",
+            "| model | saved owner | per call, saving on | per call, saving off | on / off | outputs equal |",
+            "|---|---|--:|--:|--:|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--child", choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--out", default="docs/results/saved-call")
+    args = parser.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(args.child, args.rounds, args.calls)))
+        return
+    runs = []
+    for name in args.models:
+        with tempfile.TemporaryDirectory(prefix="bench-saved-call-") as cache:
+            for _ in ("saves", "loads"):
+                runs.append(run(name, cache, args))
+                print(json.dumps(runs[-1]), flush=True)
+    data = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()}-core {os.uname().machine} CPU",
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "runs": runs,
+    }
+    with open(args.out + ".json", "w", encoding="utf-8") as file:
+        json.dump(data, file, indent=1)
+    with open(args.out + ".md", "w", encoding="utf-8") as file:
+        file.write(markdown(data))
+
+
+if __name__ == "__main__":
+    main()
