@@ -17,7 +17,11 @@ import torch
 
 from regionalize.runtime.internals.aot import loads_gradients
 from regionalize.runtime.internals.cpu import cpu_check_available
-from regionalize.runtime.internals.tracer import imports_inlined_modules, reuses
+from regionalize.runtime.internals.tracer import (
+    compiles_seen_in_every_thread,
+    imports_inlined_modules,
+    reuses,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,10 @@ def _regions_not_reused() -> bool:
     return not reuses()
 
 
+def _compiles_unseen_in_other_threads() -> bool:
+    return not compiles_seen_in_every_thread()
+
+
 WORKAROUNDS = (
     Workaround(
         "module globals",
@@ -106,6 +114,28 @@ WORKAROUNDS = (
         "not filed: found serving a model from several threads",
         _compiling_seen_across_threads,
         "when `is_compiling()` answers for the calling thread",
+    ),
+    Workaround(
+        "calls while another thread compiles",
+        "An owner's calls, and the compiles they make, run one at a time under the set-up lock "
+        "(`threads.py`): AOTAutograd's trace sets FX's tracing flag for the process, and another thread's "
+        "call of a compiled frame meanwhile raised (`Detected that you are using FX to symbolically trace a "
+        "dynamo-optimized function`).",
+        "2.11 and 2.12",
+        "not filed: found serving a model from several threads; 2.13 holds `is_compiling()` for the compile",
+        _compiles_unseen_in_other_threads,
+        "when torch 2.12 leaves the supported range",
+    ),
+    Workaround(
+        "a tracing thread that ends",
+        "The no-op CUDA device guard that Dynamo's trace sets where CUDA is unavailable is set first from a "
+        "thread kept for the process, as a model is set up (`internals/tracer.py`): it belonged to the "
+        "thread that traced first, and once that thread ended, the next trace in another thread crashed (a "
+        "segfault in `FakeTensorMode.__enter__`).",
+        "2.11",
+        "not filed: found serving a model from several threads",
+        _regions_not_reused,
+        "when torch 2.11 leaves the supported range",
     ),
     Workaround(
         "gradients of repeated regions",
@@ -173,7 +203,7 @@ WORKAROUNDS = (
         "An owner whose parameters hold gradients at its first call is not saved (`saved.py`): torch's "
         "guard state saves a gradient as a placeholder that its load fails to assign back (`TypeError: "
         "assigned grad expected to be a Tensor`), so every restart warned and compiled again.",
-        "2.13 and 2.14 (2.11's load fails too, and saves nothing)",
+        "2.12 to 2.14 (2.11's load fails too, and saves nothing)",
         "not filed: found by tests/test_hierarchical.py (a backward, then a no_grad call); fixed in 2.15",
         lambda: not loads_gradients(),
         "when the oldest torch that saves owners is 2.15",

@@ -112,10 +112,11 @@ def markdown(data: dict) -> str:
         [
             "# Per call, saving on against saving off",
             "",
-            f"Measured {data['date']} on {data['machine']}, torch {data['torch']}, Python {data['python']}, by "
-            f"`python scripts/bench_saved_call.py --rounds {data['rounds']} --calls {data['calls']}` "
-            "([saved-call.json](saved-call.json)). Two copies of each model in one process, one saving and one "
-            "not, take turns; medians of every call. The first process saves the owner, the second loads it.",
+            f"Measured {data['date']} on {data['machine']}, torch {data['torch']}, Python {data['python']}, "
+            f"by `python scripts/bench_saved_call.py --rounds {data['rounds']} --calls {data['calls']}` "
+            "([saved-call.json](saved-call.json)). Two copies of each model in one process, one saving and "
+            "one not, take turns; medians of every call. The first process saves the owner, the second "
+            "loads it.",
             "",
             "| model | saved owner | per call, saving on | per call, saving off | on / off | outputs equal |",
             "|---|---|--:|--:|--:|---|",

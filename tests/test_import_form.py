@@ -6,6 +6,7 @@ package imported and run in a process of its own."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -105,7 +106,12 @@ def _run(package: Path) -> dict:
         [sys.executable, "-c", RUN.format(model=MODEL)],
         capture_output=True,
         text=True,
-        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+        # The session's torch cache (conftest.py), not the default one every process of the user shares.
+        env={
+            "PYTHONPATH": env_path,
+            "PATH": "/usr/bin:/bin",
+            "TORCHINDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"],
+        },
         cwd=package.parent,
         timeout=600,
     )

@@ -19,9 +19,18 @@ import render_docs
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "torch-workarounds.md"
 GRADIENTS = "a saved owner's gradients"
+THREADS = "calls while another thread compiles"
 # The workarounds with a probe that each CI torch needs, by its minor version.
 NEEDED = {
-    (2, 11): {"Inductor's CPU check", "module globals", "regions traced for every block", GRADIENTS},
+    (2, 11): {
+        "Inductor's CPU check",
+        "module globals",
+        "regions traced for every block",
+        THREADS,
+        "a tracing thread that ends",
+        GRADIENTS,
+    },
+    (2, 12): {"Inductor's CPU check", "module globals", "reuse limit", THREADS, GRADIENTS},
     (2, 13): {
         "Inductor's CPU check",
         "module globals",

@@ -13,10 +13,10 @@ import os
 import platform
 import sys
 
+from .cpu_keys import cpu_flags
 from .files import distrust, write_whole
 from .internals.aot import caches_off, config_hash
 from .internals.cpu import cpu_check, cpu_identity, remember_builds
-from .cpu_keys import cpu_flags
 
 FORMAT = 1  # of the key and the file
 

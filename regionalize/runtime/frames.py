@@ -17,9 +17,9 @@ import warnings
 
 import torch
 
+from .cpu_keys import tag_caches
 from .internals.hooks import module_frame
 from .internals.tracer import compiling, why_failed
-from .cpu_keys import tag_caches
 from .state import process
 
 # The runtime's modules, whose frames a warning skips: the package's parts, or a vendored copy's one module.

@@ -12,7 +12,15 @@ from .frames import caller, new_frame, torch_compile
 from .graphs import graphable, kept
 from .internals.compiler import inductor_pieces
 from .internals.hooks import compiled_call, module_call, set_compiled_call, submodules
-from .internals.tracer import backend_failed, compiling, counters, is_aliasing, traced, why_failed
+from .internals.tracer import (
+    backend_failed,
+    compiling,
+    counters,
+    is_aliasing,
+    keep_device_guard,
+    traced,
+    why_failed,
+)
 from .kv import kv_growing, kv_holds, layer_idx
 from .nested import name_structures, reuses
 from .outer import holds_owners, mostly_stages, refuse, take, takes
@@ -24,7 +32,7 @@ from .saved import Saved, wanted, why_not
 from .stack import fresh_stack
 from .state import Form, OwnerState, Plan, process
 from .static import static_checked
-from .threads import locked, setup_lock, this_call, torch_warnings
+from .threads import locked, one_at_a_time, setup_lock, this_call, torch_warnings
 
 
 def register_block(
@@ -44,6 +52,8 @@ def register_block(
     (`saved.py`). The forms' figures: docs/compile-forms.md."""
     # Models built in two threads at once: a class's `forward` made a region once, the hook set once.
     with setup_lock:
+        if not reuses():  # torch 2.11, whose traces in threads crash after a thread that traced has ended
+            keep_device_guard()
         if guard_bypass == "filter":
             compile_kwargs["options"] = {**compile_kwargs.get("options", {}), "guard_filter_fn": guard_filter}
         direct = guard_bypass == "depyf"
@@ -146,13 +156,18 @@ def entry(owner, whole):
 
 
 def owner_call(owner, whole, *args, **kwargs):
+    """A call of `owner`, one thread's at a time where torch cannot take two at once (`one_at_a_time`). A
+    call that a compile around the model traces and hands over (`handoff`) breaks its graph here."""
+    if handoff(owner, args, kwargs):
+        return outside(owner, args, kwargs)
+    return one_at_a_time(owner_warned, owner, whole, args, kwargs)
+
+
+def owner_warned(owner, whole, args, kwargs):
     """A call of `owner`, where the warnings filter makes no warning an error; otherwise with torch's own
     warnings kept at Python's default. torch warns as it compiles (a deprecation, on 2.11 and 2.13), and
     under `filterwarnings = error` the first call would raise it and the owner fall back for a reason not
-    its own. Warnings of other modules (the model's) stay errors. A call that a compile around the model
-    traces and hands over (`handoff`) breaks its graph here."""
-    if handoff(owner, args, kwargs):
-        return outside(owner, args, kwargs)
+    its own. Warnings of other modules (the model's) stay errors."""
     if not any(action == "error" for action, *_ in warnings.filters):
         return owner_serve(owner, whole, args, kwargs)
     if traced():  # Dynamo's trace, which takes `catch_warnings` but no lock

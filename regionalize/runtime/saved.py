@@ -22,6 +22,7 @@ import warnings
 
 import torch
 
+from .cpu_keys import machine
 from .files import distrust, write_whole
 from .frames import caller
 from .guard_paths import Scope
@@ -38,7 +39,6 @@ from .internals.aot import (
     saving,
 )
 from .internals.tracer import traced, tree_leaves
-from .cpu_keys import machine
 from .per_block import graph_modes
 from .state import Form
 from .threads import locked

@@ -7,7 +7,7 @@ frames, what a probe found) is set up under one lock."""
 import threading
 import warnings
 
-from .internals.tracer import traced
+from .internals.tracer import compiles_seen_in_every_thread, traced
 
 
 class Call(threading.local):
@@ -39,6 +39,17 @@ def locked(run, *args):
     """`run(*args)` under the set-up lock; as it is while Dynamo traces it (a compile around the model
     traces the owner's call), which holds Dynamo's own compile lock and would break its graph at a lock."""
     if traced():
+        return run(*args)
+    with setup_lock:
+        return run(*args)
+
+
+def one_at_a_time(run, *args):
+    """`run(*args)`, an owner's call: under the set-up lock where another thread's call may not run while
+    one compiles (`compiles_seen_in_every_thread`, torch 2.11 and 2.12), else as it is. Any call may
+    compile (a first call, a shape not seen before), so there an owner's calls, and the compiles they
+    make, run one at a time. As it is while Dynamo traces it (`locked`), the probe then not traced."""
+    if traced() or compiles_seen_in_every_thread():
         return run(*args)
     with setup_lock:
         return run(*args)

@@ -4,6 +4,7 @@ errors, its settings and counters, and the marks it reads on tensors."""
 import collections
 import functools
 import inspect
+import threading
 import traceback
 import types
 
@@ -55,6 +56,37 @@ def reuses():
     a full compile does. A torch without nested regions reuses none (the owner compiles per block there)."""
     region = getattr(torch.compiler, "nested_compile_region", None)
     return region is not None and "max_reuse_entries" in inspect.signature(region).parameters
+
+
+@probe("calls from several threads", "an owner's calls run one at a time", False)
+def compiles_seen_in_every_thread():
+    """Probe: does torch hold `is_compiling()` true in every thread for a whole compile (2.13 and later)?
+    Before, AOTAutograd's trace set FX's tracing flag for the process, and another thread's call of a
+    compiled frame meanwhile raised ("Detected that you are using FX to symbolically trace a
+    dynamo-optimized function"), as two threads calling rewritten models at once did on 2.11 and 2.12.
+    Absent there, and no fault of the torch: False, no warning."""
+    return callable(getattr(torch.compiler, "_compile_session_context", None))
+
+
+@functools.cache
+def keep_device_guard():
+    """Where CUDA is unavailable, Dynamo's trace (its `FakeTensorMode`) sets a no-op CUDA device guard the
+    first time it runs. On torch 2.11 that guard is owned by the thread that traced first: once that thread
+    ends, the next trace in any other thread crashes (a segfault in `FakeTensorMode.__enter__`), as a
+    server's worker threads, each compiling a first call, did. Set here first, once a process, from a thread
+    that lives as long as the process, kept waiting on an event never set. Not where a thread that has
+    ended traced before: its guard stays."""
+    if torch.cuda.is_available():
+        return
+    ready = threading.Event()
+
+    def keep():
+        torch._C._ensureCUDADeviceGuardSet()
+        ready.set()
+        threading.Event().wait()
+
+    threading.Thread(target=keep, name="regionalize-device-guard", daemon=True).start()
+    ready.wait()
 
 
 @probe("the guard bypass", "its calls keep their guards")
