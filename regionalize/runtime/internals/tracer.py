@@ -64,7 +64,8 @@ def compiles_seen_in_every_thread():
     Before, AOTAutograd's trace set FX's tracing flag for the process, and another thread's call of a
     compiled frame meanwhile raised ("Detected that you are using FX to symbolically trace a
     dynamo-optimized function"), as two threads calling rewritten models at once did on 2.11 and 2.12.
-    Absent there, and no fault of the torch: False, no warning."""
+    Where torch lacks the context (2.11, 2.12) the answer is False without the probe's warning: those
+    torches are supported, and their owners' calls run one at a time (`threads.one_at_a_time`)."""
     return callable(getattr(torch.compiler, "_compile_session_context", None))
 
 
@@ -74,8 +75,8 @@ def keep_device_guard():
     first time it runs. On torch 2.11 that guard is owned by the thread that traced first: once that thread
     ends, the next trace in any other thread crashes (a segfault in `FakeTensorMode.__enter__`), as a
     server's worker threads, each compiling a first call, did. Set here first, once a process, from a thread
-    that lives as long as the process, kept waiting on an event never set. Not where a thread that has
-    ended traced before: its guard stays."""
+    that lives as long as the process, kept waiting on an event never set. Too late where a thread that has
+    ended traced before: the guard it set stays."""
     if torch.cuda.is_available():
         return
     ready = threading.Event()
