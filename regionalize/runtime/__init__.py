@@ -1,46 +1,34 @@
 # regionalize runtime 30: written by regionalize, which updates it on a later run; do not edit.
-"""What a model rewritten by regionalize calls at run time. It needs torch only.
+"""Runs the models that regionalize rewrote, with torch alone installed (docs/compile-forms.md).
 
-Hierarchical compilation: the owner of the repeated blocks (the module whose `__init__` builds them) is
-compiled whole, and while it is traced each block's `forward` is a nested compile region, which Inductor
-compiles once and stamps out for the other blocks. A call is one compiled frame with one guard check, as
-with a full `torch.compile`, and the start is close to compiling one block.
+Each module has one job:
 
-Where torch does not reuse a traced region (2.11), the owner compiled whole would compile every block, a
-full compile's start. It is traced whole, blocks and all, as a full compile is, and guarded as one; its
-graph is split at its blocks and each distinct piece compiled once (a call is one frame, not a frame a
-block). With a backend other than Inductor its blocks are compiled one by one instead, a block whose
-cache is stood in for as one frame a call.
+- `api.py` defines the public API that rewritten models call, and `compile_regions` for a built model.
+- `owner.py` compiles an owner whole, serves its calls, and retries or falls back where a compile fails.
+- `plan.py` picks the form that an owner takes at its first call.
+- `state.py` holds what the runtime keeps for each owner and for the process.
+- `regions.py` makes a block class's `forward` a nested compile region, with a stand-in for its cache.
+- `nested.py` wraps a function as a nested compile region with flat arguments and packed outputs.
+- `outer.py` lets a module that holds stages take their blocks and be compiled as one owner.
+- `pieces.py` splits an owner's graph at its blocks and compiles each distinct piece once.
+- `per_block.py` compiles each block on its own, the fallback form.
+- `kv.py` stands in for a block's layer of a transformers `DynamicCache` or `EncoderDecoderCache`.
+- `static.py` stands in for a block's layer of a transformers `StaticCache`.
+- `around.py` lets an owner serve the calls that a compile around the model hands over to it.
+- `graphs.py` decides what one CUDA graph can serve and copies the outputs that a caller keeps.
+- `frames.py` makes the frames that the runtime compiles, in the globals of the model's code.
+- `threads.py` keeps the state of each thread's call and the lock that sets owners up once.
+- `stack.py` gives an owner's call a fresh chunk of Python's frame stack.
+- `constants.py` finds blocks of one class that differ in float constants.
+- `fixes.py` holds what the codemod's fixes call: `eager` and `symbolic_ints`.
+- `bypass.py` implements the guard bypass: filtered guards, or compiled code called directly.
+- `saved.py` saves an owner's compiled frame and loads it in a later process.
+- `guard_paths.py`, `guard_reads.py` and `watch.py` record and check what a saved frame's guards read.
+- `files.py` writes the runtime's files whole and reads them only from folders that others cannot write.
+- `cpu_keys.py` keys compiled code on the CPU; `cpu_answers.py` keeps the answers of Inductor's CPU check.
+- `internals/` reaches every private name of torch that the runtime uses, each behind a probe.
 
-In CUDA graphs the owner is opaque to a compile around the model (transformers' `generate` compiles the
-forward itself for a static cache): that compile breaks its graph at the owner, which serves itself, one
-graph a call, rather than being traced through in pieces (and every block with it, on 2.11). There a call
-in pieces is one CUDA graph of them, captured by the runtime. In the default form, where torch reuses no
-traced region, such a compile hands over the calls that bring a `StaticCache` on the GPU, which the owner
-serves so too: transformers compiles them in CUDA graphs.
-
-A graph break in the owner or a block (an error inside a nested region), or any other failure to compile
-the owner whole, is raised while compiling, before the compiled frame has run anything. Blocks that
-cannot be regions (an argument Dynamo cannot pass into one) are traced inline instead, the owner's graph
-compiled in pieces. Where that fails too, the owner warns once and runs eagerly with each block compiled on
-its own (per-block regional compilation, which allows graph breaks), and a block whose own frame fails
-to compile before it runs anything runs eagerly: the original's result, never an error the original would
-not raise. Every frame the runtime compiles is made in the globals of the model code it calls, so that a
-model whose module is not importable by name compiles as `model.compile()` would (`frames.py`).
-
-A block that updates a transformers `DynamicCache` is a region too: the region takes its layer's keys and
-values as tensors and returns the new ones, and the cache is written outside it, so one trace serves every
-layer; the cache's length is marked dynamic from the first token, whose frame every token then shares.
-For a `StaticCache` (transformers' way to serve compiled) the region takes its layer's tensors, which
-transformers' own update writes in place.
-
-A module that holds stages, each the owner of its blocks (Swin's), takes their blocks and is compiled
-whole, one frame a call where there was one a stage (`outer.py`); where it cannot be compiled whole, the
-stages own their blocks again.
-
-A rewritten model calls it through the public API (`api.py`, `import regionalize`), which needs torch
-alone. With `--vendor` the codemod joins the other parts into one text and copies it into the package it
-rewrites (`_regionalize.py`, this docstring its head), or in part into a lone file.
+`--vendor` copies this package, unchanged, into a rewritten package as `_regionalize/` (docs/vendoring.md).
 """
 
 from .api import compile_direct, compile_region, compile_regions, eager, guard_filter, symbolic_ints

@@ -1,5 +1,7 @@
-"""A compile around the model (transformers' `generate` compiles the forward itself where the cache is
-static): the owner calls that it serves itself, in CUDA graphs, rather than be traced through."""
+"""Lets an owner serve, in its own CUDA graph, the calls that a compile around the model hands over.
+
+transformers' `generate` compiles the model's forward itself when the cache is static
+(docs/form-torch-versions.md#torch-versions)."""
 
 import torch
 
@@ -11,22 +13,21 @@ from .threads import this_call
 
 
 def is_opaque(state):
-    """Is the owner opaque to every compile around the model (`owned`): in CUDA graphs."""
+    """Returns whether the owner runs in CUDA graphs, which makes it opaque to a compile around it."""
     return state.kwargs.get("mode") in graph_modes
 
 
 def handoff(owner, args, kwargs):
-    """Does a compile around the model, tracing this call, hand it over to the owner, which serves it in
-    one CUDA graph (`outside`)? In a CUDA-graph mode every call. In the default form, where
-    torch reuses no traced region (the owner in pieces), a call that hands a `StaticCache` on the GPU:
-    transformers compiles its forward for such a cache in CUDA graphs (`CompileConfig`'s
-    `mode="reduce-overhead"`). Traced through, the owner's calls per block were graphed between the
-    blocks' frames, a graph a block a token, far slower than the owner in one graph of its own
-    (docs/results/serving/README.md)."""
-    if not torch.compiler.is_compiling() or this_call.tracing:  # not traced, or the owner's own trace
+    """Returns whether a compile around the model that traces this call hands it over to the owner.
+
+    In a CUDA-graph mode it hands over every call. In the default form, where torch reuses no traced region,
+    it hands over a call that brings a `StaticCache` on the GPU, since transformers compiles such calls in
+    CUDA graphs and one graph of the owner serves them faster (docs/form-torch-versions.md#torch-versions).
+    """
+    if not torch.compiler.is_compiling() or this_call.tracing:  # not traced, or traced by the owner itself
         return False
     state = owner.__dict__.get("_regionalize_owner")
-    if state is None:  # a stage whose blocks its outer owner took (`outer.py`): traced through
+    if state is None:  # a stage whose blocks an outer owner took (`outer.py`) is traced through
         return False
     if is_opaque(state):
         return True
@@ -37,15 +38,9 @@ def handoff(owner, args, kwargs):
 
 
 def owned(forward):
-    """The owner class's `forward` where a compile around the model may hand its calls over
-    (`handoff`): for a compile that calls `forward` itself, as `owner_call`
-    does for one that calls the module. Traced through, such a compile read the graphs' conditions in its
-    trace and split on the runtime's Python (and traced every block on 2.11). Its trace breaks at the
-    owner instead, and the call it then makes, opaque to it, serves the owner as the owner's own frame
-    does, one graph a call. Other calls of the default form are traced through as the original would be
-    (opaque, an owner whose blocks were compiled one by one on 2.11 decoded slower:
-    docs/form-torch-versions.md). A compile around it with `fullgraph=True` raises at its graph
-    break, as at any."""
+    """Wraps the owner class's `forward` so that a compile around the model can hand its calls over.
+
+    `owner_call` does the same for a compile that calls the module rather than its `forward`."""
 
     owned = installed(owned_forward, forward, __forward=forward)
     owned._regionalize_owned = True

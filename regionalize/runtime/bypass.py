@@ -1,4 +1,6 @@
-"""The guard bypass: guards on modules' structure filtered, or compiled code called directly."""
+"""Implements the guard bypass: drops guards on modules' structure, or calls compiled code directly.
+
+The bypass and what it no longer checks are described in docs/form-guard-bypass.md."""
 
 import inspect
 import types
@@ -10,10 +12,10 @@ from .internals.tracer import guarded_code
 
 
 def guard_filter(entries):
-    """regionalize guard bypass: skip guards on the structure of modules, keep guards on values.
+    """regionalize guard bypass: skips the guards on the structure of modules and keeps those on values.
 
-    Dropped: type, identity-of-dict, hook and global-function guards of nn.Module sources. Kept: inputs,
-    grad mode and other global state, parameters, attribute values (training, per-block constants).
+    It drops the type, dict identity, hook and global function guards of modules, and keeps the guards on
+    inputs, global state such as grad mode, parameters and attribute values.
     """
     structural = {
         "TYPE_MATCH",
@@ -36,19 +38,19 @@ def guard_filter(entries):
 
 
 def dispatch(block, **compile_kwargs):
-    """regionalize guard bypass: compile `block` in place, then call its compiled code directly."""
+    """regionalize guard bypass: compiles `block` in place, then calls its compiled code directly."""
     block.compile(**compile_kwargs)
     set_compiled_call(block, Direct(block, compiled_call(block)))
 
 
 class Direct:
-    """regionalize guard bypass: `guarded` (the compiled call of `module`) with its guards skipped. `frame`
-    is the function Dynamo compiles for it: the class's `forward` unless given.
+    """regionalize guard bypass: calls `guarded`, the compiled call of `module`, with its guards skipped.
 
-    Dynamo's guards run once per dispatch key (tensor shapes, strides, dtypes, devices, requires_grad,
-    plain argument values, grad/inference mode, autocast, module.training); later calls with that key
-    call the compiled code that served it directly. Other calls, modules with hooks or a patched forward
-    take the normal guarded path.
+    Dynamo's guards run once per dispatch key (the inputs' shapes, strides, dtypes and devices, plain
+    argument values, grad and autocast modes, `module.training`), and later calls with that key call the
+    compiled code that served the first one. Calls with other arguments, and modules with hooks or a patched
+    `forward`, take the guarded path. `frame` is the function that Dynamo compiles, by default the class's
+    `forward`.
     """
 
     _plain = (int, float, bool, str, type(None))
@@ -99,14 +101,14 @@ class Direct:
         return any(module_hooks(module)) or "forward" in module.__dict__ or global_hooks()
 
     def learned(self, args, kwargs):
-        """The compiled code that served this call: the first entry of the frame's code whose guards pass on
-        the frame rebuilt here; else `guarded`, the key then keeping the guarded path rather than
-        searching again on every call (torch 2.11 compiles a function that has no source file through a
-        wrapper of its own, whose entries these are not)."""
+        """Returns the compiled code that served this call, or `guarded` where none is found.
+
+        It rebuilds the frame's locals and takes the first compiled entry whose guards pass on them. A key
+        with no entry keeps the guarded path (docs/design.md#blocks-compiled-on-their-own)."""
         forward = self.forward
         bound = self.signature.bind(self.module, *args, **kwargs)
         bound.apply_defaults()
-        # The frame's locals as Dynamo saw them: a wrapped forward (RGZ004) also has its closure.
+        # The frame's locals as Dynamo saw them; a wrapped forward (RGZ004) has its closure's cells too.
         cells = zip(forward.__code__.co_freevars, forward.__closure__ or (), strict=True)
         frame = dict(bound.arguments) | {n: c.cell_contents for n, c in cells}
         code = guarded_code(forward.__code__, frame)
@@ -118,16 +120,18 @@ class Direct:
 
 
 def watched(module):
-    """What the guard bypass watches in `module` on every call, in place of the guards it skips on hooks
-    and parameters: the hook dictionaries in use, and where its first parameter is held."""
+    """Returns what the bypass watches on every call in place of the guards it skips.
+
+    These are the hook dicts in use and the place of the module's first parameter."""
     hooks = [d for m in module.modules() for d in module_hooks(m) if d]
     first = next(((m, n) for m in module.modules() for n, _ in m.named_parameters(recurse=False)), None)
     return hooks, first
 
 
 def watch(hooks=(), first=None):
-    """A fingerprint that changes when a hook is registered anywhere (each registration takes a new handle
-    id), one in use is removed, or the first parameter changes dtype, device or object (`.to()`)."""
+    """Returns a fingerprint that changes when a hook is added or removed or the first parameter changes.
+
+    Each hook's registration takes a new handle id, and `.to()` changes the parameter's dtype or device."""
     parameter = first and getattr(first[0], first[1], None)
     probe = (id(parameter), parameter.dtype, parameter.device) if parameter is not None else None
     return torch.utils.hooks.RemovableHandle.next_id, tuple(len(d) for d in hooks), probe

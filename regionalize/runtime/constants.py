@@ -1,17 +1,17 @@
-"""Per-block float constants: blocks of one class whose modules hold a float attribute that differs between
-them (a stochastic-depth rate spaced over depth, `drop_path1.drop_prob`), read in forward."""
+"""Finds blocks of one class that hold different float constants, such as stochastic-depth rates.
+
+A float that differs between blocks stops a traced region from serving them all
+(docs/form-hierarchical.md#blocks-that-differ-in-float-constants)."""
 
 
 def differing_constants(blocks, most=2):
-    """Why `blocks` are not regions of their owner, or None: more than `most` sets of values of their float
-    attributes. Dynamo takes a module's float as a constant and guards on its value, so a traced region
-    serves only blocks holding the same values, and the owner would trace a region for each set. Its
-    graph is compiled in pieces instead (`pieces_backend`): traced whole, pieces alike compiled once,
-    a block whose float only picks a branch being alike. With another backend the blocks are compiled one
-    by one, where Dynamo's automatic dynamic makes the float symbolic at its second value. Torch 2.11 to
-    2.15 fail to pass a symbolic float into a nested region. Integers are not counted: they are layer
-    indexes, which the cache stand-ins and the codemod's fixes serve."""
-    for cls in dict.fromkeys(map(type, blocks)):  # each class of blocks, in their order
+    """Returns why `blocks` should not be regions, or None: they hold more than `most` sets of float values.
+
+    Dynamo guards on each module's float, so the owner would trace a region for each set of values; the
+    plan compiles its graph in pieces instead, or each block on its own with a backend other than Inductor
+    (docs/form-hierarchical.md#blocks-that-differ-in-float-constants). Integers are not counted, because
+    they are layer indexes, which the cache stand-ins and the codemod's fixes handle."""
+    for cls in dict.fromkeys(map(type, blocks)):  # each class of blocks, in the blocks' order
         sets, differing = set(), {}
         for block in [block for block in blocks if type(block) is cls]:
             floats = tuple(

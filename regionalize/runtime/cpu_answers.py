@@ -1,9 +1,8 @@
-"""The answers of Inductor's CPU check, kept for later processes. Inductor checks which vector instruction
-sets the CPU runs by building small programs and loading each in a process of its own, once a process:
-the floor of a restart that loads saved owners (docs/design-saved-owners.md, try 7).
-The builds that worked are kept in `<torch cache dir>/regionalize/cpu/<key>.json`, the key naming the CPU's
-flags, the compiler, torch's build, Python and Inductor's configuration; a later process with the same
-key takes them from there (docs/saved-owners.md, "The CPU check")."""
+"""Keeps the answers of Inductor's CPU check for later processes, so that a restart skips its builds.
+
+The builds that worked are kept in `<torch cache dir>/regionalize/cpu/<key>.json`, where the key names the
+CPU's flags, the compiler, torch's build, Python and Inductor's configuration
+(docs/saved-owners.md#the-cpu-check)."""
 
 import contextlib
 import functools
@@ -23,18 +22,20 @@ FORMAT = 1  # of the key and the file
 
 @functools.cache
 def start_cpu_check():
-    """Start Inductor's CPU check (`cpu_check`), once a process, its builds answered from the kept file
-    where there is one; the builds that work are added to it."""
+    """Starts Inductor's CPU check once per process, answering its builds from the kept file if there is one.
+
+    The builds that work are added to that file."""
     install, path = remember_builds(), answers_path()
-    if install is not None and path is not None and distrust(path) is None:  # answers others wrote: none
+    if install is not None and path is not None and distrust(path) is None:  # never answers others wrote
         known = read(path)
         install(known, functools.partial(write, path, known))
     return cpu_check()
 
 
 def answers_path():
-    """The file that keeps the answers for this CPU, compiler and torch; None where there is none to keep
-    (no CPU flags to read, no compiler, Inductor's caches off)."""
+    """Returns the file that keeps the answers for this CPU, compiler and torch, or None.
+
+    It is None without CPU flags to read, without a compiler, or with Inductor's caches off."""
     flags, identity = cpu_flags(), cpu_identity()
     if flags is None or identity is None or caches_off():
         return None
@@ -45,8 +46,9 @@ def answers_path():
 
 
 def read(path):
-    """The keys of the builds that worked, kept at `path`; none where the file is missing or unreadable
-    (the check then builds, and writes it afresh)."""
+    """Returns the keys of the builds that worked, as kept at `path`.
+
+    A missing or unreadable file gives none, and the check then builds and writes the file afresh."""
     try:
         with open(path, encoding="utf-8") as file:
             builds = json.load(file)["builds"]
@@ -56,8 +58,9 @@ def read(path):
 
 
 def write(path, known):
-    """Keep `known` at `path`, whole or not at all. A folder that cannot be written keeps nothing: the next
-    process checks as Inductor does."""
+    """Writes `known` to `path`, whole or not at all.
+
+    Where the folder cannot be written nothing is kept, and the next process checks as Inductor does."""
 
     def fill(temp):
         with open(temp, "w", encoding="utf-8") as file:

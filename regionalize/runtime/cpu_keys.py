@@ -1,10 +1,7 @@
-"""What compiled code depends on of the machine it was compiled on, for the keys of the files that keep it:
-a saved owner's (`saved.key`) and those of torch's own caches (`tag_caches`).
+"""Puts the machine that compiled code depends on into the keys of saved owners and of torch's caches.
 
-Inductor writes CPU kernels for the vector instruction set it picks from the CPU's flags and
-`ATEN_CPU_CAPABILITY`, but torch 2.11 to 2.15 key its compiled graphs without it: a cache directory made on
-one CPU and shipped to another served code for the other's vector width, which gave wrong numbers or
-corrupted memory (docs/torch-workarounds.md)."""
+Inductor writes CPU kernels for the vector instruction set of the CPU, but torch keys its compiled graphs
+without it, so a cache made on one CPU could serve wrong code on another (docs/saved-owners.md#mixed-cpus)."""
 
 from __future__ import annotations
 
@@ -22,9 +19,10 @@ _TAG = "regionalize-cpu:"
 
 @functools.cache
 def machine() -> tuple:
-    """The architecture, the CPU's flags and the instruction set asked for (`ATEN_CPU_CAPABILITY`), from
-    which Inductor picks the vector code it writes, and the C++ compiler it builds with (its file, size and
-    time)."""
+    """Returns what Inductor's vector code depends on: the architecture, the CPU's flags, and the compiler.
+
+    It includes the instruction set asked for (`ATEN_CPU_CAPABILITY`) and the compiler's file, size and
+    time."""
     identity = cpu_identity() or {}
     return (
         platform.machine(),
@@ -35,8 +33,9 @@ def machine() -> tuple:
 
 
 def cpu_flags() -> list[str] | None:
-    """The CPU's flags as Linux lists them (`/proc/cpuinfo`, x86's "flags", Arm's "Features"), sorted; None
-    where there are none to read."""
+    """Returns the CPU's flags as Linux lists them in `/proc/cpuinfo`, sorted, or None where there are none.
+
+    x86 names them "flags" and Arm "Features"."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as file:
             for line in file:
@@ -49,13 +48,13 @@ def cpu_flags() -> list[str] | None:
 
 
 def tag_caches() -> None:
-    """Put the machine (`machine`) in the keys of torch's caches, through the tag torch adds to every compile
-    cache's key (`torch.compiler.config.cache_key_tag`), after the user's own tag where one is set: a cache
-    made on a CPU that picks other vector code then misses, and compiles afresh, where it gave wrong
-    numbers. It holds for every compile of the process from then on."""
+    """Adds the machine (`machine`) to the tag that torch puts in every compile cache's key.
+
+    The tag is `torch.compiler.config.cache_key_tag`, kept after any tag of the user's. A cache made on a
+    CPU that picks other vector code then misses, and the code is compiled afresh."""
     config = torch.compiler.config
     tag = getattr(config, "cache_key_tag", None)
-    if tag is None:  # a torch without the tag: nothing to add it to
+    if tag is None:  # this torch has no such tag
         return
     mine = _TAG + hashlib.sha256(repr(machine()).encode()).hexdigest()[:16]
     if mine not in tag:

@@ -1,5 +1,6 @@
-"""Files the runtime keeps under torch's cache directory (saved owners, the CPU check's answers): each written
-whole or not at all, and read only from a folder that no one but the running user can write."""
+"""Writes the runtime's files under torch's cache directory whole, and trusts only the user's own folders.
+
+These files are saved owners and the CPU check's answers (docs/saved-owners.md#a-cache-directory-is-code)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import time
 import uuid
 from collections.abc import Callable
 
-_STALE = 3600  # seconds after which a temporary file is a killed writer's, not a running one's
+_STALE = 3600  # the age in seconds after which a temporary file belongs to a killed writer
 
 
 def write_whole(path: str, fill: Callable[[str], None]) -> None:
-    """Write the file at `path` whole or not at all: `fill(temp)` writes a file of this process's in the same
-    folder (made where missing, readable by the user alone), renamed over `path`. Two processes writing at
-    once each write whole files, and the last stays; a process killed while writing leaves its temporary
-    file, which a later write removes. OSError where it cannot."""
+    """Writes the file at `path` whole or not at all, and raises OSError where it cannot.
+
+    `fill(temp)` writes a temporary file in the same folder, which is then renamed over `path`, so two
+    processes that write at once each write whole files. A later write removes a killed writer's file."""
     folder = os.path.dirname(path)
     make_folder(folder)
     temp = os.path.join(folder, f".{uuid.uuid4().hex}.tmp")
@@ -32,8 +33,9 @@ def write_whole(path: str, fill: Callable[[str], None]) -> None:
 
 
 def make_folder(folder: str) -> None:
-    """Make `folder` and those above it that are missing, each writable by the user alone (whatever the
-    umask says: a folder that others could write would not be trusted, `distrust`)."""
+    """Makes `folder` and any missing folders above it, each writable by the user alone.
+
+    The umask is not read: a folder that others could write would not be trusted (`distrust`)."""
     parent = os.path.dirname(folder)
     if parent != folder and not os.path.isdir(parent):
         make_folder(parent)
@@ -42,7 +44,7 @@ def make_folder(folder: str) -> None:
 
 
 def _sweep(folder: str) -> None:
-    """Remove the temporary files of writers killed long ago."""
+    """Removes the temporary files of writers that were killed long ago."""
     now = time.time()
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
@@ -52,12 +54,12 @@ def _sweep(folder: str) -> None:
 
 
 def distrust(path: str) -> str | None:
-    """Why a file at `path` could hold code that is not the user's, or None. Whoever can write a file the
-    runtime unpickles can run code in this process, so, as ssh checks its keys: the file, every folder
-    above it, and where a link among them leads must belong to the user or to root, and no one else may
-    write to them: not others, and not the group unless it is the user's own. A folder that root owns
-    and marks sticky (/tmp) may be open to all: others can add files there, but not replace the user's.
-    Where the system has no owners to check (Windows), None."""
+    """Returns why a file at `path` could hold code that is not the user's, or None where it is safe.
+
+    Whoever can write a file that the runtime unpickles can run code in this process. So, as ssh checks its
+    keys, the file, the folders above it and the targets of links among them must belong to the user or to
+    root, and no one else may write to them; a sticky folder that root owns, such as /tmp, is allowed. On a
+    system without file owners (Windows) the answer is None."""
     if not hasattr(os, "geteuid"):
         return None
     for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
@@ -65,7 +67,7 @@ def distrust(path: str) -> str | None:
         while True:
             try:
                 why = _unsafe(current, os.lstat(current))
-            except (FileNotFoundError, NotADirectoryError):  # not made yet: made by this user (`make_folder`)
+            except (FileNotFoundError, NotADirectoryError):  # not made yet; `make_folder` makes it safe
                 why = None
             if why is not None:
                 return why
@@ -80,7 +82,7 @@ def _unsafe(path: str, info: os.stat_result) -> str | None:
     uid = os.geteuid()
     if info.st_uid not in (uid, 0):
         return f"{path} belongs to another user"
-    if stat.S_ISLNK(info.st_mode):  # a link's own mode means nothing; where it leads is checked too
+    if stat.S_ISLNK(info.st_mode):  # a link's own mode means nothing; its target is checked separately
         return None
     shared = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX and info.st_uid == 0
     if info.st_mode & stat.S_IWOTH and not shared:
@@ -91,7 +93,7 @@ def _unsafe(path: str, info: os.stat_result) -> str | None:
 
 
 def _own_group(gid: int, uid: int) -> bool:
-    """Is `gid` the user's own group: their primary group, with no member but them?"""
+    """Returns whether `gid` is the user's primary group and has no other member."""
     import grp
     import pwd
 

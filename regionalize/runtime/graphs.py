@@ -1,4 +1,4 @@
-"""What one CUDA graph can serve of an owner's calls, and what a caller keeps of its outputs."""
+"""Decides which of an owner's calls one CUDA graph can serve, and copies the outputs a caller keeps."""
 
 import copy
 
@@ -12,9 +12,8 @@ plain = (int, float, bool, str, type(None))  # values a call passes as they are
 
 
 def kept(out, args, kwargs):
-    """A CUDA graph's outputs `out` as the caller may keep them, not overwritten by the next replay: tensors
-    cloned, other objects (a cache the owner created) deep-copied, with the tensors they hold; but not an
-    object the caller handed in (its static cache, written in place, as the original writes it)."""
+    """Copies a CUDA graph's outputs, which the next replay overwrites, except objects the caller gave."""
+    # The caller's static cache is written in place, as the original writes it.
     given = {id(x) for x in tree_leaves((args, kwargs)) if not isinstance(x, torch.Tensor)}
     return tree_map(lambda x: x if id(x) in given else copied(x), out)
 
@@ -26,8 +25,9 @@ def copied(value):
 
 
 def graphable(owner, args, kwargs):
-    """Can one CUDA graph serve this call: no hooks, only CUDA tensors, plain values and static caches that
-    a graph can take (`static_graphable`)."""
+    """Returns whether one CUDA graph can serve this call.
+
+    The call must have no hooks and pass only CUDA tensors, plain values and graphable static caches."""
     if any(module_hooks(owner, backward=False)) or global_hooks(backward=False):
         return False
     leaves = tree_leaves((args, kwargs))

@@ -1,9 +1,8 @@
-"""Where a guard reads, as plain data: Dynamo names a guard's value by a Python expression over the frame's
-globals and arguments (`G['helper'].ACT`, `self._modules['blocks']._modules['0'].act`). A saved owner
-records what such a guard read (`guard_reads.py`), and a later process must find the same place again
-without evaluating text read from a file: whoever can write the file would run code. So the expression is
-parsed once, in the process that compiled it, into a path of steps (`parse`), which is written as JSON and
-walked with `getattr` and item look-ups (`walk`); nothing read from a file is evaluated."""
+"""Turns the place that a guard reads into a path of plain look-ups, and walks such paths.
+
+Dynamo names a guard's value by a Python expression (`G['helper'].ACT`). A saved owner must find that place
+again in a later process without evaluating text from a file, which could run code. So the expression is
+parsed into a path when it is compiled (`parse`), written as JSON, and walked with look-ups (`walk`)."""
 
 from __future__ import annotations
 
@@ -17,15 +16,15 @@ from typing import Any
 
 from .internals.aot import installed
 
-# A path is a list of steps, each a two-item list: its head ["global", name], ["arg", name] or ["module",
-# name] (Dynamo's `__import__('torch')`, an imported module looked up in `sys.modules`), then
-# ["attr", name], ["item", key] (a str, an int or a bool), ["key", n] and ["value", n] (a dict's n-th
-# key, or the value at it) and ["call", "type" | "dict"], applied left to right.
+# A path is a list of steps, each a two-item list, applied left to right. Its head is ["global", name],
+# ["arg", name] or ["module", name] (for Dynamo's `__import__('torch')`, looked up in `sys.modules`). The
+# steps after it are ["attr", name], ["item", key] with a str, int or bool key, ["key", n] and ["value", n]
+# for a dict's n-th key or the value at it, and ["call", "type" | "dict"].
 Path = list[list[Any]]
 
 _CALLS: dict[str, Callable[[Any], Any]] = {"type": type, "dict": dict}
 _HEADS = ("global", "arg", "module")
-_KEYS = (str, int, bool)  # an item's key, as JSON keeps it
+_KEYS = (str, int, bool)  # the types of an item's key that JSON keeps
 _RENDER: dict[str, Callable[[str, Any], str]] = {
     "attr": lambda text, arg: f"{text}.{arg}",
     "item": lambda text, arg: f"{text}[{arg!r}]",
@@ -36,9 +35,10 @@ _RENDER: dict[str, Callable[[str, Any], str]] = {
 
 
 def parse(source: str) -> Path | None:
-    """The path `source` (a guard's expression, as Dynamo writes it) reads, or None where it is anything
-    but look-ups of names, attributes, constant items, a dict's n-th key or value, and calls of `type` or
-    `dict` (then what it reads cannot be found again in a later process, and the frame is not saved)."""
+    """Returns the path that `source`, a guard's expression, reads, or None for any other expression.
+
+    A path holds only look-ups of names, attributes, constant items, a dict's n-th key or value, and calls
+    of `type` or `dict`."""
     try:
         return _path(ast.parse(source, mode="eval").body)
     except (SyntaxError, RecursionError):
@@ -46,7 +46,7 @@ def parse(source: str) -> Path | None:
 
 
 def _path(node: ast.expr) -> Path | None:
-    """The path of one node of a guard's expression (`parse`), its head first."""
+    """Returns the path of one node of a guard's expression, its head first."""
     if isinstance(node, ast.Name):
         return None if node.id == "G" else [["arg", node.id]]
     if isinstance(node, ast.Attribute):
@@ -56,9 +56,9 @@ def _path(node: ast.expr) -> Path | None:
         if isinstance(node.value, ast.Name) and node.value.id == "G":
             return [["global", key.value]] if _constant(key, str) else None
         if _constant(key, _KEYS):
-            nth = _nth_key(node)  # `list(dict.keys(d))[0]`: the dict's first key
+            nth = _nth_key(node)  # `list(dict.keys(d))[0]` is the dict's first key
             return _then(nth[0], "key", nth[1]) if nth else _then(_path(node.value), "item", key.value)
-        nth = _nth_key(key)  # `d[list(dict.keys(d))[0]]`: the value at the dict's first key
+        nth = _nth_key(key)  # `d[list(dict.keys(d))[0]]` is the value at the dict's first key
         return _then(_path(node.value), "value", nth[1]) if nth and _same(node.value, nth[2]) else None
     if isinstance(node, ast.Call) and not node.keywords:
         name = _called(node.func)
@@ -84,7 +84,7 @@ def _constant(node: ast.expr, kinds: type | tuple[type, ...]) -> bool:
 
 
 def _called(func: ast.expr) -> str | None:
-    """`type`, `dict.__getitem__`: the name a call calls, where it is a name or an attribute of one."""
+    """Returns the name that a call calls (`type`, `dict.__getitem__`), or None for anything else."""
     if isinstance(func, ast.Name):
         return func.id
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
@@ -93,7 +93,7 @@ def _called(func: ast.expr) -> str | None:
 
 
 def _nth_key(node: ast.expr) -> tuple[Path | None, int, ast.expr] | None:
-    """For `list(dict.keys(d))[n]`: the path of `d`, `n`, and `d`'s node; else None."""
+    """Returns the path of `d`, `n` and the node of `d` for `list(dict.keys(d))[n]`, else None."""
     if not (isinstance(node, ast.Subscript) and _constant(node.slice, int)):
         return None
     listed = node.value
@@ -110,7 +110,7 @@ def _same(one: ast.expr, other: ast.expr) -> bool:
 
 
 def valid(path: object) -> bool:
-    """Is `path` (as read from a file) a path `parse` could have made? A file's other content is refused."""
+    """Returns whether `path`, as read from a file, is a path that `parse` could have made."""
     if not isinstance(path, list) or not path:
         return False
     head, *rest = path
@@ -134,7 +134,7 @@ def _step_valid(kind: str, arg: object) -> bool:
 
 
 def walk(path: Path, scope: Scope) -> Any:
-    """The value at `path` in `scope`: its head looked up there, then each step taken."""
+    """Returns the value at `path` in `scope`: its head looked up there, then each step taken."""
     (kind, name), *rest = path
     if kind == "arg":
         value = scope.arguments[name]
@@ -146,37 +146,38 @@ def walk(path: Path, scope: Scope) -> Any:
 
 
 def step(value: Any, kind: str, arg: Any) -> Any:
-    """One step of a path from `value`."""
+    """Returns the value that one step of a path reaches from `value`."""
     if kind == "attr":
         return getattr(value, arg)
     if kind == "item":
         return value[arg]
-    if kind == "key":  # as Dynamo reads a dict's keys: `dict.keys`, past a subclass's own
+    if kind == "key":  # read as Dynamo reads a dict's keys, through `dict.keys` past a subclass's own
         return list(dict.keys(value))[arg]
     if kind == "value":
         return dict.__getitem__(value, list(dict.keys(value))[arg])
     if arg == "dict" and isinstance(value, types.MappingProxyType):
-        return value  # a class's `__dict__`, read by item: the view reads as its copy would, uncopied
+        return value  # a class's `__dict__`: the view reads as a copy of it would, without the copy
     return _CALLS[arg](value)
 
 
 def render(path: Path) -> str:
-    """`path` as the model's code names it: "the global helper.ACT", "self._modules['0'].act"."""
+    """Returns `path` as the model's code names it ("the global helper.ACT", "self._modules['0'].act")."""
     (head, name), *rest = path
-    text = module_name(name) if head == "global" else name  # a module's head is its name
+    text = module_name(name) if head == "global" else name  # a module's head is named by the module
     for kind, arg in rest:
         text = _RENDER[kind](text, arg)
     return f"the global {text}" if head == "global" else text
 
 
 def module_name(name: str) -> str:
-    """A global's name as the code names it: Dynamo's `__import_torch_dot_nn` is the module `torch.nn`."""
+    """Returns a global's name as the code names it: Dynamo's `__import_torch_dot_nn` becomes `torch.nn`."""
     return name.removeprefix("__import_").replace("_dot_", ".") if name.startswith("__import_") else name
 
 
 class Scope:
-    """What a path's head is looked up in, for one call of a frame (the owner's compiled function): its
-    globals, and the call's arguments by the names of the frame's parameters (`self` the owner)."""
+    """Holds what a path's head is looked up in for one call of a frame: its globals and its arguments.
+
+    The arguments are bound to the names of the frame's parameters, with `self` the owner."""
 
     def __init__(self, frame: types.FunctionType, owner: object, args: tuple, kwargs: dict) -> None:
         bound = inspect.signature(frame).bind(owner, *args, **kwargs)
@@ -185,10 +186,10 @@ class Scope:
 
 
 def global_value(f_globals: dict, name: str) -> Any:
-    """A global of a frame's as a later process has it: the modules Dynamo imported by a name of its own
-    (`__import_torch_dot_nn`) from `sys.modules`, Python's builtins (`__builtins_dict___0`), else the
-    frame's own globals. Of those Dynamo installed under an id of its process's, the modules only, which
-    a load puts back (`install_modules`): a path through any other cannot be read there."""
+    """Returns a frame's global as a later process has it, and raises KeyError where it cannot have it.
+
+    Dynamo's imported modules come from `sys.modules` and its builtins from Python's. Of the globals that
+    Dynamo installed under an id of its process, only modules can be read, since a load puts those back."""
     if name.startswith("__import_"):
         return sys.modules[module_name(name)]
     if name.startswith("__builtins_dict"):

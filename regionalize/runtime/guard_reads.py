@@ -1,14 +1,9 @@
-"""What a saved owner's guards read that torch does not check for it, recorded with the file, checked before
-it is loaded, and checked again on every call (`saved.py`).
+"""Records what a saved owner's guards read that torch does not check, and compares it before a load.
 
-torch saves a frame's guards on its inputs with the values they expect. It cannot save some kinds (which
-function, class or module a name holds: `ID_MATCH`, `CLOSURE_MATCH`, ...), which `aot_compile` then drops
-from the frame it serves, in the process that compiled it as in one that loads it; and it builds the guards
-on globals again at a load from the globals as they are then. So a function rebound after the first call,
-or a module's flag that a later process sets otherwise, would go unchecked. Each such guard's place (a
-path, `guard_paths.py`) is recorded with what it read (`recorded`) and compared before a load (`changed`);
-the dropped ones are checked on every call (`watch.py`), as `torch.compile`'s guards would, and a call
-where one fails runs the frame `torch.compile` compiles, which compiles again."""
+torch drops some kinds of guard from a saved frame (which function, class or module a name holds) and
+rebuilds the guards on globals at a load from the globals as they are then. Each such guard's place and
+what it read are recorded (`recorded`) and compared before a load (`changed`); `watch.py` checks the
+dropped ones on every call (docs/saved-owners.md#never-stale-never-corrupt)."""
 
 from __future__ import annotations
 
@@ -21,15 +16,15 @@ import torch
 from .guard_paths import Path, Scope, parse, render, valid, walk
 
 _PLAIN = (type(None), bool, int, float, str)
-_HOWS = ("len", "type", "keys", "is", "value")  # what a guard reads of its value (`recorded`)
-_DEPTH = 2  # how deep a function's state is followed through its closures and globals
+_HOWS = ("len", "type", "keys", "is", "value")  # what a guard can read of its value (`recorded`)
+_DEPTH = 2  # how deep `_function` follows a function's closures and globals
 
 
 class Read:
-    """One guard's read: what it reads of its value (`how`: its "len", its "type", its dict's "keys", which
-    object it "is", or its "value"), where (`path`; None where Dynamo's `source` is not a plain path of
-    look-ups, which a later process could not find again), what it saw there (`seen`, the object itself),
-    and whether torch drops the guard (`dropped`: then the runtime checks it on every call)."""
+    """Holds one guard's read: what it reads (`how`), where (`path`), what it saw, and whether torch drops it.
+
+    `how` is "len", "type", "keys", "is" or "value"; `path` is None where Dynamo's source is no plain path.
+    The runtime checks a dropped guard's read on every call."""
 
     __slots__ = ("dropped", "how", "path", "seen", "source")
 
@@ -39,13 +34,14 @@ class Read:
 
 
 def reads_of(guards: list[tuple[str, str, Any, bool]]) -> list[Read]:
-    """`guards` ((how, source, value, dropped), as `aot.savable` collected them) as `Read`s."""
+    """Returns `guards`, as `aot.savable` collected them, as `Read`s."""
     return [Read(how, parse(source), value, dropped, source) for how, source, value, dropped in guards]
 
 
 def recorded(how: str, value: Any) -> Any:
-    """What a guard reads of `value` as JSON keeps it, comparable across processes (`_value`); None where
-    it cannot be recorded: the frame is not saved."""
+    """Returns what a guard reads of `value` as JSON that another process can compare, or None.
+
+    A read that cannot be recorded returns None, and the frame is then not saved."""
     if how == "len":
         return [len(value)]
     if how == "type":
@@ -57,14 +53,13 @@ def recorded(how: str, value: Any) -> Any:
 
 
 def _value(value: Any, depth: int = 0) -> Any:
-    """`value` as JSON keeps it, comparable across processes: a constant (a tuple as a list), a module by
-    its name, a function by its name and all that changes what it computes (`_function`), a class by its
-    name, a dict by its keys (its values have guards of their own), a code object by its content; `repr`
-    where it names no address (`torch.uint8`, an enum's member), else the object's type (what is read of
-    it is guarded on its own). None for a tensor (its values may be the compiled code's constants) and
-    where even the type cannot be named: the frame is not saved."""
+    """Returns `value` as JSON that another process can compare, or None where it cannot be recorded.
+
+    Constants are kept as they are, modules and classes by name, functions by what they compute, dicts by
+    their keys, code objects by content, and other objects by their `repr` or else their type. A tensor gives
+    None, since its values may be constants of the compiled code."""
     if isinstance(value, _PLAIN):
-        return [value]  # boxed: None is a value too
+        return [value]  # boxed, because None is a value too
     if isinstance(value, (tuple, list)) and all(isinstance(item, _PLAIN) for item in value):
         return [list(value)]
     if isinstance(value, types.ModuleType):
@@ -82,17 +77,17 @@ def _value(value: Any, depth: int = 0) -> Any:
     if isinstance(value, torch.Tensor):
         return None  # its values may be the compiled code's constants
     text = repr(value)
-    if " at 0x" not in text and "object at" not in text and "..." not in text:  # "...": cut short
+    if " at 0x" not in text and "object at" not in text and "..." not in text:  # "..." marks a cut repr
         return {"repr": text}
     kind = _value(type(value))
     return kind and {"type": kind}
 
 
 def _function(function: types.FunctionType, depth: int) -> dict:
-    """A function as a later process can tell it apart: its name, its code (bytecode, constants, names),
-    and, `_DEPTH` deep, its defaults, its closure's cells and the globals its code names (`_state`). Two
-    functions built by `exec` from one text with another constant, or one closure over another value,
-    differ."""
+    """Returns a record of `function` that tells it apart from any function that computes otherwise.
+
+    It holds the function's name and code and, down to `_DEPTH`, its defaults, its closure's cells and the
+    globals its code names, so two closures over different values differ."""
     name = {"is": f"{function.__module__}.{function.__qualname__}", "code": _code(function.__code__)}
     if depth >= _DEPTH:
         return name
@@ -109,10 +104,10 @@ def _function(function: types.FunctionType, depth: int) -> dict:
 
 
 def _state(value: Any, depth: int) -> Any:
-    """What of a value a function holds (a default, a cell, a global) changes what it computes: a
-    constant's value, a function (`_function`, a level deeper), which class, module or code it is; of
-    anything else (a tensor, a registry, a logger) its type alone: what a trace reads of it is guarded on
-    its own, and its contents may differ from process to process without changing the code."""
+    """Returns what of a value that a function holds can change what the function computes.
+
+    Constants, functions, classes, modules and code count in full; anything else counts by its type alone,
+    since what a trace reads of it has guards of its own."""
     if isinstance(value, types.FunctionType):
         return _function(value, depth + 1)
     plain = isinstance(value, (*_PLAIN, type, types.BuiltinFunctionType, types.ModuleType, types.CodeType))
@@ -129,7 +124,7 @@ def _cell(cell: types.CellType) -> Any:
 
 
 def _names(code: types.CodeType) -> set[str]:
-    """The names `code` and the code nested in it look up (globals among them)."""
+    """Returns the names that `code` and the code nested in it look up, globals among them."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -138,8 +133,7 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 def _code(code: types.CodeType) -> list:
-    """A code object by its name, its first line and a hash of what it runs: its bytecode, its constants
-    (nested code by the same hash) and the names it looks up."""
+    """Returns a code object's name, first line, and a hash of its bytecode, constants and names."""
     return [
         code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
         code.co_firstlineno,
@@ -158,9 +152,10 @@ def _hash(code: types.CodeType) -> str:
 
 
 def unreadable(reads: list[Read], scope: Scope) -> str | None:
-    """The first of `reads` that a later process could not check, as the code names it: its path is not
-    plain, it does not lead to the same object here, or what is read of it cannot be recorded. None where
-    every one can."""
+    """Returns the first of `reads` that a later process could not check, or None where it can check all.
+
+    A read fails the test where its path is not plain, does not lead back to the same object here, or reads
+    something that cannot be recorded."""
     for read in reads:
         kept = recorded(read.how, read.seen)
         try:
@@ -178,18 +173,18 @@ def unreadable(reads: list[Read], scope: Scope) -> str | None:
 
 
 def records(reads: list[Read]) -> list[dict]:
-    """`reads` as the saved file keeps them: data only (`guard_paths.valid`)."""
+    """Returns `reads` as the saved file keeps them, as plain data."""
     return [
         {"how": r.how, "path": r.path, "saw": recorded(r.how, r.seen), "dropped": r.dropped} for r in reads
     ]
 
 
 def changed(kept: object, scope: Scope) -> tuple[str | None, list[Read]]:
-    """What of the saved file's records (`kept`) reads otherwise now, as the model's code names it ("the
-    global helper.ACT", "self.act"), or None; and the reads as they are now, for the `Watch`. Where several
-    differ, one that changed in itself is named before a function that changed only through the globals it
-    reads (a changed flag changes both). A record that is not what `records` writes raises ValueError: the
-    file is not loaded."""
+    """Returns the first of the saved records (`kept`) that reads otherwise now, and the reads as they are.
+
+    The changed read is named as the model's code names it ("the global helper.ACT"), or is None. A value
+    that changed in itself is named before a function that changed only through its globals. A record that
+    `records` could not have written raises ValueError, and the file is then not loaded."""
     if not isinstance(kept, list):
         raise ValueError("records are not a list")
     now_reads, differ = [], []
@@ -211,7 +206,7 @@ def changed(kept: object, scope: Scope) -> tuple[str | None, list[Read]]:
 
 
 def _through_globals(saw: Any, now: Any) -> bool:
-    """Do two records of a function differ only in the globals it reads?"""
+    """Returns whether two records of a function differ only in the globals it reads."""
     if not (isinstance(saw, dict) and isinstance(now, dict) and "globals" in saw and "globals" in now):
         return False
     return {**saw, "globals": None} == {**now, "globals": None}

@@ -1,5 +1,7 @@
-"""The stand-ins for a block's layer of a transformers `DynamicCache` or `EncoderDecoderCache`, and the
-caches written outside the region."""
+"""Stands in for a block's layer of a transformers `DynamicCache` or `EncoderDecoderCache` in a region.
+
+The region takes the layer's keys and values as tensors, and the cache is written outside it, so that one
+trace serves every layer (docs/form-caches.md)."""
 
 import sys
 
@@ -11,8 +13,9 @@ from .state import process
 
 
 class LayerKV:
-    """One layer's keys and values inside a region, standing in for the cache the block updates: `update`
-    returns what transformers' `DynamicLayer.update` returns, the states before and the new ones joined."""
+    """Stands in for the cache that a block updates, holding one layer's keys and values inside a region.
+
+    `update` returns what transformers' `DynamicLayer.update` returns: the old and new states joined."""
 
     def __init__(self, keys, values):
         self.keys, self.values, self.updates = keys, values, 0
@@ -20,10 +23,9 @@ class LayerKV:
     def update(self, key_states, value_states, *args, **kwargs):
         self.updates += 1
         if self.keys is None:
-            # Kept as copies: the region returns them, and a region's outputs must not alias each other
-            # or its inputs (GPT-2's keys and values are views of one projection). Contiguous, as
-            # transformers' own update leaves them (joined to an empty tensor) and as every later token's
-            # are: the first token's frame then takes the next ones' layout (`kv_growing`).
+            # Copies, because a region's outputs must not alias each other or its inputs (GPT-2's keys and
+            # values are views of one projection). Contiguous, as transformers' own update leaves them, so
+            # that the first token's frame has the layout of every later token's (`kv_growing`).
             self.keys, self.values = contiguous_copy(key_states), contiguous_copy(value_states)
             return key_states, value_states
         self.keys = torch.cat([self.keys, key_states], dim=-2)
@@ -32,9 +34,9 @@ class LayerKV:
 
 
 class Updated:
-    """An encoder-decoder cache's `is_updated` flags for one layer, as a block sees them on the call that
-    writes its cross-attention keys: read, whatever the key, as the cache's own flag for the layer reads;
-    what the block sets is kept, and checked against what it wrote."""
+    """Stands in for an encoder-decoder cache's `is_updated` flags on the call that writes a layer's keys.
+
+    Any key reads the layer's own flag, and what the block sets is kept for the runtime to check."""
 
     def __init__(self, written):
         self.written, self.set = written, []
@@ -52,11 +54,10 @@ class Updated:
 
 
 def encoder_decoder_made(utils):
-    """The class of the stand-ins for a block's layer of a transformers `EncoderDecoderCache`
-    (`utils.EncoderDecoderCache`'s subclass), each holding stand-ins for its self- and cross-attention
-    layers; an instance of that class, as blocks ask (`isinstance`). What it inherits reaches its caches
-    through those stand-ins, which have nothing else, so it fails closed (`cross_attention_cache.layers[i]`,
-    which a block reads once the keys are written, among them). Made once, `process.encoder_decoder`."""
+    """Returns the class of the stand-ins for a layer of a transformers `EncoderDecoderCache`.
+
+    It subclasses the cache, so that blocks' `isinstance` checks pass, and holds stand-ins for the self- and
+    cross-attention layers. Anything else a block reads of it fails, rather than read the wrong data."""
 
     class EncoderDecoderKV(utils.EncoderDecoderCache):
         def __init__(self, own, cross, written):
@@ -71,19 +72,19 @@ def encoder_decoder_made(utils):
 
 
 def layer_idx(block, attribute):
-    """The one value of `attribute` (the index the cache update takes) in the modules of `block`, or None."""
+    """Returns the one value of `attribute`, the index a cache update takes, in `block`'s modules, or None."""
     found = {getattr(m, attribute) for m in block.modules() if isinstance(getattr(m, attribute, None), int)}
     return found.pop() if len(found) == 1 else None
 
 
 def kv_layer(cache, index):
-    """The layer of a transformers `DynamicCache` that a region can stand in for, else None."""
+    """Returns the layer of a transformers `DynamicCache` that a region can stand in for, else None."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "DynamicCache", None) or cache.offloading:
         return None
     if len(cache.layers) <= index and cache.layer_class_to_replicate is not utils.DynamicLayer:
         return None
-    while len(cache.layers) <= index:  # what `Cache.update` does first
+    while len(cache.layers) <= index:  # as `Cache.update` does first
         cache.layers.append(utils.DynamicLayer())
     layer = cache.layers[index]
     sliding = type(layer) is utils.DynamicSlidingWindowLayer and not layer.record_past
@@ -91,8 +92,9 @@ def kv_layer(cache, index):
 
 
 def kv_pair(cache, index):
-    """The self- and cross-attention layers of a transformers `EncoderDecoderCache` of two `DynamicCache`s
-    that a region can stand in for, else None."""
+    """Returns the self- and cross-attention layers of an `EncoderDecoderCache`, for a region to stand in for.
+
+    It returns None for any other cache, or where either layer cannot be stood in for."""
     utils = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "EncoderDecoderCache", None):
         return None
@@ -104,7 +106,7 @@ def kv_pair(cache, index):
 
 
 def kv_past(layer):
-    """A cache layer's keys and values, as a region takes them: None before its first update."""
+    """Returns a cache layer's keys and values as a region takes them, both None before its first update."""
     return (layer.keys, layer.values) if layer.is_initialized else (None, None)
 
 
@@ -113,15 +115,13 @@ def kv_length(past):
 
 
 def kv_growing(args, kwargs):
-    """Mark the length of the keys and values of a transformers `DynamicCache` among a call's arguments (an
-    `EncoderDecoderCache`'s own) dynamic where its layers hold them: they grow by a token a call. Dynamo
-    would compile the first token's frame for its length, and the next token's again with the length
-    symbolic; marked, the first token's is the one every token shares, one compile fewer in a first
-    `generate` (a hint: Dynamo still specializes a length the code needs). So is the last size of a tensor
-    argument one longer than such keys: the attention mask, whose length transformers 5.17 specialized
-    (the owner traced twice, docs/results/serving). None where no such cache is handed; False where it holds
-    nothing yet (the prompt)."""
-    utils = sys.modules.get("transformers.cache_utils")  # None without transformers: no cache is found
+    """Marks as dynamic the length of the keys and values of a `DynamicCache` that the call hands over.
+
+    The keys grow by one token per call; marked, the first token's frame serves every later token, one
+    compile fewer (docs/form-torch-versions.md#torch-versions). A tensor whose last size is one longer, the
+    attention mask, is marked too. It returns None where the call hands no such cache, False where the
+    cache holds nothing yet (a prompt), and True otherwise."""
+    utils = sys.modules.get("transformers.cache_utils")  # None without transformers, so no cache is found
     found, lengths = None, set()
     for value in (*args, *kwargs.values()):
         if type(value) is getattr(utils, "EncoderDecoderCache", None):
@@ -143,9 +143,9 @@ def kv_growing(args, kwargs):
 
 
 def kv_init(layer, keys, values):
-    """What a layer's `lazy_initialization` sets, less the empty tensors that its `update` joins the first
-    keys to and the store does not: tracing those was much of what a prefill traced outside its
-    regions."""
+    """Sets what a layer's `lazy_initialization` sets, except the empty tensors that the store never uses.
+
+    Dynamo would otherwise trace those tensors for every layer of a prompt's call (docs/form-caches.md)."""
     layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
     if layer.is_sliding:
         layer._sliding_window_tensor = layer._sliding_window_tensor.to(keys.device)
@@ -156,11 +156,12 @@ def kv_lazy(layer, keys, values):
 
 
 def kv_store(layer, keys, values, before, init):
-    """Store in `layer` what its `update` would have, given the keys and values it returned; `init` sets up
-    a layer on its first update."""
+    """Stores in `layer` what its `update` would store, given the keys and values that the region returned.
+
+    `init` sets the layer up on its first update."""
     if not layer.is_initialized:
         init(layer, keys, values)
-    if layer.is_sliding:  # only the last `sliding_window - 1` tokens are kept
+    if layer.is_sliding:  # it keeps only the last `sliding_window - 1` tokens
         layer.cumulative_length += keys.shape[-2] - before
         kept = slice(-layer.sliding_window + 1, None)
         keys, values = keys[:, :, kept, :], values[:, :, kept, :]
@@ -168,11 +169,10 @@ def kv_store(layer, keys, values, before, init):
 
 
 def kv_holds():
-    """Do this process's transformers cache layers update as `LayerKV` and `kv_store`
-    assume? Checked once, eagerly, on small tensors: caches of a transformers that changed are not stood in
-    for (False), and their blocks are traced layer by layer. Otherwise, how the store sets up a layer on its
-    first update: as `kv_init` does, where that leaves every attribute of a layer as
-    transformers' own update does, else through the layer's `lazy_initialization`."""
+    """Checks once that transformers' cache layers update as `LayerKV` and `kv_store` assume.
+
+    It returns the function that sets a layer up (`kv_init`, else `kv_lazy`), or False where neither fits,
+    and checks the `EncoderDecoderCache` stand-ins too."""
     init = next((init for init in (kv_init, kv_lazy) if kv_same(init)), False)
     if init:
         process.encoder_decoder = encoder_decoder_checked()
@@ -180,9 +180,9 @@ def kv_holds():
 
 
 def encoder_decoder_checked():
-    """The class of the stand-ins for an `EncoderDecoderCache`, where transformers' holds what they assume (a
-    dict of flags, and the length of its self-attention cache as its own), else None. Checked once,
-    eagerly, as `kv_same` is."""
+    """Returns the class of the stand-ins for an `EncoderDecoderCache`, or None where the cache differs.
+
+    It checks once, eagerly, that the cache keeps a dict of flags and reads its length as the stand-ins do."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
         cls = encoder_decoder_made(utils)
@@ -192,19 +192,20 @@ def encoder_decoder_checked():
         own.update(*torch.zeros(2, 1, 1, 3, 2).unbind())
         mine = cls(own, LayerKV(None, None), None)
         alike = type(real.is_updated) is dict and real.get_seq_length(0) == mine.get_seq_length(0) == 3
-    except Exception:  # another transformers
+    except Exception:  # a transformers whose cache differs
         return None
     return cls if alike else None
 
 
 def kv_same(init):
-    """Do the stand-in and the store, setting up a layer with `init`, leave transformers' cache layers as
-    their own `update` does, and return what it returns?"""
+    """Returns whether the stand-in and the store, with `init`, match transformers' own cache `update`.
+
+    They must leave the layer as it does and return what it returns."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
         for make in (utils.DynamicLayer, lambda: utils.DynamicSlidingWindowLayer(sliding_window=3)):
             real, mine = make(), make()
-            for step in (3, 1, 1):  # a prompt, then tokens past the window
+            for step in (3, 1, 1):  # a prompt, then tokens past the sliding window
                 new = torch.rand(2, 1, 1, step, 2, generator=torch.Generator().manual_seed(step)).unbind()
                 past = kv_past(mine)
                 returned = LayerKV(*past).update(*new)
@@ -213,13 +214,13 @@ def kv_same(init):
                     return False
                 if real.get_seq_length() != mine.get_seq_length():
                     return False
-    except Exception:  # no transformers, or another one
+    except Exception:  # no transformers, or one whose cache differs
         return False
     return True
 
 
 def kv_alike(a, b):
-    """Are `a` and `b` equal, tensors compared by value, dtype and device, through tuples and dicts?"""
+    """Compares `a` and `b` through tuples and dicts, and tensors by value, dtype, device and shape."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
         return both and (a.dtype, a.device, a.shape) == (b.dtype, b.device, b.shape) and torch.equal(a, b)
@@ -231,7 +232,7 @@ def kv_alike(a, b):
 
 
 def kv_empty(args, kwargs):
-    """Does the call hand a transformers `DynamicCache` whose layers hold nothing yet (a prompt's)?"""
+    """Returns whether the call hands over a `DynamicCache` whose layers hold nothing yet (a prompt's)."""
     utils = sys.modules.get("transformers.cache_utils")
     dynamic = getattr(utils, "DynamicCache", None)
     return dynamic is not None and any(

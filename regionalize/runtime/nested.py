@@ -1,5 +1,7 @@
-"""A function as a nested compile region: its arguments flattened, its outputs packed and unaliased, and
-the structures of blocks, which their regions take so that one is never reused for another."""
+"""Wraps a function as a nested compile region, with flat arguments and packed, unaliased outputs.
+
+It also names the structures of blocks, which their regions take so that no region is reused for a block
+of another structure."""
 
 import torch
 
@@ -9,22 +11,20 @@ from .state import process
 
 
 def nested_region(fn):
-    """`fn` as a nested compile region that holds a variant per block where each reads its own integer:
-    torch's default of 8 would make the ninth layer an error, and so a fallback. Torch 2.11's function
-    takes no limit, and a rewrite that asked for one there failed on its first call: it is asked for only
-    where torch takes it."""
+    """Returns `fn` as a nested compile region that keeps a variant for each of up to 1024 blocks."""
+    # torch's default of 8 would fail the ninth block that reads its own integer; torch 2.11 takes no limit.
     limit = {"max_reuse_entries": 1024} if reuses() else {}
     return torch.compiler.nested_compile_region(fn, **limit)
 
 
 def nested(fn, label, extras=0):
-    """`fn` as a nested compile region, its keyword arguments and tuples passed as positional arguments:
-    Dynamo's check that a traced region serves another block is cheap where each argument is a tensor or
-    a plain value, and otherwise flattens them with pytree as it traces each block (a second of a 32-layer
-    Llama's start). `fn` returns a block's output, after `extras` tensors where it has them; the region
-    returns them packed (`pack`) and the call unpacked, a tensor that aliases an input or
-    another output copied (`unaliased`). The regions' code is named `label`, so that regions
-    of other blocks are not candidates for their reuse."""
+    """Returns a call of `fn` as a nested compile region whose arguments are passed flat.
+
+    Keyword arguments and tuples become positional arguments, since Dynamo's check that a traced region
+    serves another block is cheap only for tensors and plain values (docs/form-caches.md). `fn` returns a
+    block's output after `extras` tensors; the region returns them packed (`pack`) and unaliased
+    (`unaliased`), and the call unpacks them. The regions' code is named `label`, so that regions of other
+    blocks are never candidates for reuse."""
 
     def as_given(self, structure, *args, **kwargs):
         inputs = tree_leaves((args, kwargs))
@@ -48,10 +48,10 @@ def nested(fn, label, extras=0):
     flat.__code__ = flat.__code__.replace(co_name=label)
     flat_region = nested_region(flat)
 
-    # Traced for every block: kept to a few instructions per argument.
+    # Dynamo traces this for every block, so it is kept to a few instructions per argument.
     def call(self, *args, **kwargs):
         structure = self.__dict__.get("_regionalize_structure")
-        if structure is None:  # a block no owner set up: its classes, traced
+        if structure is None:  # a block that no owner set up: its classes are traced
             structure = ",".join(f"{type(m).__module__}.{type(m).__qualname__}" for m in self.modules())
         leaves, spec, marks = [*args], ["*"] * len(args), 2 * len(args) - 1
         for name, value in kwargs.items():
@@ -64,7 +64,7 @@ def nested(fn, label, extras=0):
                 leaves.append(value)
                 marks += 1
         text = ",".join(spec)
-        if text.count(",") + text.count(":") + text.count("*") != marks:  # a ** name `spec` cannot hold
+        if text.count(",") + text.count(":") + text.count("*") != marks:  # a keyword `spec` cannot hold
             return unpack(general(self, structure, *args, **kwargs), extras)
         return unpack(flat_region(self, structure, text, *leaves), extras)
 
@@ -72,28 +72,23 @@ def nested(fn, label, extras=0):
 
 
 def contiguous_copy(tensor):
-    """A contiguous copy: with torch.clone's default (preserve_format) of a slice, Inductor computed other
-    values than eager in a region of Flux's single blocks (NaN, measured in torch 2.13)."""
+    """Returns a contiguous copy of `tensor` (docs/design.md#contiguous-copies-of-region-outputs)."""
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
 def unaliased(inputs, value):
-    """`value`, a region's output, with a copy of each tensor that shares memory with one of `inputs` or
-    with another tensor of `value` (contiguous, but an input handed on keeps its strides); the others as
-    they are. Dynamo compiles no region whose outputs alias (T5's layers return the position bias they
-    are handed, Flux's single blocks two slices of one tensor), and knows as it traces which tensor is a
-    view of which (`_base`), so this costs a copy only where one is needed, and nothing to trace again.
-    Both slices are copied, not only the second, and an input handed on keeps its strides: the next
-    block, handed other strides than the first, would be traced again. Memory shared other than through
-    a view still fails the compile, and the owner's retry then copies every output (`copies` of
-    `Region.copies`)."""
+    """Copies each tensor of a region's output `value` that shares memory with an input or another output.
+
+    Dynamo compiles no region whose outputs alias (docs/form-hierarchical.md). A copied input keeps its
+    strides, so that the next block is not traced again for other strides; the other copies are
+    contiguous."""
 
     given = [base(t) for t in inputs if isinstance(t, torch.Tensor)]
     made = [base(t) for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
     def own(tensor):
         root = base(tensor)
-        if any(tensor is other for other in inputs):  # handed on: the next block takes this one's strides
+        if any(tensor is other for other in inputs):  # an input handed on keeps its strides
             return tensor.clone()
         if any(root is other for other in given) or sum(root is other for other in made) > 1:
             return contiguous_copy(tensor)
@@ -103,12 +98,11 @@ def unaliased(inputs, value):
 
 
 def name_structures(blocks):
-    """Name the structure of each of `blocks`: the classes of its modules, which its regions take as an
-    argument; whether a name changed. Dynamo (torch 2.13) reuses a region traced for one block for
-    another whose submodule is of another class, where the first reads nothing of it that the second
-    lacks (ModernBERT's first layer has an `nn.Identity` where the others have an `nn.LayerNorm`): the
-    others would compute the first one's function. Blocks that differ in it differ in an argument, which
-    the reuse check compares. Named eagerly: tracing `modules()` for every block is slow."""
+    """Names the structure (its modules' classes) of each of `blocks`; returns whether a name changed.
+
+    Regions take the name as an argument, so a region is never reused for a block whose submodules are of
+    other classes, which some torch versions would do (docs/form-hierarchical.md). The names are made
+    eagerly, because tracing `modules()` for every block is slow."""
     changed = False
     for block in blocks:
         structures = process.structures
@@ -119,12 +113,11 @@ def name_structures(blocks):
 
 
 def pack(value, extras):
-    """What a region returns for `value`, a block's output after `extras` tensors. Dynamo reuses a region
-    only if it returns a tensor or a sequence of tensors, so a tensor, or without extras a sequence of
-    tensors, is returned as it is (nothing added to a call). Other outputs (a tuple holding None, an
-    object) are returned after a marker: a tensor of no elements whose shape says how to rebuild them,
-    static where the outputs' are symbolic, so the caller's trace reads it for free. An output that could
-    be taken for a marker is always returned after one."""
+    """Returns what a region returns for `value`, a block's output after `extras` tensors.
+
+    Dynamo reuses only regions that return tensors, so a tensor or a sequence of tensors is returned as it
+    is, and any other output after a marker: an empty tensor whose static shape says how to rebuild it
+    (docs/form-hierarchical.md). An output that could be taken for a marker always gets one."""
     front, out = (value[:extras], value[extras]) if extras else ((), value)
     if isinstance(out, torch.Tensor) and not marked(out):
         return (*front, out) if extras else out
@@ -136,7 +129,7 @@ def pack(value, extras):
     if all(t is None or isinstance(t, torch.Tensor) for t in items):
         kind, parts = (1 if type(out) is tuple else 2) if sequence else 0, [t for t in items if t is not None]
         codes = [1 if t is not None else 2 for t in items]
-    else:  # an object: the region is traced for each block, as Dynamo cannot reuse it
+    else:  # an object, for which Dynamo traces the region again for each block
         kind, codes, parts = 3, [], [out]
     device = next((t.device for t in (*front, *parts) if isinstance(t, torch.Tensor)), "cpu")
     marker = torch.empty((0, 82, kind, *codes), dtype=torch.uint8, device=device)
@@ -144,7 +137,7 @@ def pack(value, extras):
 
 
 def unpack(result, extras):
-    """The block's output (after `extras` tensors) that `pack` returned as `result`."""
+    """Returns the block's output, after `extras` tensors, that `pack` returned as `result`."""
     if extras:
         front, rest = result[:extras], result[extras:]
         if not marked(rest[0]):
@@ -163,7 +156,7 @@ def unpack(result, extras):
 
 
 def marked(tensor):
-    """Is `tensor` a marker of `pack`: no elements, uint8, its shape starting (0, 82)?"""
+    """Returns whether `tensor` is a marker of `pack`: an empty uint8 tensor whose shape starts (0, 82)."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() < 3:
         return False
     return tensor.shape[0] == 0 and tensor.shape[1] == 82

@@ -1,20 +1,16 @@
-"""An owner of owners: a module whose container holds stages, each stage the owner of its blocks (Swin's
-and ConvNeXt's stages), takes the stages' blocks and is compiled whole. A call is then one compiled frame
-where there would be one a stage, and the code between the stages is compiled too: a call nearer a full
-compile's time (docs/results/forward/call-profile.md).
+"""Lets a module that holds stages, each the owner of its blocks, take their blocks and compile as one owner.
 
-It takes every stage offered or none: a stage it cannot take, or a failure to compile it whole, makes the
-stages owners of their blocks again (`refuse`), as they were before it took them. Blocks of
-its own stay its own."""
+Each call then runs one compiled frame rather than one frame per stage (docs/form-hierarchical.md). The
+module takes every stage offered or none: where it cannot, the stages own their blocks again (`refuse`)."""
 
 from .internals.hooks import set_compiled_call
 from .state import Form
 
 
 def takes(owner, inner, kwargs, direct):
-    """May `owner`, set up with `kwargs` and `direct`, take the blocks of the stage whose state is `inner`?
-    Not once the stage or the owner has run (their calls set them up), where the stage compiles its
-    blocks one by one or with other options, nor where the owner has refused a stage."""
+    """Returns whether `owner` may take the blocks of the stage whose state is `inner`.
+
+    It may not once either has run, where the stage has another form or other options, or after a refusal."""
     if owner.__dict__.get("_regionalize_refused") or inner.settled or inner.plan.form is not Form.WHOLE:
         return False
     state = owner.__dict__.get("_regionalize_owner")
@@ -24,9 +20,9 @@ def takes(owner, inner, kwargs, direct):
 
 
 def take(owner, stage, state, register, kwargs):
-    """Take `stage`'s state off it into `state`, the owner's, and set up each of its blocks as the owner's
-    with `register` (`register_block`), as the stage had them: the stage runs inside the owner's
-    frame."""
+    """Moves `stage`'s state into the owner's `state` and registers each of its blocks with the owner.
+
+    `register` is `register_block`; the stage then runs inside the owner's frame."""
     inner = stage.__dict__.pop("_regionalize_owner")
     owner.__dict__["_regionalize_owner"] = state
     state.inner.append((stage, inner))
@@ -39,9 +35,10 @@ def take(owner, stage, state, register, kwargs):
 
 
 def refuse(owner, entry):
-    """`owner` takes no stage from now on, and those it took own their blocks again, their calls served by
-    `entry(stage, None)` (`entry`, the set-up at their first call). Without blocks of its
-    own it is a plain module again."""
+    """Stops `owner` from taking stages, and gives the stages it took their blocks back.
+
+    Their calls are then served by `entry(stage, None)`, and an owner left without blocks of its own becomes
+    a plain module again."""
     owner.__dict__["_regionalize_refused"] = True
     state = owner.__dict__.get("_regionalize_owner")
     if state is None or not state.inner:
@@ -59,20 +56,19 @@ def refuse(owner, entry):
 
 
 def holds_owners(module):
-    """Does `module`, offered as a block, hold owners of blocks (a UNet's down block holding transformer
-    models that own theirs)? Made a region, it would inline their blocks; it is left as it is."""
+    """Returns whether `module`, offered as a block, holds owners of blocks, which a region would inline."""
     return any("_regionalize_owner" in m.__dict__ for m in module.modules() if m is not module)
 
 
 def mostly_stages(owner, state):
-    """Do the stages it took and its own blocks hold nearly all of `owner`'s parameters (Swin's and
-    ConvNeXt's encoders: all of them)? Where it holds work of its own besides (a diffusers UNet block's
-    resnets, which a stage an owner leaves eager), compiling it whole compiles that too: a later first
-    call, and no faster a call (docs/form-hierarchical.md)."""
+    """Returns whether the stages and blocks that `owner` holds have nearly all of its parameters.
+
+    Compiling an owner with much work of its own would start later and run no faster
+    (docs/form-hierarchical.md)."""
     held = [stage for stage, _ in state.inner] + state.blocks
     covered = {id(p) for module in held for p in module.parameters()}
     total = list(owner.parameters())
     return sum(p.numel() for p in total if id(p) in covered) >= SHARE * sum(p.numel() for p in total)
 
 
-SHARE = 0.9  # of the owner's parameters, below which the stages keep their blocks
+SHARE = 0.9  # the share of the owner's parameters below which the stages keep their blocks

@@ -1,6 +1,7 @@
-"""On a torch that reuses no traced region (2.11), and for blocks that differ in float constants: the owner
-traced whole, its graph compiled in pieces, one per block and one per stretch between blocks, each distinct
-piece once (a short stretch runs as traced); in CUDA graphs a call is one CUDA graph of them all."""
+"""Compiles an owner's graph in pieces: one per block and one per stretch between blocks, each distinct once.
+
+This is the form for a torch that reuses no traced region and for blocks that differ in float constants;
+in CUDA graphs, each call replays one graph of all the pieces (docs/form-torch-versions.md)."""
 
 import operator
 import threading
@@ -14,32 +15,29 @@ from .per_block import graph_modes
 from .static import on_graph_device
 from .threads import this_call
 
-# Graphs kept for one compiled frame (its fixed inputs moved, its sizes), the least recently replayed
-# making room for a new one: transformers' `generate` makes a new StaticCache every call.
+# The number of CUDA graphs kept for one compiled frame, one for each set of fixed-input addresses and
+# sizes. The least recently replayed gives way, since transformers' `generate` makes a new cache each call.
 graph_limit = 8
-# The most ops of a stretch between blocks run as traced rather than compiled: an embedding, a patch
-# embedding (6 ops), a final norm (8). Figures: docs/results/forward/stochastic-depth.md.
+# The most ops that a stretch between blocks may hold to run as traced rather than compiled, enough for an
+# embedding or a final norm (docs/form-cuda-graphs.md).
 traced_ops = 8
 
 
 def pieces_backend(classes, state, mode, options):
-    """A Dynamo backend for an owner whose blocks are of `classes`. Dynamo traces the owner and its blocks
-    whole and guards every line of it, as a full compile does (the Python between the blocks included). Its
-    graph is split where a block's nodes begin and end (their module stack names the block); pieces alike
-    (the same nodes on inputs of the same sizes, layouts and dtypes, which hold their weights) share one
-    compiled piece, so Inductor compiles a block once, not once a layer: where region reuse is missing,
-    this replaces it (the figures: docs/form-torch-versions.md). A call is one Dynamo frame and
-    one call of each piece, where the per-block form makes a frame a block, whose entry alone costs more.
-    In CUDA graphs the call is one CUDA graph (`Graphs`). `state` gets the counts, for the
-    form verify reports."""
+    """Returns a Dynamo backend that compiles an owner's graph in pieces, for blocks of `classes`.
 
-    # Key -> the frame's `ShapeEnv`, the symbols and the compiled piece of each piece compiled under that
-    # key; shared by the owner's frames: the prompt's and the tokens' share the sizeless pieces.
+    The graph is split where each block's nodes begin and end, and pieces alike (the same nodes on inputs
+    of the same sizes, layouts and dtypes) share one compiled piece, so Inductor compiles a block once.
+    Each call is one Dynamo frame, or one CUDA graph (`Graphs`). `state` gets the counts that verify
+    reports."""
+
+    # A piece's key -> the frame's `ShapeEnv`, the symbols and the compiled piece of each piece compiled
+    # under that key. The owner's frames share it, so a prompt's frame and the tokens' share sizeless pieces.
     pieces = {}
 
     def backend(graph, example_inputs):
         split, blocks = split_graph(graph, classes)
-        a_call = len(list(split.children()))  # before the pieces replace the split's modules
+        a_call = len(list(split.children()))  # counted before the pieces replace the split's modules
         mutated, ungraphable, traced = pieces_compiled(split, blocks, example_inputs, pieces, mode, options)
         compiled = sum(map(len, pieces.values()))
         traced = f", {traced} run as traced" if traced else ""
@@ -50,8 +48,9 @@ def pieces_backend(classes, state, mode, options):
 
 
 def split_graph(graph, classes):
-    """`graph` split in order: a piece per stretch of nodes inside one block, or outside all. Returns the
-    split graph and the names of its pieces inside a block."""
+    """Splits `graph` in order into a piece per stretch of nodes inside one block or outside all blocks.
+
+    It returns the split graph and the names of the pieces that are inside a block."""
     names = {f"{c.__module__}.{c.__qualname__}" for c in classes}
     segment, last, parts, blocks = 0, (), {}, set()
     for node in graph.graph.nodes:
@@ -62,19 +61,20 @@ def split_graph(graph, classes):
         if block != last:
             segment, last = segment + 1, block
             if block is not None:
-                blocks.add(f"submod_{segment}")  # split_module's name for the piece
+                blocks.add(f"submod_{segment}")  # the name that split_module gives the piece
         parts[node] = segment
     return inductor_pieces().split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
 
 
 def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
-    """Compile `split`'s pieces in place; `pieces` maps what makes pieces alike to the compiled one. A
-    stretch outside the `blocks` pieces of at most `traced_ops` ops runs as traced: Inductor's
-    compile of it would cost about a second on a CPU (a C++ build) and save next to nothing a call. Returns
-    the positions of the inputs that the graph writes to, whether it holds an op that a CUDA graph cannot
-    replay (`Ungraphable`), and how many pieces run as traced. Each piece's inputs are those Dynamo
-    recorded; where a CUDA graph may replay the call, which needs the writes and the ops, or a piece lacks
-    them, the pieces run on fake copies of `example_inputs` instead, and learn them so."""
+    """Compiles `split`'s pieces in place, sharing compiled pieces through `pieces`.
+
+    A stretch between blocks of at most `traced_ops` ops runs as traced, since compiling it would cost a
+    C++ build on a CPU and save next to nothing per call. Each piece is compiled for the inputs that Dynamo
+    recorded. Where a CUDA graph may replay the call, or a piece lacks recorded inputs, the pieces run on
+    fake copies of `example_inputs` instead, which also find the inputs that the graph writes to and the ops
+    that a CUDA graph cannot replay. It returns those input positions, whether there are such ops, and how
+    many pieces run as traced."""
     tools = inductor_pieces()
     fake = tools.fake_mode(example_inputs)
     patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
@@ -91,14 +91,14 @@ def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
             if compiled is None:
                 compiled = tools.compile_fx(piece, list(args), config_patches=patches)
                 pieces.setdefault(key or object(), []).append((fake.shape_env, symbols, compiled))
-        # A plain attribute where the piece was (the split graph's code calls `self.<target>(...)`): a
-        # module's call costs more than many a piece's work.
+        # A plain attribute replaces the piece's module (the split graph calls `self.<target>(...)`),
+        # because a module's call costs more than many pieces' work.
         delattr(split, target)
         split.__dict__[target] = compiled
 
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     recorded = None if any(map(on_graph_device, tensors)) else recorded_inputs(split)
-    if recorded is not None:  # off the GPU: no CUDA graph, so neither the writes nor the ops matter
+    if recorded is not None:  # off the GPU there is no CUDA graph, so the writes and ops do not matter
         for target, args in recorded:
             compile_piece(target, args)
         return set(), False, len(traced)
@@ -106,15 +106,16 @@ def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
 
 
 def pieces_faked(split, example_inputs, tools, fake, compile_piece):
-    """Run `split` on fake copies of `example_inputs`, compiling each piece with `compile_piece` as it is
-    reached; return the positions of the inputs that the graph writes to, and whether it holds an op that
-    a CUDA graph cannot replay."""
+    """Runs `split` on fake copies of `example_inputs` and compiles each piece as it is reached.
+
+    It returns the positions of the inputs that the graph writes to, and whether it holds an op that a CUDA
+    graph cannot replay."""
     ungraphable = []
 
     class Ungraphable(tools.dispatch_mode):
-        """Records ops a CUDA graph cannot replay as the call would run them: those that draw random
-        numbers, and those that make a tensor off the GPU, whose work a capture would run once only (the
-        CPU's is not captured), as Inductor's CUDA-graph trees refuse a graph that holds them."""
+        """Records the ops that a CUDA graph cannot replay: random draws, and ops that make a CPU tensor.
+
+        A capture would run those ops once only, so Inductor's CUDA-graph trees refuse them too."""
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -128,7 +129,7 @@ def pieces_faked(split, example_inputs, tools, fake, compile_piece):
     class Compiling(torch.fx.Interpreter):
         def call_module(self, target, args, kwargs):
             with Ungraphable():
-                out = super().call_module(target, args, kwargs)  # before Inductor, which rewrites the piece
+                out = super().call_module(target, args, kwargs)  # run before Inductor rewrites the piece
             compile_piece(target, args)
             return out
 
@@ -142,9 +143,9 @@ def pieces_faked(split, example_inputs, tools, fake, compile_piece):
 
 
 def recorded_inputs(split):
-    """Each piece of `split` with its inputs as Dynamo recorded them while it traced (the example values
-    its placeholders keep, which the split copies from the graph's), in the order the pieces run; None
-    where a piece lacks one."""
+    """Returns each piece of `split` with the inputs that Dynamo recorded for it, in the order they run.
+
+    The inputs are the example values of the pieces' placeholders; a piece that lacks one gives None."""
     recorded = []
     for node in split.graph.nodes:
         if node.op == "call_module":
@@ -157,26 +158,26 @@ def recorded_inputs(split):
 
 
 def op_count(piece):
-    """The ops of `piece`, a piece of Dynamo's graph: its calls, an item or a size taken counted as none."""
+    """Counts the ops of `piece`, a piece of Dynamo's graph, leaving out item and size look-ups."""
     calls = [n for n in piece.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     return sum(n.target not in (operator.getitem, "size") for n in calls)
 
 
 def draws(func, args, kwargs):
-    """Does `func`, an op that may draw random numbers, draw any here: not a dropout of probability 0 or
-    out of training (attention's among them, which every call of torch's scaled dot product makes)."""
+    """Returns whether `func`, an op that may draw random numbers, draws any with these arguments.
+
+    A dropout of probability 0, or outside training, draws none, like the one in every attention call."""
     given = op_arguments(func, args, kwargs)
     p = given.get("dropout_p", given.get("p"))
     return given.get("train", True) is not False and not (isinstance(p, (int, float)) and p == 0)
 
 
 def piece_key(piece, args):
-    """What makes two pieces one compiled piece: their nodes, their inputs' sizes, layouts and dtypes, and
-    which of their inputs share memory (a piece compiled for an input passed twice reads it once), sizes
-    that are symbols named in their order of appearance. Returns that and the piece's symbols in that
-    order, each with the `SymInt` among its inputs that is the symbol alone (None where none is): each
-    layer's cache length is a symbol of its own. The key is None for a piece holding a constant
-    (`get_attr`), which is its own."""
+    """Returns what makes two pieces one compiled piece, and the piece's symbols.
+
+    The key holds the nodes, the inputs' sizes, layouts and dtypes, and which inputs share memory, with
+    symbolic sizes named in their order of appearance. Each symbol comes with the `SymInt` input that is
+    that symbol alone, or None. A piece that holds a constant (`get_attr`) gets no key and is its own."""
     tools = inductor_pieces()
     index, nodes = {}, []
     for node in piece.graph.nodes:
@@ -212,37 +213,35 @@ def piece_key(piece, args):
 
 
 def alike(candidates, symbols, sizes):
-    """The compiled piece among `candidates` (the sizes, symbols and compiled piece of each piece of this
-    one's key) whose symbols are this piece's, or can be made so: each pair with one value now, which the
-    frame then guards equal (a call with other values compiles again). A piece with symbols is shared
-    within its frame only (`sizes`, the frame's `ShapeEnv`): another frame's symbols of the same names
-    are others, and what Inductor assumed of them is guarded in that frame only. None where none is."""
+    """Returns the compiled piece among `candidates` whose symbols match this piece's, or None.
+
+    Symbols match where they have the same values now, which the frame then guards equal. A piece with
+    symbols is shared only within its frame (`sizes`, the frame's `ShapeEnv`), because another frame's
+    symbols of the same names are other symbols."""
     for theirs_sizes, theirs, compiled in candidates:
         if symbols and theirs_sizes is not sizes:
             continue
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
         known = all(a is not None and b is not None and sym_hint(a) is not None for a, b in pairs)
-        # Each comparison of hints equal is a guard of the frame's (and replaces b's symbol by a's).
+        # Each comparison of equal hints adds a guard to the frame and replaces b's symbol by a's.
         if known and all(sym_hint(a) == sym_hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
             return compiled
     return None
 
 
 class Graphs:
-    """A compiled frame's graph, served as one CUDA graph a call, captured on the second call of each
-    set of fixed-input addresses and sizes (the first runs it as it is: Triton's tuning and any lazy set-up
-    happen outside a capture). Its inputs are fixed (parameters, tensors at addresses marked static, such
-    as a `StaticCache`'s, and any it writes to) or copied into the graph's own before each replay; a fixed
-    input at another address is a new capture, as is another size of a dynamic one; the frame keeps
-    `graph_limit` graphs, the least recently replayed giving way to a new one, so a service
-    whose requests each bring a new cache keeps its graphs. Its outputs are copied out of the graph's
-    memory: the next replay overwrites it. Run without a graph: with autograd, off the GPU, where it draws
-    random numbers or computes off the GPU, where an input it copies in shares memory with one it writes,
-    and once a capture failed (counted as Inductor's CUDA-graph skips, which the owner warns of).
-    Dynamo's guards on the frame stand for the Python the capture ran."""
+    """Serves a compiled frame's graph as one CUDA graph per call.
+
+    A graph is captured on the second call with each set of fixed-input addresses and sizes, so that
+    Triton's tuning happens outside a capture. Fixed inputs (parameters, tensors at static addresses and
+    inputs the graph writes to) stay in place, and other inputs are copied in before each replay. The frame
+    keeps `graph_limit` graphs and copies outputs out of the graph's memory. Calls with autograd, off the
+    GPU, or with ops a graph cannot hold run without a graph. Dynamo's guards on the frame stand for the
+    Python that the capture ran
+    (docs/form-cuda-graphs.md#cuda-graphs-where-torch-reuses-no-traced-region-in-pieces)."""
 
     def __init__(self, run, example_inputs, mutated, graphable, always=True):
-        # The graphs in the order of their last replay, the keys seen in the order first seen (dicts).
+        # Dicts: the graphs in the order of their last replay, and the keys in the order first seen.
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
@@ -255,21 +254,21 @@ class Graphs:
     def __call__(self, *args):
         if not (self.graphable and (self.always or this_call.graphing)) or torch.is_grad_enabled():
             return self.run(*args)
-        # One thread's call at a time: every call's inputs are copied into the same buffers, and its
+        # One thread's call at a time, because every call copies its inputs into the same buffers and its
         # outputs out of the same memory.
         with self.lock:
             return self.replayed(args)
 
     def replayed(self, args):
-        # A fixed input at the address it was captured at is where it was then (CUDA's addresses are
-        # unified with the host's); the others are checked.
+        # A fixed input at the address of its capture is the same memory, since CUDA's addresses are
+        # unified with the host's; the other inputs are checked.
         key = tuple(args[i].data_ptr() for i in self.fixed), tuple(args[i] for i in self.values)
         graph = self.graphs.get(key)
         if graph is None:
             graph = self.captured(key, args)
         elif not self.servable(args, graph[3]):
             graph = None
-        elif len(self.graphs) > 1:  # the last replayed last: one graph, the usual case, needs no move
+        elif len(self.graphs) > 1:  # moved to the end; a single graph, the usual case, needs no move
             self.graphs[key] = self.graphs.pop(key)
         if graph is None:
             return self.run(*args)
@@ -278,18 +277,17 @@ class Graphs:
             buffer.copy_(args[i])
         replay()
         counters()["regionalize"]["cuda_graphs_replayed"] += 1
-        # Copied out of the graph's memory, which the next replay writes; but a fixed input or a view of
-        # one, memory the graph writes in place, the caller's own.
+        # Copied out of the graph's memory, which the next replay writes; a fixed input or a view of one
+        # is the caller's own memory and is not copied.
         return tuple(x.clone() if copy else x for x, copy in outputs)
 
     def servable(self, args, written):
-        """Can the graph take the inputs it copies in: on the GPU, none the memory of an input the graph
-        writes to (its copy would not see the write)."""
+        """Returns whether the inputs to copy in are on the GPU and share no memory that the graph writes."""
         copied = [args[i] for i in self.copied]
         return all(on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
 
     def captured(self, key, args):
-        """The graph for `key`, captured on its second call, else None: the call runs as it is."""
+        """Returns the graph for `key`, captured on its second call, or None when the call runs uncaptured."""
         if not all(on_graph_device(args[i]) for i in self.fixed):
             return None
         written = {args[i].untyped_storage().data_ptr() for i in self.mutated}
@@ -297,17 +295,17 @@ class Graphs:
             return None
         if key not in self.warm:
             self.warm[key] = None
-            if len(self.warm) > 4 * graph_limit:  # the keys seen, the oldest forgotten
+            if len(self.warm) > 4 * graph_limit:  # forget the oldest key seen
                 del self.warm[next(iter(self.warm))]
             return None
         if len(self.graphs) >= graph_limit:
-            # Its memory in the pool the graphs share is free between its replays, as every graph's is.
+            # Its memory in the graphs' shared pool is free between replays, as every graph's is.
             del self.graphs[next(iter(self.graphs))]
         buffers = {i: torch.empty_like(args[i]).copy_(args[i]) for i in self.copied}
         inputs = [buffers.get(i, x) for i, x in enumerate(args)]
         try:
             replay, outputs = capture(self.run, inputs, self)
-        except Exception:  # an op a CUDA graph cannot hold: this frame runs without one
+        except Exception:  # an op that a CUDA graph cannot hold, so this frame runs without one
             self.graphable = False
             counters()["inductor"]["cudagraph_skips"] += 1
             return None
@@ -322,9 +320,9 @@ class Graphs:
 
 
 def capture(run, inputs, graphs):
-    """`run(*inputs)` captured as a CUDA graph in the memory pool `graphs` shares among its graphs (one
-    graph's memory is free again once its outputs are copied out), returned as its replay and its
-    outputs. The capture runs nothing on the GPU: the replay does the call's work."""
+    """Captures `run(*inputs)` as a CUDA graph in the pool that `graphs` shares, and returns its replay.
+
+    It also returns the outputs; the capture runs nothing on the GPU, and the replay does the work."""
     if graphs.pool is None:
         graphs.pool = torch.cuda.graph_pool_handle()
     graph = torch.cuda.CUDAGraph()

@@ -1,5 +1,4 @@
-"""The owner's plan at its first call: the form it takes for its blocks and this torch, and why
-(`state.py`'s `Plan`)."""
+"""Picks the form that an owner takes at its first call, for its blocks and this torch, and says why."""
 
 from .constants import differing_constants
 from .frames import globals_of, unimportable
@@ -9,9 +8,10 @@ from .state import Form, Plan, process
 
 
 def plan_for(owner, state, graphs, inductor):
-    """The owner's plan at its first call: its form for its blocks and this torch (`form_for`),
-    or per block, a fallback, where that form traces it whole and Dynamo could not inline a block's code
-    from the owner's frame (`frames.py`)."""
+    """Returns the owner's plan at its first call: the form that `form_for` picks, or a fallback.
+
+    The fallback is per block, where the form traces the owner whole and Dynamo cannot inline a block's
+    code from the owner's frame (`frames.py`)."""
     plan = form_for(state, graphs, inductor)
     if plan.form not in (Form.WHOLE, Form.PIECES):
         return plan
@@ -23,12 +23,13 @@ def plan_for(owner, state, graphs, inductor):
 
 
 def form_for(state, graphs, inductor):
-    """The owner's form for its blocks and what this torch offers. One block alone (unless it updates a
-    cache or runs in CUDA graphs); blocks that differ in float constants in pieces (`constants.py`), per
-    block without Inductor's pieces; where torch reuses no traced region (2.11), in pieces, or per block
-    with another backend, as Inductor's graph alone is split (not where the owner holds blocks without
-    regions for their cache, `nested=False`, or runs in CUDA graphs: compiled whole as a full compile
-    would be); else whole."""
+    """Returns the owner's form for its blocks and for what this torch offers.
+
+    A single block is compiled alone unless it updates a cache or runs in CUDA graphs. Blocks that differ in
+    float constants are compiled in pieces, or per block where Inductor's pieces are missing. On a torch
+    that reuses no traced region the owner is compiled in pieces, or, with a backend other than Inductor,
+    per block unless it runs in CUDA graphs or holds blocks without regions. Otherwise the owner is
+    compiled whole (docs/compile-forms.md)."""
     indexed = state.indexed
     splits = inductor and inductor_pieces() is not None
     constants = None if indexed else differing_constants(state.blocks)

@@ -1,5 +1,6 @@
-"""A block class's `forward` as nested compile regions that Dynamo traces once and reuses for every block
-(`Region`), and blocks of such a class compiled one by one with their cache stood in for."""
+"""Makes a block class's `forward` nested compile regions that Dynamo traces once for every block.
+
+It also compiles blocks of such a class one by one with a stand-in for their cache (`block_compiled`)."""
 
 import inspect
 
@@ -15,7 +16,7 @@ from .threads import this_call
 
 
 def kv_name(forward):
-    """The parameter of a block's `forward` that takes a transformers cache, and its position after `self`."""
+    """Returns the parameter of a block's `forward` that takes a transformers cache, and its position."""
     forward = inspect.unwrap(forward)
     names = list(inspect.signature(getattr(forward, "_regionalize_forward", forward)).parameters)
     name = next((n for n in ("past_key_values", "past_key_value", "layer_past") if n in names), None)
@@ -23,39 +24,38 @@ def kv_name(forward):
 
 
 def plain_value(value):
-    """Is `value` a tensor, a plain value, or a tuple, list or dict of those (nothing that holds state)?"""
+    """Returns whether `value` is a tensor, a plain value, or a tuple, list or dict of those."""
     if isinstance(value, (tuple, list, dict)):
         return all(map(plain_value, value.values() if isinstance(value, dict) else value))
     return value is None or isinstance(value, (torch.Tensor, int, float, bool, str))
 
 
 def expect(holds, what):
-    """Checked while a region is traced, so raised before anything ran: the owner's retry then traces the
-    caches layer by layer."""
+    """Raises where a block breaks what the stand-in assumes; the owner then retries without a stand-in."""
     if not holds:
         raise RuntimeError(f"regionalize: a block {what}")
 
 
 def body_template(block, *args, __body=None, **kwargs):
-    """A region's body, or a block's frame compiled on its own, as a frame of its own (`Region.bodies`)."""
+    """Runs a region's body, or a block's own frame, as a frame of its own (`Region.bodies`)."""
     return __body(block, *args, **kwargs)
 
 
 def region_forward(self, *args, __region=None, **kwargs):
-    """The `forward` a block class takes (its region's `call`): a function, its region a default, so that
-    nothing installed on the user's class is a closure. A module of the class that no owner set up (no
-    structure named) runs as the original."""
+    """Serves as a block class's `forward`: calls its region, or the original for a module no owner set up.
+
+    The region is a default argument, so that nothing installed on the user's class is a closure."""
     if "_regionalize_structure" not in self.__dict__:
         return __region.plain(self, *args, **kwargs)
     return __region.call(self, args, kwargs)
 
 
 class Region:
-    """A block class's `forward` (`plain`) as nested compile regions while an owner is traced whole, itself
-    otherwise. A cache that its parameter `name` (at `position` after `self`) takes is stood in for: the
-    regions take its layer's tensors (`keyed`, `writing` for an encoder-decoder cache's first write,
-    `static_setup` and `static` for a `StaticCache`'s layer). With `copies` the region returns copies of all
-    its tensors: the owner's retry where outputs alias in a way `unaliased` does not see."""
+    """Runs a block class's `forward` (`plain`) as nested compile regions while an owner is traced whole.
+
+    A cache that the parameter `name` takes is stood in for, and the regions take its layer's tensors
+    (`keyed`, `writing`, `static_setup` and `static`). With `copies`, the region returns copies of all its
+    tensors, which the owner's retry sets where outputs alias in a way that `unaliased` cannot see."""
 
     def __init__(self, plain):
         self.plain, self.copies, self.made = plain, False, None
@@ -72,9 +72,9 @@ class Region:
         self.forward = installed(region_forward, plain, __region=self)
 
     def call(self, block, args, kwargs):
-        """A call of a block an owner set up."""
+        """Serves a call of a block that an owner set up."""
         if this_call.tracing in (False, "flat"):
-            # Compiled per block (`block_compiled`), the block runs eagerly and calls its frames.
+            # A block compiled on its own (`block_compiled`) runs eagerly and calls its frames.
             frames = None if traced() else process.block_frames.get(block)
             if frames is None:
                 if this_call.tracing:
@@ -86,28 +86,28 @@ class Region:
         return self.stood_in(block, args, kwargs, self.regions, self.uncached, self.plain)
 
     def uncached(self, block, *args, **kwargs):
-        """A block's call with no cache to stand in for, as a region."""
+        """Runs, as a region, a block's call that has no cache to stand in for."""
         return (self.region_copied if self.copies else self.region)(block, *args, **kwargs)
 
     def copied(self, block, *args, **kwargs):
         return tree_map_only(torch.Tensor, contiguous_copy, self.plain(block, *args, **kwargs))
 
     def handed(self, args, kwargs):
-        """The slot of the cache among `args` (None: in `kwargs`, or not handed), and the cache."""
+        """Returns the cache's slot among `args` (None for `kwargs` or no cache) and the cache."""
         slot = None if self.name in kwargs or len(args) <= self.position else self.position
         return slot, kwargs.get(self.name) if slot is None else args[slot]
 
     def given(self, cache, slot, args, kwargs):
-        """`args` and `kwargs` with `cache` in the place of the cache the call handed (`handed`'s `slot`)."""
+        """Returns `args` and `kwargs` with `cache` in place of the cache that the call handed over."""
         if slot is None:
             return args, {**kwargs, self.name: cache}
         return (*args[:slot], cache, *args[slot + 1 :]), kwargs
 
     def flat(self, block, args, kwargs):
-        """The block traced as it is in an owner compiled in pieces. A `DynamicCache` layer that it fills
-        first keeps its keys and values contiguous, as transformers' update leaves them in eager: compiled,
-        they would keep the projection's transposed strides, and the next token's frame, compiled for
-        contiguous ones after it, would be compiled again for the token after."""
+        """Runs the block as it is, for an owner compiled in pieces.
+
+        A `DynamicCache` layer that the block fills first gets contiguous keys and values, as in eager, so
+        that the tokens' frame is not compiled again for other strides (docs/form-torch-versions.md)."""
         index = block.__dict__.get("_regionalize_layer")
         cache = self.handed(args, kwargs)[1] if type(index) is int else None
         layer = None if cache is None else kv_layer(cache, index)
@@ -118,7 +118,7 @@ class Region:
         return out
 
     def run(self, block, cache, slot, args, kwargs):
-        """The block's own code, handed `cache` (a stand-in) where the call handed its cache."""
+        """Runs the block's own code with `cache`, a stand-in, where the call handed over its cache."""
         args, kwargs = self.given(cache, slot, args, kwargs)
         return (self.copied if self.copies else self.plain)(block, *args, **kwargs)
 
@@ -129,8 +129,7 @@ class Region:
         return cache.keys, cache.values, out
 
     def writing(self, block, keys, values, written, slot, *args, **kwargs):
-        """An encoder-decoder cache, on the call that writes the layer's cross-attention keys and sets its
-        flag."""
+        """Runs the block with an encoder-decoder cache on the call that writes its cross-attention keys."""
         own, cross = LayerKV(keys, values), LayerKV(None, None)
         cache = process.encoder_decoder(own, cross, written)  # `encoder_decoder_made`
         out = self.run(block, cache, slot, args, kwargs)
@@ -140,22 +139,22 @@ class Region:
         return own.keys, own.values, cross.keys, cross.values, out
 
     def static(self, block, spec, slot, *args, layer_state, **kwargs):
-        """A `StaticCache`'s layer, written in place (`static_run`)."""
+        """Runs the block with a `StaticCache`'s layer, which it writes in place (`static_run`)."""
         return static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))[0]
 
     def static_setup(self, block, spec, slot, *args, layer_state, **kwargs):
-        """A `StaticCache`'s layer on its first update: the region sets up a stand-in and returns what that
-        left, which sets the layer up outside it."""
+        """Runs the block on a `StaticCache` layer's first update and returns what sets the layer up."""
         out, layer = static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))
         return (*(getattr(layer, name) for name in static_made_names), out)
 
     def stood_in(self, block, args, kwargs, regions, uncached, traced):
-        """The call of a block that updates a cache, through `regions` where its layer is stood in for;
-        else through `uncached` where the call hands it no cache, and `traced` where the stand-in cannot
-        serve."""
-        # Its layer if a region stands in for it; None if none does, and then traced in the owner's frame
-        # unless nothing this call hands it can be a cache (BART's encoder layers build the attention
-        # class its decoder layers' caches are indexed in); False when that failed to compile.
+        """Serves the call of a block that updates a cache, through `regions` where a stand-in serves it.
+
+        A call that hands over no cache goes through `uncached`, and one that the stand-in cannot serve
+        through `traced`."""
+        # The layer index where a region stands in for the cache; None where none does, and the block is
+        # then traced in the owner's frame unless nothing that the call hands over can be a cache (BART's
+        # encoder layers share a class with the decoder's); False where the stand-in failed to compile.
         index = block.__dict__["_regionalize_layer"]
         if index is None and plain_value((*args, *kwargs.values())):
             return uncached(block, *args, **kwargs)
@@ -170,34 +169,33 @@ class Region:
         try:
             return self.through(regions, block, found, cache, index, slot, args, kwargs)
         except Exception as error:
-            # A block's own frame (the per-block form) that cannot be compiled with the stand-in has run
-            # nothing: the block is compiled as it is from now on. In the owner's frame its retry decides.
+            # A block's own frame that cannot be compiled with the stand-in has run nothing, so the block is
+            # compiled as it is from now on. In the owner's frame, the owner's retry decides.
             if this_call.tracing or not compiling(error):
                 raise
             block.__dict__["_regionalize_layer"] = False
             return traced(block, *args, **kwargs)
 
     def layer(self, cache, index):
-        """What stands in for `cache`'s layer `index`: (static, pair, layer, written), or None where a
-        region cannot stand in for it."""
-        # In the owner's frame on a torch that reuses no region (2.11, in CUDA graphs) a stand-in would be
-        # traced for every layer all the same, and cost more than the layers traced as they are
-        # (docs/form-caches.md, Static caches).
+        """Returns what stands in for `cache`'s layer `index`, or None where a region cannot stand in."""
+        # In the owner's frame on a torch that reuses no region, a stand-in would be traced for every layer
+        # anyway and cost more than the layers traced as they are (docs/form-caches.md#static-caches).
         served = process.reusing or not this_call.tracing
         static = static_layer(cache, index) if served else None
         pair = None if static else kv_pair(cache, index)
         layer = static[0] if static else kv_layer(cache, index) if pair is None else pair[0]
         written = None if pair is None else cache.is_updated.get(index)
-        # Once an encoder-decoder layer's cross-attention keys are written (every token after the prompt),
-        # the layer is traced in the owner's frame: a region reading them as inputs, stamped out, decoded
-        # far slower than tracing them layer by layer, once (BART, docs/form-caches.md).
+        # Once an encoder-decoder layer's cross-attention keys are written, after the prompt, the layer is
+        # traced in the owner's frame: a region that took those keys as inputs would decode slower
+        # (docs/form-caches.md#encoder-decoder-caches).
         if layer is None or (pair is not None and (written or pair[1].is_initialized)):
-            return None  # a cache of another kind
+            return None  # a cache of another kind, or a layer that a stand-in does not serve
         return static, pair, layer, written
 
     def through(self, regions, block, found, cache, index, slot, args, kwargs):
-        """The call through `regions` (`keyed` or `writing` with its layer's keys and values, the cache
-        written here; `static_setup` or `static` with its layer's state, written in place)."""
+        """Runs the call through `regions`, then writes the new keys and values into the cache.
+
+        A `StaticCache`'s layer is written in place by the region instead."""
         static, pair, layer, written = found
         args, kwargs = self.given(None, slot, args, kwargs)
         keyed, writing, static_setup, static_kept = regions
@@ -227,10 +225,10 @@ class Region:
         return out
 
     def bodies(self):
-        """The regions' bodies, each with code of its own named for it (Dynamo keeps compiled code, and its
-        recompile limit, per code object, so each block class compiles its own frames), and the block's
-        frame compiled on its own in the globals of its code: what `block_compiled` compiles for a block of
-        this class, made once, so that the blocks of the class share their frames."""
+        """Returns the regions' bodies and the block's own frame, which `block_compiled` compiles.
+
+        Each has code of its own, because Dynamo keeps compiled code and its limits per code object. They
+        are made once, so that the blocks of the class share their frames."""
         if self.made is None:
             names = ("keyed", "writing", "static_setup", "static")
             bodies = tuple(
@@ -244,19 +242,18 @@ class Region:
 
 
 def region_of(cls):
-    """The region a block class's `forward` was made, or None."""
+    """Returns the region that a block class's `forward` was made into, or None."""
     return cls.__dict__.get("_regionalize_region")
 
 
 def block_compiled(block, compile_kwargs):
-    """Compile `block`, whose cache a stand-in serves, one by one: the block runs eagerly and its cache is
-    read and written there, and the rest is one compiled frame per call, shared by the blocks of its
-    class, as the region would be. Compiled as it is (`block.compile()`), the block's frame breaks its
-    graph around each cache update: two frames a block, each call's entry paid twice. A frame that cannot
-    be compiled whole with the stand-in falls back to the block's own code compiled (`stood_in`)."""
+    """Compiles `block`, whose cache a stand-in serves, on its own, as one frame per call.
+
+    The cache is read and written eagerly, outside the frame, which the blocks of the class share;
+    `block.compile()` would break the graph around each cache update (docs/form-torch-versions.md)."""
     region = region_of(type(block))
     bodies, whole = region.bodies()
     frame = OrEager(torch_compile(whole, compile_kwargs), region.plain, whole.__code__, type(block))
-    # Kept out of the module's state, which must pickle: a copy runs eagerly, as torch's compiled modules do.
+    # Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
     bodies = tuple(torch_compile(body, compile_kwargs, fullgraph=True) for body in bodies)
     process.block_frames[block] = bodies, frame, frame

@@ -1,14 +1,8 @@
-"""Saved owners: an owner's compiled frame, written under torch's cache directory by its first compile and
-loaded by a later process's first call, which then runs it with no trace (docs/saved-owners.md).
+"""Saves an owner's compiled frame under torch's cache directory and loads it in a later process.
 
-On by default; off for a model (`compile_regions(model, saved=False)`, `compile_region(..., saved=False)`)
-or for the process (`REGIONALIZE_SAVED_OWNERS=0`). What the compiled code depends on and its guards do not
-check across processes is in the file's name (`key`); what it traced is checked on load, line for line
-(`changed_source`); what its guards read that torch does not check is recorded, compared on load and,
-for the guards torch drops, checked on every call (`guard_reads.py`). The records and the frame are one
-file, written whole, and read only from a folder no one else can write (`files.distrust`). Anything that
-fails to load, save or check is compiled as without saving, with one warning where a file was there and
-could not be used."""
+A later process's first call then runs the frame without tracing. The file's name keys what the guards do
+not check; the traced code and what the guards read are checked on load, and an owner whose file cannot be
+used compiles as without saving (docs/saved-owners.md)."""
 
 import contextlib
 import functools
@@ -44,27 +38,29 @@ from .state import Form
 from .threads import locked
 from .watch import Watch
 
-FORMAT = 3  # of the key and the file: a change here names every file afresh
+FORMAT = 3  # the format of the key and the file; a new value names every file afresh
 SUFFIX = ".owner"
 MAGIC = b"regionalize saved owner\n"
 SWITCH = "REGIONALIZE_SAVED_OWNERS"
-# Why the forms that run on the first call's compile are not saved (docs/saved-owners.md).
+# Why some forms are not saved and run on the first call's compile (docs/saved-owners.md).
 GRAPH_MODES = "a CUDA-graph mode is not saved until a GPU check runs a loaded one"
 BYPASS_DEPYF = "the guard bypass calls the code Dynamo keeps for the frame, which a loaded frame lacks"
 BYPASS_FILTER = "the guard bypass drops guards on modules' structure, which a later process's may not share"
 
 
 def wanted(asked):
-    """Is an owner saved? `asked` (the `saved` keyword) where given, else the environment's switch: on
-    unless it says off (`REGIONALIZE_SAVED_OWNERS=0`)."""
+    """Returns whether an owner is saved: `asked` where given, else what `REGIONALIZE_SAVED_OWNERS` says.
+
+    The variable turns saving off with "0", "false", "no" or "off"."""
     if asked is not None:
         return bool(asked)
     return os.environ.get(SWITCH, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def why_not(owner, state):
-    """Why `owner` is not saved, or None where it is: only a whole owner with Inductor, and code whose
-    modules this process imported by name (their text keys the file)."""
+    """Returns why `owner` is not saved, or None where it is.
+
+    Only a whole owner compiled by Inductor, from modules imported by name, is saved."""
     if saving() is None:
         return "this torch cannot save a compiled frame"
     if state.plan.form is not Form.WHOLE:
@@ -92,13 +88,11 @@ def _module_file(cls):
 
 
 def key(owner, state, args, kwargs):
-    """The file's name: what the compiled code depends on that its guards do not check in another process.
-    torch's build, Python, the machine (its architecture, the CPU's flags and the instruction set asked
-    for, which pick Inductor's vector code, and the C++ compiler: `machine`), the runtime (`_runtime`),
-    the form and compile options, Inductor's configuration,
-    the owner's and blocks' classes with their modules' text and the runtime whose region a class runs
-    (another copy's is traced in), the owner's parameters and the call's inputs
-    (as Dynamo would specialize on them: shapes, dtypes, devices, scalars)."""
+    """Returns the file's name: a hash of what the compiled code depends on that its guards do not check.
+
+    It covers torch's build, Python, the machine, the runtime, the form and options, Inductor's settings,
+    the classes with their modules' text, the owner's parameters and the call's inputs
+    (docs/saved-owners.md#never-stale-never-corrupt)."""
     digest = hashlib.sha256()
 
     def add(*parts):
@@ -114,7 +108,7 @@ def key(owner, state, args, kwargs):
     ):
         with open(_module_file(cls), "rb") as file:
             add(cls.__module__, cls.__qualname__, hashlib.sha256(file.read()).hexdigest())
-        region = cls.__dict__.get("_regionalize_region")  # installed by this runtime, or by another copy
+        region = cls.__dict__.get("_regionalize_region")  # installed by this runtime or by another copy
         add(region is not None and type(region).__module__)
     add(
         [
@@ -128,9 +122,9 @@ def key(owner, state, args, kwargs):
 
 @functools.cache
 def _runtime():
-    """The runtime compiling (its package's name and a hash of its sources): its code is traced into the
-    frame, so another release, or a vendored copy beside the package, keys files of its own rather than
-    meeting one it would find changed on load."""
+    """Returns a hash of the runtime's package name and sources, which are traced into the frame.
+
+    Another release, or a vendored copy beside the package, therefore keys files of its own."""
     digest = hashlib.sha256(__package__.encode())
     for folder, _, names in sorted(os.walk(os.path.dirname(__file__))):
         for name in sorted(n for n in names if n.endswith(".py")):
@@ -140,7 +134,7 @@ def _runtime():
 
 
 def _named(value):
-    """An option as the key holds it: a callable by its qualified name (its `repr` names an address)."""
+    """Returns an option as the key holds it, naming a callable by its qualified name, not its address."""
     if isinstance(value, dict):
         return sorted((k, _named(v)) for k, v in value.items())
     if callable(value):
@@ -161,12 +155,11 @@ def _why(error):
 
 
 class Saved:
-    """An owner's compiled frame that saves (`Form.WHOLE`). Its first call loads the owner's file where it
-    is there, its traced code unchanged and its guards hold the call; else compiles the frame ahead of the
-    call and saves it. Each call then runs that frame where its guards, and the reads torch dropped from
-    them (`watch`), hold. A call where they do not, a call Dynamo traces (a compile around the model), and
-    every call once compiling ahead failed, runs `jit`, the frame as `torch.compile` compiles it at its
-    call."""
+    """Runs an owner's compiled frame, which it loads from a file or compiles ahead of the call and saves.
+
+    The owner's form is `Form.WHOLE`. Each call runs that frame where its guards and the dropped reads
+    (`watch`) hold. Other calls, calls that Dynamo traces, and every call once compiling ahead failed, run
+    `jit`, the frame as `torch.compile` compiles it at its call."""
 
     __slots__ = ("aot", "frame", "jit", "state", "watch")
 
@@ -188,9 +181,11 @@ class Saved:
         return self.jit(owner, *args, **kwargs)
 
     def first(self, owner, args, kwargs):
-        """The frame loaded, or compiled ahead of this call and saved; False where that fails (the frame
-        compiled at its call then meets the failure, if it is the frame's, for the owner's retries)."""
-        if self.aot is not None:  # another thread's first call, while this one's waited
+        """Returns the frame, loaded or compiled ahead of this call and saved, or False where that fails.
+
+        After a failure, `jit` compiles the frame at its call, and the owner's retries handle any error of
+        the frame's own."""
+        if self.aot is not None:  # another thread's first call set it while this one waited
             return self.aot
         path = os.path.join(folder(), key(owner, self.state, args, kwargs) + SUFFIX)
         unsafe = distrust(path)
@@ -205,20 +200,20 @@ class Saved:
                 return loaded
         if not loads_gradients() and any(p.grad is not None for p in owner.parameters()):
             self.state.saved = "not saved: its parameters hold gradients, which this torch cannot load"
-            remove(path)  # one that did not load (an earlier release saved such) would warn every start
+            remove(path)  # a file that cannot load would warn at every start
             return False
         try:
             compiled, guards = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
             reads = reads_of(guards)
             self.watch = Watch(reads, self.frame)
-        except Exception as error:  # a dropped guard that cannot be checked on each call: not served
+        except Exception as error:  # for instance, a dropped guard that cannot be checked on each call
             self.state.saved = f"not saved: {_why(error)}"
             return False
         try:
             unread = unreadable(reads, Scope(self.frame, owner, args, kwargs))
-        except TypeError:  # arguments the frame's signature does not bind: none to look a path up in
+        except TypeError:  # the frame's signature does not bind the arguments, so no path can be read
             unread = "the call's arguments"
-        if unread is not None:  # served as compiled, not saved
+        if unread is not None:  # served as compiled, but not saved
             self.state.saved = f"not saved: a later process could not check what {unread} holds"
             return compiled
         kept = {"reads": records(reads), "modules": installed_modules(self.frame.__globals__)}
@@ -226,8 +221,9 @@ class Saved:
         return compiled
 
     def load(self, path, owner, args, kwargs):
-        """The saved frame at `path`, or None with one warning where it cannot serve: unreadable, another
-        build's, its traced code edited since, or its guards failing this call (then saved afresh)."""
+        """Returns the saved frame at `path`, or None with one warning where it cannot serve this call.
+
+        That is where the file is unreadable, another build's, edited since, or its guards fail the call."""
         try:
             with open(path, "rb") as file:
                 kept, frame = unpack(file.read())
@@ -240,7 +236,7 @@ class Saved:
             if why is None and not loaded.guard_check(owner, *args, **kwargs):
                 why = "its guards do not hold this call"
             watch = Watch(reads, self.frame)
-        except Exception as error:  # a truncated or corrupt file, another torch's: never the model's error
+        except Exception as error:  # a truncated or corrupt file, or another torch's, never the model's
             why = _why(error)
         if why is None:
             self.watch = watch
@@ -256,7 +252,7 @@ _untrusted_warned = set()
 
 
 def _warn_untrusted(why):
-    """One warning a process for each unsafe place: every owner under it is compiled without loading."""
+    """Warns once per process for each unsafe place, under which every owner compiles without loading."""
     if why not in _untrusted_warned:
         _untrusted_warned.add(why)
         warnings.warn(
@@ -267,29 +263,25 @@ def _warn_untrusted(why):
 
 
 def folder():
-    """Where the owners' files are: `regionalize/owners` in torch's cache directory
-    (`TORCHINDUCTOR_CACHE_DIR`, else Inductor's default), beside the compiled code they need: one variable
-    moves or clears both."""
+    """Returns the owners' folder under torch's cache directory, beside the compiled code they need."""
     return os.path.join(saving().cache_dir(), "regionalize", "owners")
 
 
 def remove(path):
-    """Remove the saved frame at `path`, where it is and can be."""
+    """Removes the saved frame at `path`, where it exists and can be removed."""
     with contextlib.suppress(OSError):
         os.unlink(path)
 
 
 def pack(kept, frame):
-    """One file of the records (`kept`: what the frame's guards read that torch does not check, the modules
-    its code loads by Dynamo's names) and the frame torch saved: a line naming the format, the records'
-    length, the records as JSON with the frame's hash, then the frame. One file, written whole, cannot
-    pair one process's records with another's frame."""
+    """Returns one file of the records (`kept`) and the frame, so that two processes' files cannot mix."""
+    # A line naming the format, the records' length, the records with the frame's hash, then the frame.
     head = json.dumps({**kept, "format": FORMAT, "frame": hashlib.sha256(frame).hexdigest()}).encode()
     return MAGIC + b"%d\n" % len(head) + head + frame
 
 
 def unpack(blob):
-    """The records and the frame of a file `pack` wrote; ValueError where it is not one, whole."""
+    """Returns the records and the frame of a file that `pack` wrote, and raises ValueError for any other."""
     if not blob.startswith(MAGIC):
         raise ValueError("not a saved owner's file")
     length, _, rest = blob[len(MAGIC) :].partition(b"\n")
@@ -308,11 +300,11 @@ def unpack(blob):
 
 
 def write(compiled, kept, path, name, f_globals):
-    """Save `compiled` and its records (`kept`) at `path`, one file (`pack`), whole or not at all
-    (`write_whole`), the frame loaded back before it is kept: torch saves some guard states that its load
-    cannot build (a dict's key order guarded through a value it pruned), which every later start would
-    warn of. Returns what the owner's state says: "saved", or why not, with one warning where the file
-    could not be written (a read-only cache directory runs as without saving)."""
+    """Saves `compiled` and its records (`kept`) at `path` as one file, whole or not at all.
+
+    The frame is loaded back before it is kept, because torch saves some guard states that its own load
+    cannot build (a dict's key order guarded through a value that it pruned). It returns "saved" or why
+    not, with one warning where the file could not be written."""
 
     def fill(temp):
         compiled.save_compiled_function(temp)
@@ -338,4 +330,4 @@ def write(compiled, kept, path, name, f_globals):
 
 
 class _Unloadable(Exception):
-    """A saved frame that torch's load does not take back."""
+    """Signals a saved frame that torch's load does not take back."""

@@ -1,5 +1,4 @@
-"""What the runtime keeps: on an owner, its plan (the form it takes, and why), its set-up and what its calls
-found; for the process, what its probes found once."""
+"""Holds what the runtime keeps for each owner (its plan, set-up and findings) and for the process."""
 
 import enum
 import weakref
@@ -9,20 +8,20 @@ import torch
 
 
 class Form(enum.Enum):
-    """The forms an owner takes; each value is the name verify and the warnings give it."""
+    """Lists the forms an owner takes; each value is the name that verify and the warnings use."""
 
     WHOLE = "whole"  # compiled whole, each block a nested region of it
-    PIECES = "whole, in pieces"  # traced whole, blocks inline, its graph compiled a piece a distinct block
+    PIECES = "whole, in pieces"  # traced whole, blocks inline, one compiled piece per distinct block
     PER_BLOCK = "per block"  # each block compiled on its own, the owner run eagerly
-    ALONE = "alone"  # its one block compiled on its own: nothing to stamp out
+    ALONE = "alone"  # its one block compiled on its own, since there is nothing to stamp out
 
 
 @dataclass(slots=True, eq=False)
 class Plan:
-    """The form an owner takes and why (None for the default, `WHOLE` where torch reuses regions). A fallback
-    is a form taken because the one planned failed, of which a warning tells; the others are this torch's or
-    these blocks' forms. Each step of the owner's retries is a new plan (`owner.py`), told apart by
-    identity."""
+    """Holds the form an owner takes and why; the reason is None for the default form.
+
+    A fallback is a form taken because the planned one failed, with a warning. Each retry makes a new plan,
+    and plans are told apart by identity."""
 
     form: Form
     reason: str | None = None
@@ -34,38 +33,38 @@ class Plan:
 
 @dataclass(slots=True, eq=False, repr=False)
 class OwnerState:
-    """An owner's plan, set-up and what its calls found, in its `__dict__` as `_regionalize_owner`: read by
-    the runtime's parts and by verify's accounting (`bench/accounting.py`), which names the forms from the
-    plan. Compared by identity, as each owner has its own."""
+    """Holds an owner's plan, set-up and findings, kept in its `__dict__` as `_regionalize_owner`.
+
+    verify's accounting (`bench/accounting.py`) reads it too, to name the forms."""
 
     blocks: list[torch.nn.Module]  # its blocks, in the order they were set up
-    kwargs: dict  # torch.compile's
-    direct: bool  # guard_bypass="depyf": its frame's calls dispatched without guards
+    kwargs: dict  # the options for torch.compile
+    direct: bool  # guard_bypass="depyf", which calls the frame's compiled code without guards
     save: bool = False  # its compiled frame saved for a later process (`saved.py`)
     compiled: int = 0  # blocks compiled one by one so far
-    # [its first parameter's (dtype, device)] once known, which may be None
+    # A list holding its first parameter's (dtype, device) once known, which may be None
     first: list = field(default_factory=list)
     growing: bool = False  # a call handed a cache that holds keys
-    # (block, cache attribute) of the blocks traced in its frame until its first call
+    # (block, cache attribute) for each block traced in its frame until its first call
     indexed: list = field(default_factory=list)
-    # (stage, its state) of the stages whose blocks it took (`outer.py`)
+    # (stage, its state) for each stage whose blocks it took (`outer.py`)
     inner: list = field(default_factory=list)
     kv: str | None = None  # why its blocks that update a cache are traced layer by layer in its frame
-    pieces: str | None = None  # in pieces: the pieces a call, and compiled in all
+    pieces: str | None = None  # in pieces: the pieces per call, and the pieces compiled in all
     plan: Plan = field(default_factory=lambda: Plan(Form.WHOLE))  # the form it takes, and why
-    prompt: bool = False  # calls served per block: a prompt's
+    prompt: bool = False  # a prompt's call was served per block
     saved: str | None = None  # with `save`: "loaded", "saved", or why not (`saved.py`); None until known
     settled: bool = False  # set up by its first call
     skipped: bool = False  # CUDA graphs skipped, warned once
-    static: bool = False  # calls served per block: a StaticCache's
+    static: bool = False  # a call with a StaticCache was served per block
     version: int | None = None  # `process.replaced` when it was last compiled
 
 
 @dataclass(slots=True, eq=False, repr=False)
 class Process:
-    """What holds for the whole process, found once by the first owner's set-up (under the set-up lock,
-    eagerly) and read by every owner and region after, while Dynamo traces them too: one record rather
-    than a flag a module."""
+    """Holds what the first owner's set-up finds once for the whole process, for every owner to read.
+
+    Owners and regions read it while Dynamo traces them too, so it is one record rather than module flags."""
 
     # Does torch reuse a traced region for another block (`reuses`)?
     reusing: bool = True

@@ -1,5 +1,7 @@
-"""The stand-in for a block's layer of a transformers `StaticCache`: the layer's tensors handed to the region,
-which transformers' own `update` writes in place, so one trace serves every layer."""
+"""Stands in for a block's layer of a transformers `StaticCache` inside a region.
+
+The region takes the layer's tensors, which transformers' own `update` writes in place, so that one trace
+serves every layer (docs/form-caches.md#static-caches)."""
 
 import sys
 
@@ -9,15 +11,15 @@ from .internals.tracer import static_marked
 from .kv import kv_alike
 from .state import process
 
-# What a layer's first update leaves as tensors: the region that sets the layer up returns them.
+# The tensors that a layer's first update leaves, which the region that sets the layer up returns.
 static_made_names = ("keys", "values", "cumulative_length")
 
 
 def static_made(utils):
-    """The classes of the stand-ins: for the cache, a `StaticCache` (as blocks ask, `isinstance`) whose
-    `update` reaches its one layer and which has nothing else, so that a block reading anything more of it
-    fails closed; for a layer, a subclass of its class set up from the state a region takes, whose update
-    is transformers' own."""
+    """Returns the classes of the stand-ins for a `StaticCache` and for each kind of its layers.
+
+    The cache's stand-in subclasses `StaticCache` and holds one layer, so that a block that reads anything
+    else of it fails. A layer's stand-in is set up from the state that a region takes."""
 
     class StaticKV(utils.StaticCache):
         def __init__(self, layer):
@@ -41,11 +43,10 @@ def static_made(utils):
 
 
 def static_state(layer, names):
-    """A layer's attributes `names` as a region takes them: a spec naming its class and them, and their
-    values, tensors and plain values as they are, devices and dtypes by name. None where one is of another
-    kind. Read by name, not through `vars`, which torch 2.11's Dynamo cannot trace in the owner's frame:
-    an attribute a layer holds beyond those its class's layers hold (`names`) is not stood in for, and a
-    block whose update reads it fails while it is traced."""
+    """Returns a layer's attributes `names` as a region takes them: a spec and their values, or None.
+
+    Tensors and plain values are kept as they are and devices and dtypes by name; any other value gives None.
+    Attributes are read by name rather than through `vars`, which torch 2.11's Dynamo cannot trace."""
     spec, values = [], []
     for name in names:
         value = getattr(layer, name)
@@ -64,21 +65,21 @@ def static_state(layer, names):
 
 
 def static_cache(cache):
-    """Is `cache` a transformers `StaticCache`, not offloading, in a process whose stand-ins are checked?"""
-    utils = sys.modules.get("transformers.cache_utils")  # None without transformers: no StaticCache
+    """Returns whether `cache` is a `StaticCache` that does not offload, and the stand-ins are checked."""
+    utils = sys.modules.get("transformers.cache_utils")  # None without transformers
     return (
         type(cache) is getattr(utils, "StaticCache", None) and not cache.offloading and bool(process.static)
     )
 
 
 def static_class(layer):
-    """The class of the stand-ins for `layer`, where a region can stand in for a layer of its class."""
+    """Returns the class of the stand-ins for `layer`, or None where a region cannot stand in for it."""
     stand_in = process.static[1].get(type(layer).__qualname__)
     return stand_in if stand_in is not None and stand_in.__base__ is type(layer) else None
 
 
 def static_layer(cache, index):
-    """The layer of a transformers `StaticCache` that a region can stand in for, and its state, else None."""
+    """Returns the layer of a `StaticCache` that a region can stand in for, with its state, else None."""
     if not static_cache(cache) or len(cache.layers) <= index:
         return None
     layer = cache.layers[index]
@@ -90,7 +91,7 @@ def static_layer(cache, index):
 
 
 def static_handed(args, kwargs):
-    """Does the call hand a transformers `StaticCache` whose every layer a region can stand in for?"""
+    """Returns whether the call hands over a `StaticCache` whose every layer a region can stand in for."""
     return any(
         static_cache(value) and all(static_class(layer) is not None for layer in value.layers)
         for value in (*args, *kwargs.values())
@@ -98,19 +99,16 @@ def static_handed(args, kwargs):
 
 
 def on_graph_device(tensor):
-    """Is `tensor` where CUDA graphs run: what a static cache's layers and a capture in pieces ask of their
-    tensors. Read from its device, which a fake tensor reports too, as Dynamo traces. (The owner routes a
-    call by its arguments' `is_cuda`, `graphable`.)"""
+    """Returns whether `tensor` is on a CUDA device; a fake tensor reports its device too."""
     return tensor.device.type == "cuda"
 
 
 def static_graphable(cache):
-    """Can a CUDA graph take `cache`, a call's argument: a transformers `StaticCache` whose layers a region
-    stands in for, every one set up, its tensors on the GPU at addresses marked static
-    (Dynamo's `mark_static_address`, as transformers' own `lazy_initialization` marks them outside a
-    compile). A graph replays the writes into those same tensors, as the original writes them. A layer
-    not set up yet (the prompt, where `generate` made the cache) would make its tensors inside the graph,
-    where the next replay overwrites them (transformers PR 48199): such a call is not graphed."""
+    """Returns whether a CUDA graph can take `cache`, a `StaticCache` that the call hands over.
+
+    Every layer must have a stand-in and be set up, with its tensors on the GPU at addresses marked static,
+    where a replay writes them as the original does. A layer set up inside a graph would make its tensors
+    there, where the next replay overwrites them (transformers PR 48199)."""
     if not static_cache(cache):
         return False
     if any(static_class(layer) is None or not layer.is_initialized for layer in cache.layers):
@@ -120,16 +118,16 @@ def static_graphable(cache):
 
 
 def set_up_static_layer(layer, made):
-    """Set up `layer` on its first update, which a region ran on a stand-in: transformers' own
-    `lazy_initialization`, then the tensors the stand-in's update left (`made`) copied in."""
+    """Sets `layer` up after its first update ran on a stand-in, and copies in the tensors `made`."""
     layer.lazy_initialization(made[0], made[1])
     for name, value in zip(static_made_names, made, strict=True):
         getattr(layer, name).copy_(value)
 
 
 def static_run(spec, values, run):
-    """`run(stand_in)`, a stand-in for the cache of a layer whose state is `spec` and `values`, as a region
-    runs it: the layer's tensors written in place by transformers' own update; and that stand-in's layer."""
+    """Returns `run(stand_in)` and the stand-in's layer, for a layer whose state is `spec` and `values`.
+
+    The stand-in's layer updates with transformers' own code, which writes the layer's tensors in place."""
     made, classes = process.static
     name, _, spec = spec.partition(";")
     stand_in = made(classes[name](spec, values))
@@ -140,16 +138,16 @@ def static_run(spec, values, run):
 
 
 def static_checked():
-    """The stand-ins' classes, where they leave transformers' `StaticCache` as its own update does, else
-    False. Checked once, eagerly, on small tensors: a prompt, then tokens, through a region's two ways
-    (setting a layer up, then writing it in place)."""
+    """Returns the stand-ins' classes where they leave a `StaticCache` as its own update does, else False.
+
+    It checks once, eagerly, on small tensors: a prompt sets a layer up, and then tokens write it in place."""
     utils = sys.modules.get("transformers.cache_utils")
     try:
         process.static = made = static_made(utils)
         for made_class in made[1].values():
             base = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
-            names = {False: tuple(vars(mine))}  # what a layer holds before its first update, and after
+            names = {False: tuple(vars(mine))}  # what a layer holds before its first update, and then after
             for step in (3, 1, 1):
                 new = torch.rand(2, 1, 2, step, 4, generator=torch.Generator().manual_seed(step)).unbind()
                 expected = real.update(*new)
@@ -164,7 +162,7 @@ def static_checked():
                     return False
                 if not (kv_alike(expected, returned) and kv_alike(vars(real), vars(mine))):
                     return False
-    except Exception:  # no transformers, or another one
+    except Exception:  # no transformers, or one whose cache differs
         return False
     finally:
         process.static = None

@@ -1,16 +1,9 @@
-"""The guards torch drops from a saved frame, checked on every call as `torch.compile`'s own would be.
+"""Checks on every call the guards that torch drops from a saved frame, as `torch.compile` would.
 
-torch's saved frame keeps no guard on which function, class or module a name holds (`ID_MATCH` and its
-kin), in the process that compiled it as in one that loaded it. `torch.compile` checks those on every
-call, in C++; a rebound function (`helper.act = other`, `block.fn = other`) then compiles again. `Watch`
-does the same for a saved frame: each dropped guard's path (`guard_paths.py`) is walked from the call's
-owner or the frame's globals, and what it finds compared with what was there when the frame was compiled or
-loaded.
-
-A call's check runs before every call of the frame, so it is one Python function of straight-line look-ups,
-made once from the paths: paths that share their first steps take them once, an attribute is read by its
-name (checked to be an identifier: `guard_paths.valid`) and every other key, and every value compared
-against, is passed in as data. No text read from a file reaches the function but those identifiers."""
+Those guards check which function, class or module a name holds
+(docs/saved-owners.md#never-stale-never-corrupt). The check is one function of straight-line look-ups,
+made once from the guards' paths. No text from a file reaches it except attribute names checked to be
+identifiers; every key and value is passed in as data."""
 
 from __future__ import annotations
 
@@ -27,12 +20,12 @@ from .internals.aot import installed
 
 
 class Watch:
-    """The reads of `reads` whose guards torch dropped, as one check of a call (`holds`)."""
+    """Checks, on each call, the reads whose guards torch dropped (`holds`)."""
 
     __slots__ = ("check",)
 
     def __init__(self, reads: list[Read], frame: types.FunctionType) -> None:
-        """Raises ValueError where a dropped read has no plain path: it could not be checked."""
+        """Builds the check, and raises ValueError where a dropped read has no plain path to check."""
         build = _Builder(frame)
         for read in reads:
             if not read.dropped:
@@ -45,36 +38,34 @@ class Watch:
         self.check = build.function()
 
     def holds(self, owner: Any, args: tuple, kwargs: dict) -> bool:
-        """Does every dropped read find what it found before, for this call of `owner`? False where a path
-        no longer leads anywhere."""
+        """Returns whether every dropped read finds what it found before, for this call of `owner`."""
         return self.check((owner, args, kwargs))
 
 
 def _vacuous(path: Path) -> bool:
-    """Is `path` a module Dynamo installed in the frame's globals for its code, and nothing more? Dynamo's
-    frame keeps the module object it installed, which no rebinding reaches: its guard never fails."""
+    """Returns whether `path` is only a module that Dynamo installed, whose guard can never fail."""
     [kind, name], *rest = path
     return not rest and (kind == "module" or (kind == "global" and name.startswith("__import_")))
 
 
 class _Builder:
-    """The lines of a call's check: one local a node of the paths' tree, and the comparisons."""
+    """Builds the lines of a call's check: one local per node of the paths' tree, and the comparisons."""
 
     def __init__(self, frame: types.FunctionType) -> None:
         self.frame, self.nodes, self.lines, self.tests = frame, {}, [], []
-        self.data: list[Any] = []  # keys, values compared against, helpers: `d0`, `d1`... in the check
+        self.data: list[Any] = []  # keys, values and helpers, named `d0`, `d1`, ... in the check
 
     def value(self, item: Any) -> str:
-        """The name `item` is passed to the check by (a default of its parameters: a local's speed)."""
+        """Returns the name under which `item` is passed to the check, as a default for a local's speed."""
         self.data.append(item)
         return f"d{len(self.data) - 1}"
 
     def node(self, path: Path) -> str:
-        """The local that holds the value at `path`, its look-up added where new."""
+        """Returns the local that holds the value at `path`, adding its look-up where it is new."""
         key = tuple(map(tuple, path))
         if key not in self.nodes:
             *before, (kind, arg) = path
-            expression = self.expression(before, kind, arg)  # the nodes before it first
+            expression = self.expression(before, kind, arg)  # adds the nodes before it first
             self.nodes[key] = f"v{len(self.nodes)}"
             self.lines.append(f"{self.nodes[key]} = {expression}")
         return self.nodes[key]
@@ -96,7 +87,7 @@ class _Builder:
             return self.value(builtins.__dict__)
         if kind == "global" and not installed(name):
             return f"{self.value(self.frame.__globals__)}[{self.value(name)}]"
-        if kind == "global":  # a global of Dynamo's process-wide names: `global_value` says which it reads
+        if kind == "global":  # a global that Dynamo named by an id: `global_value` decides what it reads
             return f"{self.value(global_value)}({self.value(self.frame.__globals__)}, {self.value(name)})"
         if name == self.frame.__code__.co_varnames[0]:
             return "call[0]"
@@ -130,5 +121,5 @@ class _Builder:
 
 
 def _argument(frame: types.FunctionType, call: tuple, name: str) -> Any:
-    """An argument of the call other than the owner, by its name in the frame's signature."""
+    """Returns an argument of the call other than the owner, by its name in the frame's signature."""
     return Scope(frame, *call).arguments[name]

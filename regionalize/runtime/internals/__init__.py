@@ -1,18 +1,24 @@
-"""Every private name of torch that the runtime reaches, in this sub-package alone, a module a subject
-(`tracer` Dynamo, `hooks` nn.Module's attributes, `compiler` Inductor in pieces, `cpu` Inductor's CPU
-check, `aot` saving), so that a torch that moves one breaks one module. What a capability needs is probed,
-never read from torch's version: each probe runs once, and where it fails takes a fallback that keeps the
-model's results, with one warning (`probe`)."""
+"""Reaches every private name of torch that the runtime uses, one module per subject of torch.
+
+- `tracer.py` reads Dynamo: whether a frame is traced, its entries, errors, settings and counters.
+- `hooks.py` reads and sets nn.Module's hooks, compiled call and submodules.
+- `compiler.py` reaches Inductor's compiler for the owner compiled in pieces.
+- `cpu.py` starts Inductor's CPU check early and answers its builds from kept answers.
+- `aot.py` compiles, saves and loads an owner's frame for saved owners.
+
+A torch that moves a name then breaks one module. Each capability is probed once rather than read from
+torch's version, and a failed probe takes a fallback that keeps the model's results, with one warning."""
 
 import functools
 import warnings
 
 
 def probe(needs, instead, fallback=None):
-    """A probe of torch: the decorated function's answer, found once (cached: a test clears it). Where this
-    torch lacks what it reads (it raises an ImportError, AttributeError, TypeError or ValueError), one
-    warning names what `needs` it and what is done `instead`, and the probe answers `fallback` (called
-    where it is a function: a fresh object)."""
+    """Decorates a probe of torch, whose answer is found once and cached.
+
+    Where torch lacks what the probe reads (an ImportError, AttributeError, TypeError or ValueError), one
+    warning names what `needs` it and what happens `instead`, and the probe answers `fallback`, which is
+    called where it is a function."""
 
     def decorate(find):
         @functools.cache

@@ -1,4 +1,4 @@
-"""torch's `aot_compile`, its save and load, as saved owners use them (`saved.py`)."""
+"""Compiles an owner's frame ahead of a call with torch's `aot_compile`, and loads it (`saved.py`)."""
 
 import contextlib
 import functools
@@ -14,10 +14,10 @@ from . import probe
 
 @probe("saved owners", "owners are compiled at each start, as without saving")
 def saving():
-    """Probe: what saving an owner's compiled frame needs of torch (`saved.py`): `aot_compile` on by
-    default (2.13 and later; 2.11 keeps it behind `enable_aot_compile`, and compiles owners in pieces, which
-    cannot be saved), the load, the hash of a traced code's lines, and the cache directory. Fallback None:
-    nothing saved."""
+    """Probe: returns what saving an owner's frame needs of torch, or None where torch cannot save one.
+
+    That is `aot_compile` turned on, the load, the hash of a traced code's lines, and the cache directory.
+    Fallback None: nothing is saved."""
     if not getattr(torch._dynamo.config, "enable_aot_compile", True):
         return None
     from torch._dynamo.package import _hash_sourcelines
@@ -30,10 +30,10 @@ def saving():
 
 @probe("a saved frame of parameters holding gradients", "such an owner is not saved", fallback=False)
 def loads_gradients():
-    """Probe: does torch's load of a saved frame take a parameter that held a gradient at the save? Its
-    guard state pickles the gradient as a placeholder, which 2.13 and 2.14 fail to assign back
-    (`TypeError: assigned grad expected to be a Tensor`): every restart would warn and compile again. 2.15
-    drops it. Fallback False: such owners are not saved."""
+    """Probe: returns whether torch can load a saved frame whose parameters held gradients at the save.
+
+    Some torch versions fail to assign the pickled gradient back, so every restart would warn and compile
+    again (docs/torch-workarounds.md). Fallback False: such owners are not saved."""
     from torch._dynamo.guards import GuardsStatePickler, _Missing
 
     real = torch.empty(1)
@@ -50,9 +50,9 @@ def loads_gradients():
 
 
 def aot_compiled(frame, compile_kwargs, args, kwargs):
-    """`frame` compiled ahead of a call with `args` and `kwargs` (`fullgraph=True`), with nothing run: an
-    `AOTCompiledFunction`, which saves to a file, and what its guards read that a load would not check
-    (`savable`)."""
+    """Compiles `frame` ahead of a call with `args` and `kwargs`, running nothing, and returns it.
+
+    It also returns what the frame's guards read that a load would not check (`savable`)."""
     unsaved = torch._dynamo.guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
     reads = []
     keep = functools.partial(savable, unsaved, reads)
@@ -62,11 +62,10 @@ def aot_compiled(frame, compile_kwargs, args, kwargs):
 
 
 def savable(unsaved, reads, guards):
-    """Which of `guards` (torch's `GuardFilterEntry`s) a saved frame keeps: every kind torch can save (its
-    own or one it derives from), but those on the globals Dynamo makes itself (`__builtins_dict___0`),
-    which a new process lacks. What the dropped ones and those on globals (which torch's load builds again
-    from the globals as they are then) read goes into `reads`, as (what is read, source, value, dropped),
-    for `guard_reads.py`."""
+    """Returns which of `guards` a saved frame keeps: every kind that torch can save.
+
+    Guards on the globals that Dynamo makes itself are dropped, since a new process lacks them. What the
+    dropped guards and the guards on globals read goes into `reads` for `guard_reads.py`."""
 
     def dropped(guard):
         kinds = (guard.guard_type, *guard.derived_guard_types)
@@ -80,9 +79,8 @@ def savable(unsaved, reads, guards):
     return kept
 
 
-# What a guard's kind reads of its value (`guard_reads.recorded`); None where the guard's own saved
-# arguments say what it checks (a key a dict holds) or it relates inputs (one aliasing another). Kinds not
-# named here read the whole value.
+# What each kind of guard reads of its value (`guard_reads.recorded`). None marks kinds whose saved
+# arguments say what they check, or that relate inputs to each other; kinds not named read the whole value.
 _READS = {
     "CONSTANT_MATCH": "value",
     "EQUALS_MATCH": "value",
@@ -118,11 +116,10 @@ _READS = {
 
 
 def aot_loaded(file, f_globals):
-    """The compiled function saved in `file`, its code run in `f_globals`. Inside a tracing context: torch
-    2.13 rebuilds a guard of an imported module's (`ImportSource`, the runtime's own functions reached from
-    the model's globals) as it unpickles, which asks for one (2.14 builds none; harmless there). With the
-    collector paused: the guards' state unpickles objects for every parameter, and the collections they
-    set off grew the load with depth (0.13 s of 0.70 s at 64 blocks, a 2-core CPU)."""
+    """Loads the compiled function saved in `file`, its code run in `f_globals`."""
+    # Inside a tracing context, because torch 2.13 asks for one as it rebuilds a guard on an imported module.
+    # With the garbage collector paused, because unpickling the guards' state for every parameter would
+    # otherwise set off collections that grow with depth (docs/design-saved-owners.md#single-tries-untimed).
     with torch._guards.tracing(torch._guards.TracingContext(None)), _collector_paused():
         return saving().load(file, f_globals=f_globals)
 
@@ -139,9 +136,9 @@ def _collector_paused():
 
 
 def changed_source(loaded, modules):
-    """The first code `loaded` traced whose lines differ now, as "module:line", or None: a block's `forward`
-    edited since the save, which its guards do not see. A module missing from `modules` (not imported by
-    name in this process) counts as changed."""
+    """Returns the first code that `loaded` traced whose lines differ now, as "module:line", or None.
+
+    Its guards cannot see such an edit. A module missing from `modules` counts as changed."""
     for source in loaded.source_info().inlined_sources:
         module = modules.get(source.module)
         if module is None or saving().hash_lines(module, source.firstlineno, source.lastlineno) != (
@@ -152,31 +149,32 @@ def changed_source(loaded, modules):
 
 
 def caches_off():
-    """Are Inductor's caches off (`force_disable_caches`)? `aot_compile` refuses then."""
+    """Returns whether Inductor's caches are off, in which case `aot_compile` refuses to compile."""
     return torch._inductor.config.force_disable_caches
 
 
 def config_hash():
-    """A hash of Inductor's configuration as it stands (a patched option compiles other code)."""
+    """Returns a hash of Inductor's configuration, since a patched option compiles other code."""
     import hashlib
 
     return hashlib.sha256(repr(sorted(torch._inductor.config.get_config_copy().items())).encode()).hexdigest()
 
 
-# The globals Dynamo installs for what its code loads (`install_global_by_id`), named by the object's id in
-# the compiling process and the compile's number: `___module_collections_140473201368960_c0` for a module,
-# `_140599701941008_c0`. A saved frame's code and guards name them so, which a later process lacks.
+# The globals that Dynamo installs for what its code loads (`install_global_by_id`), named by the object's
+# id in the compiling process and the compile's number (`___module_collections_140473201368960_c0`). A
+# saved frame's code and guards use these names, which a later process lacks.
 _INSTALLED = re.compile(r"\w*_\d+_c\d+")
 
 
 def installed(name):
-    """Is `name` a global Dynamo installed under an id of its process's (`_140599701941008_c0`)?"""
+    """Returns whether `name` is a global that Dynamo installed under an id of its process."""
     return _INSTALLED.fullmatch(name) is not None
 
 
 def installed_modules(f_globals):
-    """The modules Dynamo installed in `f_globals` for the code it compiled, by the names it gave them: a
-    later process gets them back by name (`install_modules`); other such globals it cannot."""
+    """Returns the modules that Dynamo installed in `f_globals`, by the names it gave them.
+
+    A later process gets them back by name (`install_modules`)."""
     return {
         name: value.__name__
         for name, value in list(f_globals.items())
@@ -185,8 +183,9 @@ def installed_modules(f_globals):
 
 
 def install_modules(modules, f_globals):
-    """Put back in `f_globals` the modules a saved frame's code loads by Dynamo's names (`installed_modules`
-    of the process that saved it), imported where they are not yet."""
+    """Puts back in `f_globals` the modules that a saved frame loads by Dynamo's names, importing them.
+
+    `modules` is what `installed_modules` found in the process that saved the frame."""
     for name, module in modules.items():
         if installed(name):
             f_globals.setdefault(name, importlib.import_module(module))

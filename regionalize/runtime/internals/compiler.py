@@ -1,5 +1,4 @@
-"""Inductor's compiler as the owner compiled in pieces uses it (`pieces.py`), and the ATen and sympy
-values its graphs carry."""
+"""Reaches Inductor's compiler for an owner compiled in pieces (`pieces.py`), and its graphs' values."""
 
 import types
 
@@ -8,10 +7,10 @@ from . import probe
 
 @probe("compiling in pieces", "blocks are compiled one by one instead")
 def inductor_pieces():
-    """Probe: what compiling an owner's graph in pieces needs of torch's compiler (`pieces_backend`):
-    Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages compared and symbols named.
-    Fallback None: where torch reuses no region, the owner's blocks are compiled one by one, as with a
-    backend other than Inductor."""
+    """Probe: returns what compiling an owner's graph in pieces needs of torch's compiler (`pieces_backend`).
+
+    That is Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages and symbols.
+    Fallback None: where torch reuses no region, the owner's blocks are compiled one by one."""
     from torch._guards import TracingContext, detect_fake_mode
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
@@ -35,17 +34,17 @@ def inductor_pieces():
 
 
 def sym_expr(value):
-    """The sympy expression of the `ShapeEnv` that the `SymInt` `value` stands for."""
+    """Returns the sympy expression that the `SymInt` `value` stands for."""
     return value.node.expr
 
 
 def sym_hint(value):
-    """The value of the `SymInt` `value` in the example traced, None where unknown."""
+    """Returns the value of the `SymInt` `value` in the traced example, or None where it is unknown."""
     return value.node.hint
 
 
 def op_arguments(func, args, kwargs):
-    """The arguments of a call of the ATen op `func` by name, its defaults filled in."""
+    """Returns the arguments of a call of the ATen op `func` by name, with its defaults filled in."""
     schema = func._schema.arguments
     given = dict(zip((a.name for a in schema), args, strict=False)) | kwargs
     for a in schema:
