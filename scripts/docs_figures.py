@@ -1,10 +1,13 @@
-"""The README's "What to expect", rendered from the results files the benchmark scripts wrote.
+"""The README's "What to expect", docs/benchmarks.md's full table and the restart picture, rendered from
+the results files the benchmark scripts wrote.
 
-Every figure of that section is read here from docs/results/**/*.json, never typed: `python
-scripts/render_docs.py` writes it between its markers, and tests/test_quoted_figures.py fails when the
-README holds anything else. Each row compares one way of compiling against a full `torch.compile` of the
-same model, in the same sitting; each column reads one way (x sooner: higher is better; x its time:
-lower is better), with the seconds the ratio comes from beside it.
+Every figure of those is read here from docs/results/**/*.json, never typed: `python
+scripts/render_docs.py` writes them (the pages between their markers, docs/results/restart.svg whole),
+and tests/test_quoted_figures.py fails when a page or the picture holds anything else. Each row compares
+one way of compiling against a full `torch.compile` of the same model, in the same sitting; each column
+reads one way (x sooner: higher is better; x its time: lower is better), with the seconds the ratio
+comes from beside it. The README shows one row a family of models (`Row.family`); the benchmarks page
+shows every row.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -119,18 +123,26 @@ class Row:
     per_call: Pair
     per_unit: Callable[[float], str] = millis
     default_form: bool = True  # the rewrite in its default form: counted in the summary's ranges
+    family: str = ""  # the README's label where this row stands for its family of models; "" where not shown
 
-    def render(self) -> str:
+    def render(self, base: str, label: str = "") -> str:
+        """The table's line: `base` is docs/results/ as the page links it, `label` the first cell if set."""
         date, runtime = self.source.stamp()
         stamp = f"{date}, runtime {runtime}" if runtime else date
         cells = [
-            self.workload,
+            label or self.workload,
             span(self.items, self.first, seconds, sooner=True),
             span(self.items, self.restart, seconds, sooner=True),
             span(self.items, self.per_call, self.per_unit, sooner=False),
-            f"[{self.source.label}](docs/results/{self.source.page}) ({stamp})",
+            f"[{self.source.label}]({base}{self.source.page}) ({stamp})",
         ]
         return "| " + " | ".join(cells) + " |"
+
+
+def names(items: list[Run]) -> str:
+    """The models a row measured, as the table names them: 'gpt-32, bert-12 and vit-12'."""
+    found = list(dict.fromkeys(run["name"] for run in items))
+    return found[0] if len(found) == 1 else ", ".join(found[:-1]) + f" and {found[-1]}"
 
 
 def _cuda_runs() -> list[Run]:
@@ -144,6 +156,11 @@ def _cuda_runs() -> list[Run]:
             "ms": {"full": full["ms_per_call"]["median"], "regional": rewrite["ms_per_call"]["median"]},
         }
     ]
+
+
+def _restart_depths() -> str:
+    depths = RESTART.data()["meta"]["depths"]
+    return f"{min(depths)} to {max(depths)} blocks" if len(depths) > 1 else f"{depths[0]} blocks"
 
 
 def _restart_runs() -> list[Run]:
@@ -186,9 +203,16 @@ def _serving_runs(variant: str) -> list[Run]:
 
 def table() -> list[Row]:
     forward, decoders = runs(FORWARD), [r for r in runs(DECODE) if r["depth"] == 32]
+    encoder_decoders, serving = runs(ENCODER_DECODERS), _serving_runs("rewrite_static_cuda_graphs")
     reduce = "`--mode reduce-overhead`"
     return [
-        Row("forward, CPU: the rewrite", FORWARD, forward, *_forward("regional")),
+        Row(
+            "forward, CPU: the rewrite",
+            FORWARD,
+            forward,
+            *_forward("regional"),
+            family=f"forward, CPU ({names(forward)})",
+        ),
         Row(
             "forward, CPU: torch's `use_graph_deduplication`, no rewrite",
             FORWARD,
@@ -209,6 +233,7 @@ def table() -> list[Row]:
             pair("ttft_s", "regional"),
             pair("compile_hot_s", "regional"),
             pair("decode_ms_per_token", "regional"),
+            family=f"generate with a `DynamicCache`, CPU ({names(decoders)}; first token; per token)",
         ),
         Row(
             "the same, `--form per-block`",
@@ -228,13 +253,15 @@ def table() -> list[Row]:
             pair("decode_ms_per_token", "regional"),
         ),
         Row(
-            "restarts, CPU, a ViT-like encoder of 12 to 64 blocks: the rewrite, its owners saved (first call "
-            "with empty caches; restarted; per call)",
+            f"restarts, CPU, a ViT-like encoder of {_restart_depths()}: the rewrite, its owners saved (first "
+            "call with empty caches; restarted; per call)",
             RESTART,
             _restart_runs(),
             pair("cold", "regional"),
             pair("hot", "regional"),
             pair("ms", "regional"),
+            family=f"restarts with saved owners, CPU, a ViT-like encoder of {_restart_depths()} (first "
+            "call with empty caches; restarted; per call)",
         ),
         Row(
             "generate with a `DynamicCache`, CPU, llama-32, its owners saved (first token; per token)",
@@ -247,10 +274,11 @@ def table() -> list[Row]:
         Row(
             "encoder-decoders, CPU: the rewrite (first token; per token)",
             ENCODER_DECODERS,
-            runs(ENCODER_DECODERS),
+            encoder_decoders,
             pair("ttft_s", "regional"),
             pair("compile_hot_s", "regional"),
             pair("decode_ms_per_token", "regional"),
+            family=f"encoder-decoders, CPU ({names(encoder_decoders)}; first token; per token)",
         ),
         Row(
             f"forward, H100, {reduce}: the rewrite against full {reduce}",
@@ -270,10 +298,16 @@ def table() -> list[Row]:
                 pair("restart_first_generate_s", variant),
                 pair("decode_ms_per_token", variant),
                 default_form=variant != "transformers_static",
+                family=family,
             )
-            for what, variant in (
-                (f"the rewrite, static cache, {reduce}", "rewrite_static_cuda_graphs"),
-                ("transformers' own static-cache path, no rewrite", "transformers_static"),
+            for what, variant, family in (
+                (
+                    f"the rewrite, static cache, {reduce}",
+                    "rewrite_static_cuda_graphs",
+                    f"serving, H200 GPU, bf16 ({names(serving)}, 32 tokens, static cache, {reduce}; first "
+                    f"generate; per token{_serving_sitting('rewrite_static_cuda_graphs')})",
+                ),
+                ("transformers' own static-cache path, no rewrite", "transformers_static", ""),
             )
         ),
     ]
@@ -314,9 +348,9 @@ def pair_of(key: str) -> Pair:
     return read
 
 
-def summary() -> str:
+def summary(rows: list[Row]) -> str:
     """The claim, worded as the rows show it: the default form's ranges over every row that measures it."""
-    rows = [row for row in table() if row.default_form]
+    rows = [row for row in rows if row.default_form]
     firsts = [ratio for row in rows for ratio in _ratios(row.items, row.first, sooner=True)]
     calls = [ratio for row in rows for ratio in _ratios(row.items, row.per_call, sooner=False)]
     return (
@@ -331,25 +365,166 @@ def _ratios(items: list[Run], read: Pair, sooner: bool) -> list[float]:
     return [full / other if sooner else other / full for full, other in pairs]
 
 
-def headline() -> str:
+def headline(base: str) -> str:
     """The example a reader remembers: GPT-32's first call, three ways, in seconds."""
     gpt = next(r for r in runs(FORWARD) if r["name"] == "gpt-32")["compile_s"]
     return (
-        f"On a 2-core CPU (torch 2.13, [forward](docs/results/{FORWARD.page})), GPT-32's first call takes "
+        f"On a 2-core CPU (torch 2.13, [forward]({base}{FORWARD.page})), GPT-32's first call takes "
         f"{seconds(gpt['full'])} with a full `torch.compile`, {seconds(gpt['full_dedup'])} with torch's "
         f"`use_graph_deduplication` and {seconds(gpt['regional'])} rewritten."
     )
 
 
+def picture(base: str) -> str:
+    """The restart picture's image line, its alt text the figures it draws."""
+    return f"![{restart_alt()}]({base}{PICTURE.name})"
+
+
 def what_to_expect() -> str:
-    """The README's block between its markers."""
-    rows = "\n".join(row.render() for row in table())
+    """The README's block between its markers: one row a family of models, and the restart picture."""
+    rows, base = [row for row in table() if row.family], "docs/results/"
+    lines = "\n".join(row.render(base, row.family) for row in rows)
+    return f"{headline(base)} {summary(rows)}\n\n{HEADER}\n{lines}\n\n{picture(base)}\n"
+
+
+def benchmarks() -> str:
+    """docs/benchmarks.md's block between its markers: every row, the picture, and the torch versions."""
+    rows, base = table(), "results/"
+    lines = "\n".join(row.render(base) for row in rows)
     versions = (
-        f"By torch version ([the table](docs/results/{VERSIONS.page}); GPT-style and Llama forward, "
-        "Llama and "
+        f"By torch version ([the table]({base}{VERSIONS.page}); GPT-style and Llama forward, Llama and "
         "Qwen2 generate, 32 layers, CPU; the default rewrite against a full compile):"
     )
-    return f"{headline()} {summary()}\n\n{HEADER}\n{rows}\n\n{versions}\n\n{by_torch()}\n"
+    return (
+        f"{headline(base)} {summary(rows)}\n\n{HEADER}\n{lines}\n\n{picture(base)}\n\n{versions}\n\n"
+        f"{by_torch()}\n"
+    )
+
+
+# -- the picture: seconds to the first call against depth, from restart.json ----------------------------
+
+PICTURE = RESULTS / "restart.svg"
+# restart.json's mode, the legend's words, the colour
+LINES = (
+    ("full", "full torch.compile(model)", "#c0392b"),
+    ("saved", "regionalize, saved owners (the default)", "#1f6fb4"),
+)
+PANELS = (("cold", "empty caches: the first start"), ("hot", "restarted: the caches on disk"))
+
+
+def _restart_seconds() -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(mode, cold or hot) -> [(depth, seconds from torch's import to the first call's output)], by depth."""
+    data = RESTART.data()
+    found: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for mode, _, _ in LINES:
+        for kind, _ in PANELS:
+            points = []
+            for depth in sorted(data["meta"]["depths"]):
+                value = data["summary"].get(f"{depth} {mode} {kind}", {}).get("first_call_s")
+                if value is not None:
+                    points.append((depth, value))
+            found[mode, kind] = points
+    return found
+
+
+def restart_alt() -> str:
+    """The picture in words: each line's seconds at the shallowest and at the deepest model it measured."""
+    points = _restart_seconds()
+
+    def ends(mode: str, kind: str) -> str:
+        got = [value for _, value in points[mode, kind]]
+        if not got:
+            return "not measured"
+        return seconds(got[0]) if len(got) == 1 else f"{seconds(got[0])} to {seconds(got[-1])}"
+
+    several = len(RESTART.data()["meta"]["depths"]) > 1
+    return (
+        f"Seconds to the first call of a ViT-like encoder on a CPU, {_restart_depths()}"
+        f"{' (shallowest to deepest)' if several else ''}: with empty caches, a full torch.compile takes "
+        f"{ends('full', 'cold')} and regionalize {ends('saved', 'cold')}; restarted, {ends('full', 'hot')} "
+        f"against {ends('saved', 'hot')}"
+    )
+
+
+def _step(top: float) -> float:
+    """A round step that puts four to eight ticks under `top`."""
+    for scale in (0.1, 1.0, 10.0, 100.0):
+        for step in (1.0, 2.0, 5.0):
+            if top / (step * scale) <= 6:
+                return step * scale
+    return 1000.0
+
+
+def restart_svg() -> str:
+    """docs/results/restart.svg: two panels, empty caches and restarted, each a polyline a mode."""
+    meta, points = RESTART.data()["meta"], _restart_seconds()
+    depths = sorted(meta["depths"])
+    width, height, left, gap, top, bottom = 800, 360, 56, 120, 96, 310
+    panel = (width - left - gap - 60) / 2
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        f"<title>{escape(restart_alt())}</title>",
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="{width / 2:.1f}" y="22" text-anchor="middle" font-size="15">Seconds to the first call by '
+        "depth, a ViT-like encoder: a full torch.compile against regionalize</text>",
+        f'<text x="{width / 2:.1f}" y="40" text-anchor="middle" fill="#555555">'
+        f"{escape(str(meta.get('machine', '')))}, torch {escape(str(meta.get('torch', '?')))}, "
+        f"{escape(str(meta.get('date', '')))}, medians of {meta.get('rounds', '?')} rounds</text>",
+    ]
+    for x, (_, words, colour) in zip((left, left + panel + gap), LINES, strict=True):
+        out.append(
+            f'<line x1="{x:.1f}" y1="60" x2="{x + 24:.1f}" y2="60" stroke="{colour}" stroke-width="2.5"/>'
+        )
+        out.append(f'<text x="{x + 30:.1f}" y="64">{escape(words)}</text>')
+    for index, (kind, title) in enumerate(PANELS):
+        x0 = left + index * (panel + gap)
+        values = [value for mode, _, _ in LINES for _, value in points[mode, kind]]
+        step = _step(max(values, default=1.0))
+        ymax = step * max(1, -(-max(values, default=1.0) // step))
+
+        def at(depth: float, value: float, x0: float = x0, ymax: float = ymax) -> tuple[float, float]:
+            return x0 + panel * depth / depths[-1], bottom - (bottom - top) * value / ymax
+
+        out.append(
+            f'<text x="{x0 + panel / 2:.1f}" y="{top - 10}" text-anchor="middle">{escape(title)}</text>'
+        )
+        tick = 0.0
+        while tick <= ymax + step / 2:
+            y = at(0, tick)[1]
+            out.append(
+                f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x0 + panel:.1f}" y2="{y:.1f}" stroke="#e3e3e3"/>'
+            )
+            label = f"{tick:g}"
+            out.append(f'<text x="{x0 - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+            tick += step
+        out.append(
+            f'<polyline points="{x0:.1f},{top} {x0:.1f},{bottom} {x0 + panel:.1f},{bottom}" fill="none" '
+            'stroke="#333333"/>'
+        )
+        for depth in depths:
+            xd = at(depth, 0)[0]
+            out.append(
+                f'<line x1="{xd:.1f}" y1="{bottom}" x2="{xd:.1f}" y2="{bottom + 4}" stroke="#333333"/>'
+            )
+            out.append(f'<text x="{xd:.1f}" y="{bottom + 17}" text-anchor="middle">{depth}</text>')
+        out.append(f'<text x="{x0 + panel / 2:.1f}" y="{bottom + 36}" text-anchor="middle">blocks</text>')
+        out.append(
+            f'<text transform="translate({x0 - 38:.1f} {(top + bottom) / 2:.1f}) rotate(-90)" '
+            'text-anchor="middle">seconds after torch\'s import</text>'
+        )
+        for mode, _, colour in LINES:
+            line = [at(depth, value) for depth, value in points[mode, kind]]
+            if not line:
+                continue
+            coords = " ".join(f"{px:.1f},{py:.1f}" for px, py in line)
+            out.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2.5"/>')
+            out += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="{colour}"/>' for px, py in line]
+            px, py = line[-1]
+            value = points[mode, kind][-1][1]
+            out.append(f'<text x="{px + 7:.1f}" y="{py + 4:.1f}" fill="{colour}">{seconds(value)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def _range(values: list[float], decimals: int = 2) -> str:

@@ -1,7 +1,10 @@
 """Write the parts of the documentation that are generated, so that they cannot drift from their source.
 
-- README.md's "What to expect", and form-caches.md's account of the generation benchmark: from the results
-  files in docs/results (scripts/docs_figures.py);
+- README.md's "What to expect" (a row a family of models), docs/benchmarks.md's full table, and
+  form-caches.md's account of the generation benchmark: from the results files in docs/results
+  (scripts/docs_figures.py);
+- docs/results/restart.svg, the picture of seconds to the first call against depth: drawn whole, in plain
+  SVG, from docs/results/restart.json, which it only reads (scripts/docs_figures.py);
 - docs/configuration.md's reference: from the options' definitions (scripts/docs_configuration.py);
 - docs/torch-workarounds.md's table: from the runtime's list (scripts/docs_workarounds.py);
 - each page's first use of a glossary term, linked (scripts/docs_glossary.py).
@@ -10,9 +13,10 @@ The figures a guide quotes inside its prose are not written here but checked: sc
 computes each quote from its results file, and this reports a quote a page no longer says, or a figure
 a page's prose gives without a source, which a person rewrites.
 
-Each generated block sits between `<!-- NAME: begin ... -->` and `<!-- NAME: end -->`; the tests compare
-the pages with what this writes. Run it after a benchmark writes a results file or an option changes,
-and review the change with `git diff`. `--check` writes nothing and exits 1 where a page differs.
+Each generated block sits between `<!-- NAME: begin ... -->` and `<!-- NAME: end -->` (the picture is
+generated whole); the tests compare the pages with what this writes. Run it after a benchmark writes a
+results file or an option changes, and review the change with `git diff`. `--check` writes nothing and
+exits 1 where a page or the picture differs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import docs_workarounds
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 CACHES = ROOT / "docs" / "form-caches.md"
 CUDA_GRAPHS = ROOT / "docs" / "form-cuda-graphs.md"
@@ -61,6 +66,7 @@ Renderer = Callable[[str], str]
 def renderers() -> dict[Path, list[Renderer]]:
     pages: dict[Path, list[Renderer]] = {page: [] for page in docs_glossary.PAGES}
     pages[README].insert(0, lambda text: with_block(text, "figures", docs_figures.what_to_expect()))
+    pages[BENCHMARKS].insert(0, lambda text: with_block(text, "figures", docs_figures.benchmarks()))
     pages[CACHES].insert(0, lambda text: with_block(text, "decode-figures", docs_figures.decode_section()))
     pages[CUDA_GRAPHS].insert(
         0, lambda text: with_block(text, "serving-figures", docs_figures.serving_section())
@@ -73,11 +79,17 @@ def renderers() -> dict[Path, list[Renderer]]:
         pages[page].append(
             lambda text, page=page: docs_glossary.link_first_uses(text, docs_glossary.href(page))
         )
+    pages[docs_figures.PICTURE] = [lambda text: docs_figures.restart_svg()]
     return pages
 
 
+def current(page: Path) -> str:
+    """The page as it is on disk; "" where it is not yet written (a generated file)."""
+    return page.read_text(encoding="utf-8") if page.exists() else ""
+
+
 def rendered(page: Path) -> str:
-    text = page.read_text(encoding="utf-8")
+    text = current(page)
     for render in renderers()[page]:
         text = render(text)
     return text
@@ -90,7 +102,7 @@ def main() -> int:
     stale = []
     for page in renderers():
         new = rendered(page)
-        if new != page.read_text(encoding="utf-8"):
+        if new != current(page):
             stale.append(page.relative_to(ROOT))
             if not args.check:
                 page.write_text(new, encoding="utf-8")

@@ -285,8 +285,9 @@ def test_no_page_is_over_400_lines() -> None:
 
 def test_the_readme_is_a_landing_page() -> None:
     """What it does, the two commands, before and after, what to expect, how to check: the rest is linked.
-    (140 lines: the rewrite is shown as the tool prints it, and the expected gain as a rendered table.)"""
-    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 140
+    (120 lines: the rewrite is shown as the tool prints it, the expected gain as a rendered table of a row
+    a family of models and a picture; every row is on docs/benchmarks.md.)"""
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 120
 
 
 def test_link_check_can_fail(tmp_path: Path) -> None:

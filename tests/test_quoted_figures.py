@@ -1,10 +1,11 @@
 """The figures that the README and `--form`'s help quote are the benchmark tables' own.
 
 The tables are written by the scripts that measure them (docs/results/**/*.json). The README's "What to
-expect" is rendered from those files (scripts/docs_figures.py, written by scripts/render_docs.py) and
-must be what they render now; the help quotes its ranges by hand and must hold the files' figures. A
-table measured again fails here until the quotes follow it; and each quoted file must be the latest run
-of the page the README links, so that a figure never comes from another run than its page shows.
+expect", docs/benchmarks.md and the restart picture (docs/results/restart.svg) are rendered from those
+files (scripts/docs_figures.py, written by scripts/render_docs.py) and must be what they render now;
+the help quotes its ranges by hand and must hold the files' figures. A table measured again fails here
+until the quotes follow it; and each quoted file must be the latest run of the page the README links, so
+that a figure never comes from another run than its page shows.
 """
 
 from __future__ import annotations
@@ -95,6 +96,50 @@ def test_readme_what_to_expect_is_rendered_from_the_results() -> None:
     writes it again)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert readme_block(text) == docs_figures.what_to_expect(), "README: run python scripts/render_docs.py"
+
+
+def test_benchmarks_page_is_rendered_from_the_results() -> None:
+    """docs/benchmarks.md holds every row, the README one row a family: both rendered, none typed."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    shown = render_docs.block(text, "figures")[1]
+    assert shown == docs_figures.benchmarks(), "docs/benchmarks.md: run python scripts/render_docs.py"
+    rows = docs_figures.table()
+    assert all(row.render("results/") in shown for row in rows)
+    readme = readme_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    families = [row for row in rows if row.family]
+    assert 1 <= len(families) <= 5 and len({row.family for row in families}) == len(families)
+    assert readme.count("\n| ") == len(families) + 1  # the header and a row a family
+    assert "(docs/results/restart.svg)" in readme and "(results/restart.svg)" in shown
+
+
+def test_restart_picture_is_drawn_from_restart_json() -> None:
+    """docs/results/restart.svg is what the renderer draws from restart.json now, a line a mode in each of
+    its two panels (empty caches, restarted), and its title says the figures it draws."""
+    picture = docs_figures.PICTURE.read_text(encoding="utf-8")
+    assert picture == docs_figures.restart_svg(), "docs/results/restart.svg: python scripts/render_docs.py"
+    lines = [points for points in docs_figures._restart_seconds().values() if points]
+    assert lines, "restart.json: no first call of a drawn mode"
+    assert picture.count("<polyline points=") == len(docs_figures.PANELS) + len(lines)  # axes, lines
+    for points in lines:
+        deepest = f"{points[-1][1]:.1f} s"
+        assert deepest in docs_figures.restart_alt() and f">{deepest}</text>" in picture
+
+
+def test_the_picture_follows_its_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """restart.json measured again draws another picture, which `render_docs.py --check` then reports."""
+    data = json.loads((DOCS / "restart.json").read_text(encoding="utf-8"))
+    data["summary"][next(key for key in data["summary"] if key.endswith(" full cold"))]["first_call_s"] *= 2
+    monkeypatch.setattr(
+        docs_figures.Source,
+        "data",
+        lambda self: (
+            data
+            if self is docs_figures.RESTART
+            else json.loads((DOCS / self.json).read_text(encoding="utf-8"))
+        ),
+    )
+    assert docs_figures.restart_svg() != docs_figures.PICTURE.read_text(encoding="utf-8")
+    assert render_docs.rendered(docs_figures.PICTURE) != render_docs.current(docs_figures.PICTURE)
 
 
 def test_form_caches_generation_figures_are_rendered_from_decode_json() -> None:
