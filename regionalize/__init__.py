@@ -11,7 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.2.0"
-__all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]
+__all__ = [
+    "compile_direct",
+    "compile_region",
+    "compile_regions",
+    "describe",
+    "eager",
+    "guard_filter",
+    "symbolic_ints",
+]
 
 
 def __getattr__(name: str) -> Any:

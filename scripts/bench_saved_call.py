@@ -85,9 +85,9 @@ def child(name: str, rounds: int, calls: int) -> dict:
                     began = time.perf_counter()
                     model(x)
                     times[mode].append(time.perf_counter() - began)
-    state = next(m.__dict__["_regionalize_owner"] for m in on.modules() if "_regionalize_owner" in m.__dict__)
+    [owner] = regionalize.describe(on)
     on_ms, off_ms = (statistics.median(times[m]) * 1e3 for m in ("on", "off"))
-    return {"model": name, "found": state.saved, "equal": bool(equal), "on_ms": on_ms, "off_ms": off_ms}
+    return {"model": name, "found": owner.saved, "equal": bool(equal), "on_ms": on_ms, "off_ms": off_ms}
 
 
 def run(name: str, cache: str, args: argparse.Namespace) -> dict:

@@ -221,3 +221,31 @@ def test_a_transformers_decoder_generates_the_originals_tokens() -> None:
         want = twin.generate(ids, max_new_tokens=6, do_sample=False)
     assert got.tolist() == want.tolist()
     assert state.plan.form.value != "per block"
+
+
+def test_describe_gives_each_owners_form_as_a_record() -> None:
+    """`regionalize.describe`: the form each owner runs in, why, and whether it was saved, as records."""
+    from regionalize.runtime.describe import OwnerReport
+
+    model = regionalize.compile_regions(Stack(), saved=False)
+    with torch.no_grad():
+        model(torch.randn(3, 8))
+    [report] = regionalize.describe(model)
+    whole = "whole" if report.reason is None else "whole, in pieces"  # torch 2.11 reuses no traced region
+    assert (report.owner, report.form, report.fallback, report.saved) == ("Stack", whole, False, None)
+    eager = regionalize.compile_regions(Stack(), backend="eager")  # regions cannot be differentiated
+    with torch.no_grad():
+        eager(torch.randn(3, 8))
+    assert regionalize.describe(eager) == [
+        OwnerReport(
+            owner="Stack",
+            form="per block",
+            reason="the eager backend cannot differentiate nested regions",
+            fallback=True,
+            pieces=None,
+            static_calls=False,
+            prompt_calls=False,
+            layer_by_layer=None,
+            saved="not saved: not called whole",
+        )
+    ]

@@ -291,19 +291,32 @@ def test_an_owner_that_cannot_be_compiled_whole_is_named_in_the_verdict(tmp_path
 def test_an_owner_of_one_block_is_named_without_a_fallback_warning() -> None:
     from regionalize.bench.zoo_report import form
 
-    def result(forms: dict[str, str]) -> dict[str, Any]:
-        accounting = {"regional": {"forms": forms}}
+    def result(*owners: tuple[str, str, bool]) -> dict[str, Any]:
+        records = [{"owner": name, "form": kind, "fallback": fallback} for name, kind, fallback in owners]
+        accounting = {"regional": {"owners": records}}
         base = {"equivalent": True, "state_dict_compatible": True, "fell_back_to_eager": False}
         return {**base, "accounting": accounting}
 
-    alone = result({"Transformer2DModel": served.ALONE})
+    alone = result(("Transformer2DModel", "alone", False))
     assert render.verdict(alone) == "PASS: equivalent and checkpoint-compatible"
     assert form(alone) == "per-block (one block per owner)"
-    mixed = result({"Transformer2DModel": served.ALONE, "Encoder": "whole"})
+    mixed = result(("Transformer2DModel", "alone", False), ("Encoder", "whole", False))
     assert form(mixed) == f"hierarchical (Transformer2DModel: {served.ALONE})"
-    fallen = result({"Transformer2DModel": served.ALONE, "Encoder": "per-block: Unsupported: x"})
+    pieces = result(("Encoder", "whole, in pieces", True))  # a fallback, but still one frame a call
+    assert render.verdict(pieces) == "PASS: equivalent and checkpoint-compatible"
+    assert form(pieces) == "hierarchical"
+    fallen = result(("Transformer2DModel", "alone", False), ("Encoder", "per block", True))
     assert "could not be compiled whole" in render.verdict(fallen)
     assert form(fallen) == "per-block (fell back: Encoder)"
+    assert (
+        form(result(("Encoder", "per block", False)))
+        == "per-block (this torch does not reuse a traced region)"
+    )
+    # A zoo result kept by a release before owners were records names the forms in text only.
+    kept = {
+        "accounting": {"regional": {"forms": {"Block": served.ALONE, "Encoder": "per-block: Unsupported"}}}
+    }
+    assert form(kept) == "per-block (fell back: Encoder)"
 
 
 # --- workloads: (model, run) factories and --workload generate -------------------------------------------

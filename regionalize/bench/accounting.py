@@ -9,6 +9,7 @@ expose this, is gone from recent releases.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import re
@@ -20,7 +21,7 @@ import torch
 from torch._dynamo import utils as dynamo_utils
 
 from regionalize.bench.served import ALONE, PROMPT, STATIC
-from regionalize.runtime.state import OwnerState
+from regionalize.runtime.describe import OwnerReport, report_of
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
 # for every input its cached graphs do not accept.
@@ -50,6 +51,8 @@ class GraphAccount:
     regions_stamped: int | None = 0
     # Per owner class of the hierarchical form: "whole", or "per-block: <why it fell back>".
     forms: dict[str, str] = field(default_factory=dict)
+    # The same owners as records (`regionalize.describe`), for code that tells forms apart.
+    owners: list[OwnerReport] = field(default_factory=list)
     # CUDA graphs that torch's CUDA-graph trees (the reduce-overhead mode's) captured, and calls they
     # served by replaying one; None where no CUDA device is.
     cuda_graphs: CudaGraphCount | None = None
@@ -67,6 +70,7 @@ class GraphAccount:
             "regions_traced": self.regions_traced,
             "regions_stamped": self.regions_stamped,
             "forms": self.forms,
+            "owners": [dataclasses.asdict(report) for report in self.owners],
             "cuda_graphs_captured": None if self.cuda_graphs is None else self.cuda_graphs.captured,
             "cuda_graphs_replayed": None if self.cuda_graphs is None else self.cuda_graphs.replayed,
         }
@@ -138,28 +142,40 @@ def recording() -> Iterator[GraphAccount]:
         account.regions_stamped = len(timed.get("invoke_subgraph_reuse_stamp_out", []))
 
 
-def served_forms(model: torch.nn.Module) -> dict[str, str]:
-    """Which form each owner of the hierarchical form runs in, named from its plan (`runtime/state.py`):
-    compiled whole (with its blocks' caches traced layer by layer, and why, where their stand-ins failed
-    to trace); in pieces, and there per block where a call hands a StaticCache, `STATIC`, or a prompt's
-    DynamicCache, `PROMPT`, with why it is in pieces; its one block compiled on its own (`ALONE`); per
-    block as this torch's form or the backend's (`per block, <why>`), or because it could not be compiled
-    whole (`per-block: <why>`)."""
-    return {
-        type(module).__name__: _served(state)
+def owner_reports(model: torch.nn.Module) -> list[OwnerReport]:
+    """The runtime's record of each owner of `model` (`regionalize.describe`), including those of a vendored
+    copy of the runtime, whose states keep the same fields; none for a copy older than owners' plans."""
+    return [
+        report_of(module, state)
         for module in model.modules()
-        if (state := module.__dict__.get("_regionalize_owner")) is not None
-    }
+        if hasattr(state := module.__dict__.get("_regionalize_owner"), "plan")
+    ]
+
+
+def note_owners(account: GraphAccount, model: torch.nn.Module) -> None:
+    """Put in `account` the form each owner of `model` runs in, as records and as text."""
+    account.owners = owner_reports(model)
+    account.forms = served_forms(model)
+
+
+def served_forms(model: torch.nn.Module) -> dict[str, str]:
+    """Which form each owner runs in, as the text verify prints: compiled whole (with its blocks' caches
+    traced layer by layer, and why, where their stand-ins failed to trace); in pieces, and there per block
+    where a call hands a StaticCache, `STATIC`, or a prompt's DynamicCache, `PROMPT`, with why it is in
+    pieces; its one block compiled on its own (`ALONE`); per block as this torch's form or the backend's
+    (`per block, <why>`), or because it could not be compiled whole (`per-block: <why>`)."""
+    forms = {report.owner: form_text(report) for report in owner_reports(model)}
+    for module in model.modules():  # an older vendored copy's owners, whose states have no plan
+        state = module.__dict__.get("_regionalize_owner")
+        if state is not None and not hasattr(state, "plan"):
+            forms[type(module).__name__] = _served_before_plans(state)
+    return forms
 
 
 def saved_owners(model: torch.nn.Module) -> dict[str, str]:
     """Each owner asked to save (`runtime/saved.py`): whether its compiled frame was "loaded", "saved", or
     why not; none where saving was not asked for."""
-    return {
-        type(module).__name__: getattr(state, "saved", None) or "not saved: not called whole"
-        for module in model.modules()
-        if (state := module.__dict__.get("_regionalize_owner")) is not None and getattr(state, "save", False)
-    }
+    return {report.owner: report.saved for report in owner_reports(model) if report.saved is not None}
 
 
 def saved_bytes() -> int | None:
@@ -172,16 +188,15 @@ def saved_bytes() -> int | None:
     return sum(entry.stat().st_size for entry in os.scandir(folder()) if entry.is_file()) or None
 
 
-def _served(state: OwnerState) -> str:
-    plan = getattr(state, "plan", None)
-    if plan is None:  # a vendored copy of runtime 28 or older, before owners had a plan
-        return _served_before_plans(state)
-    form, reason = plan.form.value, plan.reason  # by value: a vendored copy's forms are its own enum's
-    if form == "per block":
-        return f"per-block: {reason}" if plan.fallback else f"per block, {reason}"
-    if form == "alone":
+def form_text(report: OwnerReport) -> str:
+    """The text verify prints for the form of the owner that `report` describes."""
+    if report.form == "per block":
+        return f"per-block: {report.reason}" if report.fallback else f"per block, {report.reason}"
+    if report.form == "alone":
         return ALONE
-    return _whole(state.pieces, state.static, state.prompt, reason, state.kv)
+    return _whole(
+        report.pieces, report.static_calls, report.prompt_calls, report.reason, report.layer_by_layer
+    )
 
 
 def _whole(pieces: str | None, static: bool, prompt: bool, reason: str | None, kv: str | None) -> str:

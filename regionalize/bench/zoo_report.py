@@ -118,20 +118,41 @@ def _table_row(row: Row, starts: list[tuple[str, str]]) -> str:
 
 def form(result: dict[str, Any]) -> str:
     """The form the rewrite ran in: hierarchical (every owner compiled whole), or per block, and why."""
-    forms = result.get("accounting", {}).get("regional", {}).get("forms", {})
-    if not forms:
+    owners = owner_records(result)
+    if not owners:
         return "per-block"
-    fallen = sorted(owner for owner, served in forms.items() if served.startswith("per-block:"))
+    per_block = [owner for owner in owners if owner["form"] == "per block"]
+    fallen = sorted(owner["owner"] for owner in per_block if owner["fallback"])
     if fallen:
         return f"per-block (fell back: {', '.join(fallen)})"
-    if any(served.startswith("per block, ") for served in forms.values()):
+    if per_block:
         return "per-block (this torch does not reuse a traced region)"
-    alone = sorted(owner for owner, served in forms.items() if served == ALONE)
+    alone = sorted(owner["owner"] for owner in owners if owner["form"] == "alone")
     if alone:
-        if len(alone) == len(forms):
+        if len(alone) == len(owners):
             return "per-block (one block per owner)"
         return f"hierarchical ({', '.join(alone)}: {ALONE})"
     return "hierarchical"
+
+
+def owner_records(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The regional variant's owners as records (`regionalize.describe`); for a result kept by a release
+    before there were records, read from the text of each owner's form."""
+    regional = result.get("accounting", {}).get("regional", {})
+    if "owners" in regional:
+        return regional["owners"]
+    return [
+        {
+            "owner": owner,
+            "form": "alone"
+            if text == ALONE
+            else "per block"
+            if text.startswith(("per-block:", "per block, "))
+            else "whole",
+            "fallback": text.startswith("per-block:"),
+        }
+        for owner, text in regional.get("forms", {}).items()
+    ]
 
 
 def measured(columns: tuple[tuple[str, str], ...], results: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ Each module has one job:
 - `owner.py` compiles an owner whole, serves its calls, and retries or falls back where a compile fails.
 - `plan.py` picks the form that an owner takes at its first call.
 - `state.py` holds what the runtime keeps for each owner and for the process.
+- `describe.py` describes each owner of a model as a record: its form, why, and its saved frame.
 - `regions.py` makes a block class's `forward` a nested compile region, with a stand-in for its cache.
 - `nested.py` wraps a function as a nested compile region with flat arguments and packed outputs.
 - `outer.py` lets a module that holds stages take their blocks and be compiled as one owner.
@@ -31,6 +32,22 @@ Each module has one job:
 `--vendor` copies this package, unchanged, into a rewritten package as `_regionalize/` (docs/vendoring.md).
 """
 
-from .api import compile_direct, compile_region, compile_regions, eager, guard_filter, symbolic_ints
+from .api import (
+    compile_direct,
+    compile_region,
+    compile_regions,
+    describe,
+    eager,
+    guard_filter,
+    symbolic_ints,
+)
 
-__all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]
+__all__ = [
+    "compile_direct",
+    "compile_region",
+    "compile_regions",
+    "describe",
+    "eager",
+    "guard_filter",
+    "symbolic_ints",
+]

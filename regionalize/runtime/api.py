@@ -15,12 +15,21 @@ from torch import nn
 
 from .bypass import dispatch as compile_direct
 from .bypass import guard_filter
+from .describe import describe
 from .fixes import eager, symbolic_ints
 from .kv import layer_idx
 from .owner import register_block
 from .regions import kv_name
 
-__all__ = ["compile_direct", "compile_region", "compile_regions", "eager", "guard_filter", "symbolic_ints"]
+__all__ = [
+    "compile_direct",
+    "compile_region",
+    "compile_regions",
+    "describe",
+    "eager",
+    "guard_filter",
+    "symbolic_ints",
+]
 
 # The codemod's fixes call these public names: `eager` keeps a per-block integer out of the compiled
 # region, `symbolic_ints` traces a forward with its modules' integer attributes symbolic, `guard_filter`

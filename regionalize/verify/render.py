@@ -38,8 +38,8 @@ def verdict(result: dict[str, Any]) -> str:
     if not result["state_dict_compatible"]:
         problems.append("the original checkpoint does not load strictly")
     warning = " (warning: blocks fell back to eager, see above)" if result["fell_back_to_eager"] else ""
-    forms = result["accounting"].get("regional", {}).get("forms", {})
-    if any(form.startswith("per-block:") for form in forms.values()):
+    owners = result["accounting"].get("regional", {}).get("owners", [])
+    if any(owner["form"] == "per block" and owner["fallback"] for owner in owners):
         warning += " (warning: an owner could not be compiled whole and runs per block, see above)"
     if problems:
         return "FAIL: " + "; ".join(problems) + warning

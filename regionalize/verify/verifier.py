@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from regionalize.bench.accounting import GraphAccount, recording, served_forms
+from regionalize.bench.accounting import GraphAccount, note_owners, recording
 from regionalize.bench.loading import Target, import_paths, user_traceback
 from regionalize.bench.progress import QUIET, Progress
 from regionalize.bench.session import (
@@ -238,7 +238,7 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
                 # The whole run, workloads included: a second call with a filled cache can recompile.
                 with recording() as account:
                     call(built)
-                account.forms = served_forms(built.model)
+                note_owners(account, built.model)
                 accounts[variant.name] = account
             ready[variant.name] = built
         except VariantUnavailable as exc:
