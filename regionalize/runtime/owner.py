@@ -183,7 +183,7 @@ def owner_serve(owner, whole, args, kwargs):
     if (
         not state.settled
         or state.version != process.replaced
-        or (state.plan.form is Form.PIECES and state.first != [first_parameter(owner)])
+        or (state.plan.form is Form.PIECES and state.first != first_parameter(owner))
         or whole is None  # another thread's first call set the owner up while this call waited
     ):
         whole = locked(owner_setup, owner, whole, graphs)
@@ -238,8 +238,8 @@ def owner_setup(owner, whole, graphs):
     if not state.settled:  # by the first call every module of the model is built and set up
         state.settled = True
         inductor = state.kwargs.get("backend", "inductor") == "inductor"
-        parameter = first_parameter(owner)  # its first parameter's (dtype, device), or None
-        if inductor and parameter is not None and parameter[1].type == "cpu":
+        parameter = first_parameter(owner)  # its first parameter's (dtype, device), or () without one
+        if inductor and parameter and parameter[1].type == "cpu":
             start_cpu_check()  # it runs while Dynamo traces
         indexed = state.indexed
         kv = bool(indexed) and all(attribute and region_of(type(b)).name for b, attribute in indexed)
@@ -263,10 +263,10 @@ def owner_setup(owner, whole, graphs):
     # torch 2.11 skips the guards on a module's parameters while its dicts are unchanged, so a frame would
     # run on after `.to()` changed them in place. An owner in pieces therefore compiles a new frame when its
     # first parameter's dtype or device changes.
-    if state.plan.form is Form.PIECES and state.first != [first := first_parameter(owner)]:
-        if state.first:  # known before, and changed since
+    if state.plan.form is Form.PIECES and state.first != (first := first_parameter(owner)):
+        if state.first is not None:  # known before, and changed since
             whole = owner_compiled(owner, state.kwargs)
-        state.first = [first]
+        state.first = first
     return whole
 
 
@@ -285,9 +285,10 @@ def fell_back(owner, state):
         locked(refuse, owner, entry)
 
 
-def first_parameter(owner):
+def first_parameter(owner: torch.nn.Module) -> tuple:
+    """Returns the (dtype, device) of the owner's first parameter, or () where it has none."""
     first = next(owner.parameters(), None)
-    return None if first is None else (first.dtype, first.device)
+    return () if first is None else (first.dtype, first.device)
 
 
 def run_whole(owner, state, whole, args, kwargs):
@@ -324,7 +325,7 @@ def run_whole(owner, state, whole, args, kwargs):
             and inductor_pieces()
         ):
             reason = f"its blocks cannot be nested regions ({why})"
-            state.plan, state.first = Plan(Form.PIECES, reason, fallback=True), [first_parameter(owner)]
+            state.plan, state.first = Plan(Form.PIECES, reason, fallback=True), first_parameter(owner)
             this_call.tracing = "flat"
             whole = owner_compiled(owner, state.kwargs)
         else:

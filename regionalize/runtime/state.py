@@ -42,8 +42,8 @@ class OwnerState:
     direct: bool  # guard_bypass="depyf", which calls the frame's compiled code without guards
     save: bool = False  # its compiled frame saved for a later process (`saved.py`)
     compiled: int = 0  # blocks compiled one by one so far
-    # A list holding its first parameter's (dtype, device) once known, which may be None
-    first: list = field(default_factory=list)
+    # Its first parameter's (dtype, device), or () where it has none; None until known.
+    first: tuple | None = None
     growing: bool = False  # a call handed a cache that holds keys
     # (block, cache attribute) for each block traced in its frame until its first call
     indexed: list = field(default_factory=list)
