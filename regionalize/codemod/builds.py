@@ -12,7 +12,8 @@ from regionalize.codemod.nodes import Walked, dotted_name, walk
 
 
 class FileFacts(Protocol):
-    """What these readers ask of a file's facts (prescan's `FileFacts`, which imports this module)."""
+    """What these readers ask of a file's facts (`file_facts.FileFacts`, which prescan fills;
+    prescan imports this module)."""
 
     def resolve(self, dotted: str) -> str: ...
     def holds(self, full: str) -> bool | None: ...

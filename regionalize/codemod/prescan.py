@@ -3,25 +3,22 @@
 LibCST parses several times slower than `ast` and its visitors are slower still, while most of a model
 file (configs, attention maths, docstrings) holds no site. So `ast` answers the file-wide questions
 (imports, containers, what is compiled already, what the file's classes build); `parse_spans.py` says which
-top-level statements can hold a site, and only those are parsed with LibCST and rewritten.
+top-level statements can hold a site, and only those are parsed with LibCST and rewritten. The answers are
+a `file_facts.FileFacts`.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from regionalize.codemod import builds, declarations
-from regionalize.codemod.declarations import Declaration
-from regionalize.codemod.definitions import Definition
+from regionalize.codemod.file_facts import CONTAINERS, FileFacts, Lookup, nothing
 from regionalize.codemod.nodes import Walked, dotted_name, strip_values, walk
 from regionalize.shared import helpers
 
-CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
-# Modules whose ModuleList / Sequential / ModuleDict are torch.nn's with an `init_cfg` (OpenMMLab).
-CONTAINER_MODULES = ("torch.nn.", "mmengine.model.", "mmcv.runner.", "mmcv.cnn.")
 # Names that make a top-level statement worth a LibCST parse.
 # The calls that compile their first argument: the API's, and an earlier release's helpers, as a module of
 # the package read for what it holds (`transform._holders_of`) is read as it is on disk.
@@ -33,123 +30,6 @@ COMPILING_HELPERS = {
     helpers.CUDA_GRAPHS,
 }
 TORCH_MODULES = re.compile(r"^torch\.nn\.modules(\.\w+)?(?=\.)")
-# What the file's package defines under an imported name (`package.py`), or None.
-Lookup = Callable[[str], "Definition | None"]
-
-
-def nothing(name: str) -> None:
-    """The lookup of a file read on its own: nothing is known of what it imports."""
-    return None
-
-
-@dataclass
-class FileFacts:
-    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted name
-    compiled_iterables: set[str] = field(default_factory=set)  # `self.layers`, `.layers`, `blocks`
-    container_attrs: set[str] = field(default_factory=set)  # attributes assigned a container
-    torch_bound: bool = False  # `torch` is a module-level name
-    top_level_defs: set[str] = field(default_factory=set)
-    # Lines (first, last) of the top-level classes with a `forward` of their own: the owners that can be
-    # compiled whole around the blocks their methods build.
-    owners: list[tuple[int, int]] = field(default_factory=list)
-    classes: list[tuple[str, int, int]] = field(default_factory=list)  # every class: name, first, last line
-    # Block classes that update a cache of their own (int_fixes' `cache_blocks`), each with the
-    # attribute that indexes its cache, or None.
-    cache_blocks: dict[str, str | None] = field(default_factory=dict)
-    # Classes of this file whose own blocks are compiled: compiling them too would inline those blocks.
-    holders: frozenset[str] = frozenset()
-    # Those of them whose blocks are nested regions of them, their owner: a stage (RGZ006).
-    regional: frozenset[str] = frozenset()
-    # Lines of the loops that make a container's blocks nested regions of `self` (a rewrite's, read back).
-    regional_loops: list[int] = field(default_factory=list)
-    # Classes defined in the file: does the class build submodules (a block) or only tensors (a leaf)?
-    holds_submodules: dict[str, bool | None] = field(default_factory=dict)  # None: cannot tell
-    # Other container classes, by resolved name: subclasses defined in the file or imported from its
-    # package, the `containers` setting.
-    containers: dict[str, str] = field(default_factory=dict)
-    # Functions returning a container of deep copies of their first argument, defined in the file.
-    clone_helpers: set[str] = field(default_factory=set)
-    # Classes that define an __init__ of their own.
-    own_init: set[str] = field(default_factory=set)
-    # Local names of the clone helpers imported from the package, found while scanning.
-    imported_clone_helpers: set[str] = field(default_factory=set)
-    # Functions of the file whose every return builds a class (`get_down_block`): what they return.
-    factories: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # The repeated blocks the file's classes declare, the classes inside those models, and the
-    # `_repeated_blocks` declared anywhere in the package (read by the codemod, for the file rewritten).
-    declarations: list[Declaration] = field(default_factory=list)
-    inside: set[str] = field(default_factory=set)
-    package_declarations: list[Declaration] = field(default_factory=list)
-    outside: Lookup = nothing
-
-    def container_kind(self, name: str) -> str | None:
-        """ "ModuleList", "Sequential" or "ModuleDict" for a (dotted, local) name of a container class."""
-        full = self.resolve(name)
-        last = full.rsplit(".", 1)[-1]
-        if full in self.containers:
-            return self.containers[full]
-        if last in CONTAINERS and full.startswith(CONTAINER_MODULES):
-            return last
-        return None
-
-    def is_container(self, func: ast.expr) -> bool:
-        """Is `func`, the callee of a call, a container class (`nn.ModuleList(..)`)?"""
-        name = dotted_name(func)
-        return name is not None and self.container_kind(name) is not None
-
-    def holds(self, full: str) -> bool | None:
-        """Does the class of this resolved name build submodules? None: not defined in the package."""
-        if full in self.holds_submodules:
-            return self.holds_submodules[full]
-        defined = self.outside(full)
-        return defined.holds_submodules if defined else None
-
-    def holds_compiled(self, full: str) -> bool:
-        """Is this a class of the package whose own repeated blocks are compiled in its module?"""
-        defined = self.outside(full)
-        return defined is not None and defined.holds_compiled()
-
-    def owns_regions(self, full: str) -> bool:
-        """Is this a class of the package whose own repeated blocks are nested regions of it?"""
-        defined = self.outside(full)
-        return defined is not None and defined.owns_regions()
-
-    def factory(self, full: str) -> tuple[str, ...] | None:
-        """The classes a factory function of the file or its package returns (resolved names)."""
-        if full in self.factories:
-            return self.factories[full]
-        defined = self.outside(full)
-        return defined.returns if defined else None
-
-    def declaring(self, block: str) -> Declaration | None:
-        """The declaration that names this class (by its last name) as a repeated block."""
-        return next((d for d in self.declarations + self.package_declarations if block in d.blocks), None)
-
-    def declaration_over(self, scope: str | None) -> Declaration | None:
-        """The declaration that says which blocks a site in class `scope` (None: outside any class) may
-        compile: the package's `_repeated_blocks`, or a declaration of a model of the file it is inside."""
-        if self.package_declarations:  # the file's own first, when it is one of them
-            own = [d for d in self.declarations if d in self.package_declarations]
-            return (own or self.package_declarations)[0]
-        return self.declarations[0] if scope in self.inside else None
-
-    def is_clone_helper(self, full: str) -> bool:
-        defined = self.outside(full)
-        return defined is not None and defined.clones
-
-    def builds_itself(self, full: str) -> bool:
-        """Is this a container subclass of the package whose own __init__ builds what it holds?"""
-        defined = self.outside(full)
-        return defined is not None and defined.container is not None and defined.builds_itself
-
-    def container_names(self) -> set[str]:
-        """Local spellings a container call can have, for scanning before names are resolved."""
-        return CONTAINERS | {name.rsplit(".", 1)[-1] for name in self.containers}
-
-    def resolve(self, dotted: str) -> str:
-        head, _, rest = dotted.partition(".")
-        full = self.imports.get(head, head)
-        return f"{full}.{rest}" if rest else full
 
 
 def scan(
@@ -167,81 +47,141 @@ def scan(
     """
     facts = FileFacts(outside=outside)
     facts.containers = {name: kind_by_name(name) for name in containers}
-    loops: list[ast.For] = []
-    assigns: list[ast.Assign | ast.AnnAssign] = []
     # One walk: three over a 3,000-line modeling file were a sixth of a bulk run.
     walked = walked or Walked(tree)
-    everything = walked.nodes
-    named: list[ast.Call | ast.ClassDef] = []  # what `_called_or_derived` reads
-    classes: list[ast.ClassDef] = []
+    nodes = _sort_nodes(walked.nodes, facts)
+    _normalize_imports(facts)
+    # Before the classes, which may derive from these. Each name can mean reading another module.
+    _look_up_imported(facts, {n for node in nodes.named for n in _called_or_derived(node, calls)})
+    _read_top_level_builds(tree, facts, walked)
+    facts.declarations = declarations.read(tree)
+    if facts.declarations:
+        facts.inside = declarations.inside(tree, {d.model for d in facts.declarations}, walked)
+    _add_container_subclasses(facts, nodes.classes)
+    _read_factories(tree, facts, walked)
+    _read_top_level_names(tree, facts)
+    _read_compiled_blocks(facts, nodes)
+    _read_container_attrs(facts, nodes.assigns)
+    return facts
+
+
+@dataclass
+class _Nodes:
+    """The nodes of a file that `scan` reads further, each kind in the order of the walk."""
+
+    loops: list[ast.For] = field(default_factory=list)
+    assigns: list[ast.Assign | ast.AnnAssign] = field(default_factory=list)
+    named: list[ast.Call | ast.ClassDef] = field(default_factory=list)  # what `_called_or_derived` reads
+    classes: list[ast.ClassDef] = field(default_factory=list)
+
+
+def _sort_nodes(everything: list[ast.AST], facts: FileFacts) -> _Nodes:
+    """Sorts the walked nodes by kind, recording the imports and classes in `facts` on the way."""
+    nodes = _Nodes()
     for node in everything:
         kind = type(node)  # one look-up per node, not a chain of isinstance: most nodes are none of these
         if kind is ast.Call:
-            named.append(node)  # type: ignore[arg-type]
+            nodes.named.append(node)  # type: ignore[arg-type]
         elif kind not in _SCANNED:
             continue
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    facts.imports[alias.asname] = alias.name
-                else:
-                    head = alias.name.split(".")[0]
-                    facts.imports[head] = head
+            _add_import(facts, node)
         elif isinstance(node, ast.ImportFrom):
-            base = "." * node.level + (node.module or "")
-            for alias in node.names:
-                if alias.name == "*":
-                    if base in ("torch.nn", "torch.nn.modules"):
-                        facts.imports.update({n: f"torch.nn.{n}" for n in CONTAINERS})
-                    continue
-                sep = "" if base.endswith(".") else "."
-                facts.imports[alias.asname or alias.name] = f"{base}{sep}{alias.name}"
+            _add_import_from(facts, node)
         elif isinstance(node, ast.For):
-            loops.append(node)
+            nodes.loops.append(node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            assigns.append(node)
+            nodes.assigns.append(node)
         elif isinstance(node, ast.ClassDef):
             facts.classes.append((node.name, node.lineno, node.end_lineno or node.lineno))
-            named.append(node)
-            classes.append(node)
+            nodes.named.append(node)
+            nodes.classes.append(node)
+    return nodes
+
+
+def _add_import(facts: FileFacts, node: ast.Import) -> None:
+    """Records the local names an `import` statement binds."""
+    for alias in node.names:
+        if alias.asname:
+            facts.imports[alias.asname] = alias.name
+        else:
+            head = alias.name.split(".")[0]
+            facts.imports[head] = head
+
+
+def _add_import_from(facts: FileFacts, node: ast.ImportFrom) -> None:
+    """Records the local names a `from ... import` statement binds (torch.nn's containers for a `*`)."""
+    base = "." * node.level + (node.module or "")
+    for alias in node.names:
+        if alias.name == "*":
+            if base in ("torch.nn", "torch.nn.modules"):
+                facts.imports.update({n: f"torch.nn.{n}" for n in CONTAINERS})
+            continue
+        sep = "" if base.endswith(".") else "."
+        facts.imports[alias.asname or alias.name] = f"{base}{sep}{alias.name}"
+
+
+def _normalize_imports(facts: FileFacts) -> None:
+    """Spells torch.nn's modules as torch.nn, and gives a container of the setting its imported name."""
     facts.imports = {k: TORCH_MODULES.sub("torch.nn", v) for k, v in facts.imports.items()}
     # A setting may name a class by its bare name; a file imports it under its dotted one.
     for full in facts.imports.values():
         if full.rsplit(".", 1)[-1] in facts.containers and full not in facts.containers:
             facts.containers[full] = facts.containers[full.rsplit(".", 1)[-1]]
-    # Before the classes, which may derive from these. Each name can mean reading another module.
-    used = {n for node in named for n in _called_or_derived(node, calls)}
+
+
+def _look_up_imported(facts: FileFacts, used: set[str]) -> None:
+    """Records which of the `used` imported names are the package's containers or clone helpers."""
     for local, full in facts.imports.items():
         if local not in used:
             continue
-        defined = outside(full)
+        defined = facts.outside(full)
         if defined and defined.container:
             facts.containers[full] = defined.container
         elif defined and defined.clones:
             facts.imported_clone_helpers.add(local)
+
+
+def _read_top_level_builds(tree: ast.Module, facts: FileFacts, walked: Walked) -> None:
+    """Records what each top-level class builds, the owners, the own `__init__`s and the clone helpers."""
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):
             facts.holds_submodules[statement.name] = builds.holds_submodules(statement, facts, walked)
-            if any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in statement.body):
+            if _has_method(statement, "forward"):
                 facts.owners.append((statement.lineno, statement.end_lineno or statement.lineno))
-            if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in statement.body):
+            if _has_method(statement, "__init__"):
                 facts.own_init.add(statement.name)
         elif isinstance(statement, ast.FunctionDef) and builds.makes_clones(statement, facts, walked):
             facts.clone_helpers.add(statement.name)
-    facts.declarations = declarations.read(tree)
-    if facts.declarations:
-        facts.inside = declarations.inside(tree, {d.model for d in facts.declarations}, walked)
-    for cls in classes:  # subclasses of containers, in the order they are defined
+
+
+def _has_method(cls: ast.ClassDef, name: str) -> bool:
+    """Does the class define a (plain) method of this name in its own body?"""
+    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in cls.body)
+
+
+def _add_container_subclasses(facts: FileFacts, classes: list[ast.ClassDef]) -> None:
+    """Records the file's subclasses of containers, in the order they are defined."""
+    for cls in classes:
         kinds = [facts.container_kind(n) for b in cls.bases if (n := dotted_name(b))]
         if kind := next((k for k in kinds if k), None):
             facts.containers[cls.name] = kind
-    for statement in tree.body:  # after the containers: a factory returns a block, not a container
+
+
+def _read_factories(tree: ast.Module, facts: FileFacts, walked: Walked) -> None:
+    """Records the top-level functions that build a class; after the containers: a factory returns a
+    block, not a container."""
+    for statement in tree.body:
         if (
             isinstance(statement, ast.FunctionDef)
             and statement.name not in facts.clone_helpers
             and (returns := builds.returns_classes(statement, facts, walked))
         ):
             facts.factories[statement.name] = returns
+
+
+def _read_top_level_names(tree: ast.Module, facts: FileFacts) -> None:
+    """Records whether `torch` is a module-level name, and the top-level definitions."""
     for statement in tree.body:
         if isinstance(statement, ast.Import):
             facts.torch_bound |= any(
@@ -249,21 +189,30 @@ def scan(
             )
         elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             facts.top_level_defs.add(statement.name)
-    for loop in loops:
+
+
+def _read_compiled_blocks(facts: FileFacts, nodes: _Nodes) -> None:
+    """Records the iterables whose blocks loops or starred calls compile, and which make them regions of
+    `self`."""
+    for loop in nodes.loops:
         if _compiles(loop, facts):
             if _regional(loop):
                 facts.regional_loops.append(loop.lineno)
             _compiled(facts, loop.iter)
-    for call in named:  # `regionalize.compile_region(*self.layers, owner=self)`: a loop's work in one call
+    # `regionalize.compile_region(*self.layers, owner=self)`: a loop's work in one call
+    for call in nodes.named:
         if type(call) is ast.Call and (starred := _starred(call)) is not None:
             if _owned_by_self(call):
                 facts.regional_loops.append(call.lineno)
             _compiled(facts, starred)
+
+
+def _read_container_attrs(facts: FileFacts, assigns: list[ast.Assign | ast.AnnAssign]) -> None:
+    """Records the attributes assigned a container (`self.layers = nn.ModuleList(..)`)."""
     for assign in assigns:
         if isinstance(assign.value, ast.Call) and facts.is_container(assign.value.func):
             targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
             facts.container_attrs |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
-    return facts
 
 
 _SCANNED = {ast.Import, ast.ImportFrom, ast.For, ast.Assign, ast.AnnAssign, ast.ClassDef}

@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from regionalize.bench.progress import QUIET, Progress
 from regionalize.bench.starts import QUICK_STARTS, STARTS, start_kinds
 from regionalize.shared.options import Options
 from regionalize.shared.source_files import write_output
+
+if TYPE_CHECKING:
+    from regionalize.bench.loading import Target, VerifyError
+    from regionalize.bench.workloads import GenerateSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 DEFAULT_OPTIONS = Options()
@@ -79,29 +83,15 @@ def run_verify(
     names variants left out (`manifest.SKIPPABLE`'s values).
     Returns 0 equivalent and checkpoint-compatible, 1 a check failed, 2 the user's code could not run.
     """
-    from regionalize.bench.loading import Unchanged, VerifyError, resolve_target
-    from regionalize.verify import render
+    from regionalize.bench.loading import VerifyError
 
-    result: dict[str, Any] = {
-        "model": model_path,
-        "factory": factory,
-        "rewritten": rewritten,
-        "options": {"style": options.style, "backend": options.backend},
-    }
+    result = _first_result(model_path, factory, rewritten, options)
     try:
-        if workload not in (None, "generate"):
-            raise VerifyError("workload", f"unknown workload {workload!r}: the one built in is generate")
-        if tokens < 1 or prompt_len < 1:
-            raise VerifyError("workload", "--tokens and --prompt-len must be at least 1")
-        progress(f"importing {model_path or factory}")
-        target = resolve_target(model_path, factory)
-        result["model"] = str(target.model_path)
-        from regionalize.bench.workloads import CACHES, GenerateSpec
+        _check_workload(workload, tokens, prompt_len)
+        target = _import_target(model_path, factory, progress, result)
         from regionalize.verify.verifier import verify
 
-        if cache not in CACHES:
-            raise VerifyError("workload", f"unknown cache {cache!r}: choose one of {', '.join(CACHES)}")
-        generate = GenerateSpec(tokens, prompt_len, cache) if workload else None
+        generate = _generate_spec(workload, tokens, prompt_len, cache)
         result = verify(
             target,
             factory,
@@ -117,23 +107,89 @@ def run_verify(
         )
         code = EXIT_OK if result["equivalent"] and result["state_dict_compatible"] else EXIT_FAILED
     except VerifyError as exc:
-        result["error"] = {
-            "stage": exc.stage,
-            "message": exc.message,
-            "traceback": exc.details,
-            "unchanged": isinstance(exc, Unchanged),  # a zoo's row "unchanged", not "error"
-        }
+        result["error"] = _error_json(exc)
         code = EXIT_ERROR
+    return _report(result, code, out, json_out)
+
+
+def _first_result(
+    model_path: str | None, factory: str, rewritten: str | None, options: Options
+) -> dict[str, Any]:
+    """Returns the result's keys known before anything runs: what is verified, and with which options."""
+    return {
+        "model": model_path,
+        "factory": factory,
+        "rewritten": rewritten,
+        "options": {"style": options.style, "backend": options.backend},
+    }
+
+
+def _check_workload(workload: str | None, tokens: int, prompt_len: int) -> None:
+    """Raises VerifyError for a workload other than the built-in one, or sizes below 1."""
+    from regionalize.bench.loading import VerifyError
+
+    if workload not in (None, "generate"):
+        raise VerifyError("workload", f"unknown workload {workload!r}: the one built in is generate")
+    if tokens < 1 or prompt_len < 1:
+        raise VerifyError("workload", "--tokens and --prompt-len must be at least 1")
+
+
+def _generate_spec(workload: str | None, tokens: int, prompt_len: int, cache: str) -> GenerateSpec | None:
+    """Returns what `--workload generate` generates (None: one forward); raises VerifyError for an unknown
+    cache."""
+    from regionalize.bench.loading import VerifyError
+    from regionalize.bench.workloads import CACHES, GenerateSpec
+
+    if cache not in CACHES:
+        raise VerifyError("workload", f"unknown cache {cache!r}: choose one of {', '.join(CACHES)}")
+    return GenerateSpec(tokens, prompt_len, cache) if workload else None
+
+
+def _import_target(
+    model_path: str | None, factory: str, progress: Progress, result: dict[str, Any]
+) -> Target:
+    """Imports the model's module and finds its factory; records the module's path in `result`."""
+    from regionalize.bench.loading import resolve_target
+
+    progress(f"importing {model_path or factory}")
+    target = resolve_target(model_path, factory)
+    result["model"] = str(target.model_path)
+    return target
+
+
+def _error_json(exc: VerifyError) -> dict[str, Any]:
+    """Returns the result's `error` entry for a verify that could not run."""
+    from regionalize.bench.loading import Unchanged
+
+    return {
+        "stage": exc.stage,
+        "message": exc.message,
+        "traceback": exc.details,
+        "unchanged": isinstance(exc, Unchanged),  # a zoo's row "unchanged", not "error"
+    }
+
+
+def _report(result: dict[str, Any], code: int, out: TextIO | None, json_out: str | None) -> int:
+    """Prints the result's table and, with `json_out`, writes its JSON; returns the exit status."""
+    from regionalize.verify import render
+
     result.setdefault("error", None)
     result["exit_code"] = code
     print(render.table(result), end="", file=out or sys.stdout)
-    if json_out:
-        ordered = {key: result[key] for key in _LEADING if key in result} | result
-        unwritten = write_output(json_out, json.dumps(ordered, indent=2, default=str) + "\n", "JSON")
-        if unwritten:
-            print(unwritten, file=sys.stderr)
-            return EXIT_ERROR
+    if json_out and not _write_json(result, json_out):
+        return EXIT_ERROR
     return code
+
+
+def _write_json(result: dict[str, Any], json_out: str) -> bool:
+    """Writes the result to `json_out` as one JSON object, headline keys first; False (the reason said on
+    standard error) where it cannot."""
+    ordered = {key: result[key] for key in _LEADING if key in result} | result
+    unwritten = write_output(json_out, json.dumps(ordered, indent=2, default=str) + "\n", "JSON")
+    if unwritten:
+        print(unwritten, file=sys.stderr)
+        return False
+    return True
 
 
 def run_manifest(

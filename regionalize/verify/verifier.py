@@ -23,6 +23,7 @@ from regionalize.bench.session import (
     VARIANTS,
     Built,
     Subject,
+    Variant,
     VariantUnavailable,
     compile_cache,
     resolve_device,
@@ -214,40 +215,12 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
     """Per variant in this process: Dynamo's accounting of the first call; then steady-state latency in
     interleaved rounds (one round of each variant in turn), so that drift of the machine (clock, other
     load) falls on every variant alike; the spread over the rounds is reported with the median."""
-    accounts: dict[str, GraphAccount] = {}
-    steady: dict[str, float | None] = {}
     skipped: dict[str, str] = {}
-    ready: dict[str, Built] = {}
-    for variant in VARIANTS:
-        steady[variant.name] = None
-        if variant.name in skip:
-            skipped[variant.name] = "left out of this run by --skip"
-            continue
-        if variant.name == "per_block" and not subject.options.hierarchical:
-            skipped[variant.name] = "the rewrite verified is the per-block form"
-            continue
-        if variant.name == "regional_bypass" and subject.generate is not None:
-            # The decoder layers take the KV cache, an argument the dispatcher never keys on, so every
-            # call takes the guarded path: the variant would time "regional" a second time.
-            skipped[variant.name] = "not run with --workload generate: the KV cache is never bypassed"
-            continue
-        try:
-            progress(f"first call of {variant.name} (graphs, recompiles, fallbacks)")
-            built = subject.build(variant)
-            if variant.compiled:
-                # The whole run, workloads included: a second call with a filled cache can recompile.
-                with recording() as account:
-                    call(built)
-                note_owners(account, built.model)
-                accounts[variant.name] = account
-            ready[variant.name] = built
-        except VariantUnavailable as exc:
-            skipped[variant.name] = str(exc)
-        except Exception as exc:  # one variant failing to run must not hide the others' figures
-            skipped[variant.name] = f"{type(exc).__name__}: {exc}"
+    accounts, ready = _first_calls(subject, progress, skip, skipped)
     rounds: dict[str, list[float]] = {name: [] for name in ready}
     depths = {name: itertools.cycle(STACK_DEPTHS) for name in ready}
     per_token: dict[str, list[float]] = {name: [] for name in ready}
+    # The rounds stay in this function: a helper's frame would move every timed call one frame deeper.
     for number in range(STEADY_ROUNDS):
         progress(f"steady state, round {number + 1} of {STEADY_ROUNDS}: {', '.join(ready)}")
         # The first round's warm-up compiles what the calls take (a decode step, its dynamic variant); later
@@ -270,6 +243,66 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
+    _record_steady(result, list(ready), rounds, per_token)
+    result["skipped"] = skipped
+    _record_accounting(result, accounts)
+
+
+def _first_calls(
+    subject: Subject, progress: Progress, skip: tuple[str, ...], skipped: dict[str, str]
+) -> tuple[dict[str, GraphAccount], dict[str, Built]]:
+    """Builds each variant not skipped and makes its first call, recording a compiled one's accounting;
+    returns the accounts and the built variants, and adds to `skipped` why each other variant is not run."""
+    accounts: dict[str, GraphAccount] = {}
+    ready: dict[str, Built] = {}
+    for variant in VARIANTS:
+        reason = _skip_reason(subject, variant, skip)
+        if reason is not None:
+            skipped[variant.name] = reason
+            continue
+        try:
+            progress(f"first call of {variant.name} (graphs, recompiles, fallbacks)")
+            built = subject.build(variant)
+            if variant.compiled:
+                accounts[variant.name] = _first_call_account(built)
+            ready[variant.name] = built
+        except VariantUnavailable as exc:
+            skipped[variant.name] = str(exc)
+        except Exception as exc:  # one variant failing to run must not hide the others' figures
+            skipped[variant.name] = f"{type(exc).__name__}: {exc}"
+    return accounts, ready
+
+
+def _skip_reason(subject: Subject, variant: Variant, skip: tuple[str, ...]) -> str | None:
+    """Returns why this run leaves the variant out, or None where it runs."""
+    if variant.name in skip:
+        return "left out of this run by --skip"
+    if variant.name == "per_block" and not subject.options.hierarchical:
+        return "the rewrite verified is the per-block form"
+    if variant.name == "regional_bypass" and subject.generate is not None:
+        # The decoder layers take the KV cache, an argument the dispatcher never keys on, so every
+        # call takes the guarded path: the variant would time "regional" a second time.
+        return "not run with --workload generate: the KV cache is never bypassed"
+    return None
+
+
+def _first_call_account(built: Built) -> GraphAccount:
+    """Makes the first call of a compiled variant and returns Dynamo's accounting of it."""
+    # The whole run, workloads included: a second call with a filled cache can recompile.
+    with recording() as account:
+        call(built)
+    note_owners(account, built.model)
+    return account
+
+
+def _record_steady(
+    result: dict[str, Any],
+    ready: list[str],
+    rounds: dict[str, list[float]],
+    per_token: dict[str, list[float]],
+) -> None:
+    """Records the median of each variant's steady rounds, their spread and the median time per token."""
+    steady: dict[str, float | None] = dict.fromkeys(v.name for v in VARIANTS)
     for name in ready:
         steady[name] = statistics.median(rounds[name])
         result["steady_spread_us"][name] = {
@@ -280,7 +313,11 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
         if per_token[name]:
             result["decode_ms_per_token"][name] = statistics.median(per_token[name])
     result["steady_us"] = steady
-    result["skipped"] = skipped
+
+
+def _record_accounting(result: dict[str, Any], accounts: dict[str, GraphAccount]) -> None:
+    """Records each compiled variant's accounting, its counts one key each, and whether a rewrite fell
+    back to eager."""
     result["accounting"] = {name: account.to_json() for name, account in accounts.items()}
     for key, attribute in (
         ("graphs", "graphs"),
