@@ -121,6 +121,16 @@ def test_every_name_the_codemod_writes_is_served_by_the_api_and_the_vendored_cop
     assert public in regionalize.runtime.__all__ and callable(getattr(regionalize.runtime, public))
 
 
+def test_the_package_lists_the_runtimes_public_names() -> None:
+    """`regionalize/__init__.py` lists the public names without importing torch; the runtime's list is
+    api.py's, and the two agree."""
+    import regionalize
+    import regionalize.runtime
+    from regionalize.runtime import api
+
+    assert regionalize.__all__ == regionalize.runtime.__all__ == api.__all__
+
+
 def test_the_codemod_and_the_runtime_name_the_same_cuda_graph_modes() -> None:
     """The codemod compiles a block with no owner without CUDA graphs (their graphs would overwrite each
     other's outputs), and the runtime drops them from blocks it compiles one by one: one rule, written on

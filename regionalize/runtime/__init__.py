@@ -32,22 +32,7 @@ Each module has one job:
 `--vendor` copies this package, unchanged, into a rewritten package as `_regionalize/` (docs/vendoring.md).
 """
 
-from .api import (
-    compile_direct,
-    compile_region,
-    compile_regions,
-    describe,
-    eager,
-    guard_filter,
-    symbolic_ints,
-)
+from . import api
+from .api import *  # noqa: F403 (the public names, listed once in api.py)
 
-__all__ = [
-    "compile_direct",
-    "compile_region",
-    "compile_regions",
-    "describe",
-    "eager",
-    "guard_filter",
-    "symbolic_ints",
-]
+__all__ = api.__all__
