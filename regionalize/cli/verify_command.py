@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -204,16 +204,10 @@ def verify(
     **extra: Any,
 ) -> None:
     from regionalize.bench.progress import Progress
-    from regionalize.verify import run_manifest, run_verify
+    from regionalize.verify import run_verify
 
     if manifest:
-        _manifest_only(click.get_current_context())
-        overrides = {"quick": True} if quick else {}
-        overrides |= {"starts": list(starts)} if starts else {}
-        overrides |= {"timeout": timeout} if timeout else {}
-        overrides |= {"device": device} if device != "auto" else {}
-        progress = Progress(quiet, "zoo")
-        sys.exit(run_manifest(manifest, out_dir, overrides, progress, None, ray_address, resume))
+        _verify_manifest(manifest, out_dir, device, quick, starts, timeout, quiet, ray_address, resume)
     if factory is None:
         raise click.UsageError("give --factory (or --manifest)")
     if out_dir or timeout or ray_address or resume:
@@ -221,16 +215,12 @@ def verify(
     # The same [tool.regionalize] settings and flags as `regionalize rewrite`: verify what it writes.
     local = [model] if model and Path(model).exists() else []
     options = flags.options(flags.settings(local, config_file, extra))
-    # --quick times one fresh process per variant unless --repeats is given too.
-    given = (
-        click.get_current_context().get_parameter_source("repeats") is not click.core.ParameterSource.DEFAULT
-    )
     code = run_verify(
         model,
         factory,
         rewritten,
         device,
-        repeats if given or not quick else 1,
+        _repeats(repeats, quick),
         json_out,
         options,
         cold_start=cold_start,
@@ -244,6 +234,39 @@ def verify(
         skip=tuple(SKIPPABLE[name] for name in skip),
     )
     sys.exit(code)
+
+
+def _verify_manifest(
+    manifest: str,
+    out_dir: str | None,
+    device: str,
+    quick: bool,
+    starts: tuple[str, ...] | None,
+    timeout: int | None,
+    quiet: bool,
+    ray_address: str | None,
+    resume: bool,
+) -> NoReturn:
+    """Verify every entry of a zoo manifest, the flags given overriding the manifest's settings, and exit
+    with the worst entry's status."""
+    from regionalize.bench.progress import Progress
+    from regionalize.verify import run_manifest
+
+    _manifest_only(click.get_current_context())
+    overrides: dict[str, Any] = {"quick": True} if quick else {}
+    overrides |= {"starts": list(starts)} if starts else {}
+    overrides |= {"timeout": timeout} if timeout else {}
+    overrides |= {"device": device} if device != "auto" else {}
+    progress = Progress(quiet, "zoo")
+    sys.exit(run_manifest(manifest, out_dir, overrides, progress, None, ray_address, resume))
+
+
+def _repeats(repeats: int, quick: bool) -> int:
+    """Fresh processes per timing: --quick times one unless --repeats is given too."""
+    given = (
+        click.get_current_context().get_parameter_source("repeats") is not click.core.ParameterSource.DEFAULT
+    )
+    return repeats if given or not quick else 1
 
 
 _WITH_MANIFEST = {"manifest", "out_dir", "timeout", "quick", "starts", "device", "quiet"}

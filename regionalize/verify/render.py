@@ -105,6 +105,16 @@ def _compile(result: dict[str, Any]) -> list[str]:
     runs = max((len(v) for r in result["compile_runs"].values() for v in r.values()), default=0)
     heading = "Time to first token" if result.get("ttft_s") is not None else "Compile (first call)"
     lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
+    lines += _start_rows(result, names, width)
+    lines.append(f"  (median of {runs} fresh processes each)" if runs else "  (fresh-process timing skipped)")
+    lines += _accounting_rows(result["accounting"], names, width)
+    lines += _account_notes(result["accounting"], names)
+    return lines
+
+
+def _start_rows(result: dict[str, Any], names: list[str], width: int) -> list[str]:
+    """A row of seconds for each kind of start measured, then the sizes of what a start left on disk."""
+    lines = []
     for label, key in (
         ("warm process", "compile_s"),
         ("cold process", "compile_cold_s"),
@@ -120,19 +130,20 @@ def _compile(result: dict[str, Any]) -> list[str]:
         top, bottom = values.get("full"), values.get("regional")
         speedup = f"{top / bottom:.2f}x" if top and bottom else "-"
         lines.append(f"  {label:<{_LABEL - 2}}{cells}{speedup:>16}")
-    sizes = result.get("artifact_bytes") or {}
-    if any(sizes.values()):
-        cells = "".join(f"{_kib(sizes.get(n)):>{width}}" for n in names)
-        lines.append(f"  {'artifact size':<{_LABEL - 2}}{cells}")
-    sizes = result.get("saved_owner_bytes") or {}
-    if any(sizes.values()):
-        cells = "".join(f"{_kib(sizes.get(n)):>{width}}" for n in names)
-        lines.append(f"  {'saved owners size':<{_LABEL - 2}}{cells}")
+    for label, key in (("artifact size", "artifact_bytes"), ("saved owners size", "saved_owner_bytes")):
+        sizes = result.get(key) or {}
+        if any(sizes.values()):
+            cells = "".join(f"{_kib(sizes.get(n)):>{width}}" for n in names)
+            lines.append(f"  {label:<{_LABEL - 2}}{cells}")
     for name, owners in (result.get("saved_owners_hot") or {}).items():
         found = ", ".join(f"{owner} {how}" for owner, how in owners.items())
         lines.append(f"  {name} hot start, saved owners: {found}")
-    lines.append(f"  (median of {runs} fresh processes each)" if runs else "  (fresh-process timing skipped)")
-    accounting = result["accounting"]
+    return lines
+
+
+def _accounting_rows(accounting: dict[str, Any], names: list[str], width: int) -> list[str]:
+    """What each variant compiled: a row a count, a cell a variant."""
+    lines = []
     for label, render in (
         ("frames / graphs", lambda a: f"{a['frames']} / {a['graphs']}"),
         ("recompiles", lambda a: str(a["recompiles"])),
@@ -147,6 +158,12 @@ def _compile(result: dict[str, Any]) -> list[str]:
     ):
         cells = "".join(f"{render(accounting[n]) if n in accounting else '-':>{width}}" for n in names)
         lines.append(f"  {label:<{_LABEL - 2}}{cells}")
+    return lines
+
+
+def _account_notes(accounting: dict[str, Any], names: list[str]) -> list[str]:
+    """A line for each reason a variant recompiled, broke its graph or fell back, and each owner's form."""
+    lines = []
     for name in names:
         account = accounting.get(name)
         if not account:

@@ -70,46 +70,8 @@ def verify(
     variants left out (`manifest.SKIPPABLE`'s values), reported as skipped.
     """
     device = resolve_device(device)
-    result: dict[str, Any] = {
-        "model": str(target.model_path),
-        "factory": factory,
-        "rewritten": rewritten,
-        "device": device,
-        "torch_version": torch.__version__,
-        "options": options_to_json(options),
-    }
-    # Every key is present whatever happens below, so the JSON's consumers need no special cases.
     compiled = [v.name for v in VARIANTS if v.compiled and v.time_compile]
-    result.update(
-        steady_us=dict.fromkeys(v.name for v in VARIANTS),
-        steady_spread_us={},
-        skipped={},
-        accounting={},
-        graphs={},
-        frames={},
-        recompiles={},
-        graph_breaks={},
-        fell_back_to_eager=False,
-        compile_s=dict.fromkeys(compiled),
-        compile_cold_s=dict.fromkeys(compiled),
-        # A restarted process: the caches a first process left on disk (hot), or only the portable
-        # artifacts it saved (artifact), with their size in bytes.
-        compile_hot_s=dict.fromkeys(compiled),
-        compile_artifact_s=dict.fromkeys(compiled),
-        artifact_bytes=dict.fromkeys(compiled),
-        compile_speedup=None,
-        compile_cold_speedup=None,
-        compile_runs={},
-        workload=generate.to_json() if generate else None,
-        tokens_identical=None,
-        # Generation only (None otherwise): the first-call timings are then the time to first token.
-        ttft_s=dict.fromkeys(compiled) if generate else None,
-        ttft_cold_s=dict.fromkeys(compiled) if generate else None,
-        # The whole first generate, every compile of its tokens included (a warm process of its own).
-        first_generate_s=dict.fromkeys(compiled) if generate else None,
-        first_generate_hot_s=dict.fromkeys(compiled) if generate else None,
-        decode_ms_per_token=dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None,
-    )
+    result = _empty_result(target, factory, rewritten, device, options, generate, compiled)
     with (
         tempfile.TemporaryDirectory(prefix="regionalize-verify-") as workdir,
         import_paths(target),
@@ -130,6 +92,58 @@ def verify(
             _compile_times(subject, factory, runnable, repeats, result, progress, kinds)
     progress("done")
     return result
+
+
+def _empty_result(
+    target: Target,
+    factory: str,
+    rewritten: str | None,
+    device: str,
+    options: Options,
+    generate: GenerateSpec | None,
+    compiled: list[str],
+) -> dict[str, Any]:
+    """The result with every key present, each measurement None or empty until taken, so the JSON's
+    consumers need no special cases whatever step stops the run; `compiled` names the variants whose
+    first call is timed."""
+    return {
+        "model": str(target.model_path),
+        "factory": factory,
+        "rewritten": rewritten,
+        "device": device,
+        "torch_version": torch.__version__,
+        "options": options_to_json(options),
+        "steady_us": dict.fromkeys(v.name for v in VARIANTS),
+        "steady_spread_us": {},
+        "skipped": {},
+        "accounting": {},
+        "graphs": {},
+        "frames": {},
+        "recompiles": {},
+        "graph_breaks": {},
+        "fell_back_to_eager": False,
+        "compile_s": dict.fromkeys(compiled),
+        "compile_cold_s": dict.fromkeys(compiled),
+        # A restarted process: the caches a first process left on disk (hot), or only the portable
+        # artifacts it saved (artifact), with their size in bytes.
+        "compile_hot_s": dict.fromkeys(compiled),
+        "compile_artifact_s": dict.fromkeys(compiled),
+        "artifact_bytes": dict.fromkeys(compiled),
+        "compile_speedup": None,
+        "compile_cold_speedup": None,
+        "compile_runs": {},
+        "workload": generate.to_json() if generate else None,
+        "tokens_identical": None,
+        # Generation only (None otherwise): the first-call timings are then the time to first token.
+        "ttft_s": dict.fromkeys(compiled) if generate else None,
+        "ttft_cold_s": dict.fromkeys(compiled) if generate else None,
+        # The whole first generate, every compile of its tokens included (a warm process of its own).
+        "first_generate_s": dict.fromkeys(compiled) if generate else None,
+        "first_generate_hot_s": dict.fromkeys(compiled) if generate else None,
+        "decode_ms_per_token": (
+            dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None
+        ),
+    }
 
 
 @contextlib.contextmanager
