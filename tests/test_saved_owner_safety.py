@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from regionalize.runtime import saved as saved_owners
-from regionalize.runtime.guard_paths import parse, render, valid
+from regionalize.runtime.guard_paths import is_valid, parse, render
 from regionalize.runtime.internals import aot, tracer
 
 SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.reuses()
@@ -296,7 +296,7 @@ def test_a_cache_made_for_another_vector_instruction_set(project: Path) -> None:
 def test_a_guards_source_becomes_a_path_of_look_ups() -> None:
     source = "dict(type(self._modules['blocks']._modules['0']).__dict__)['forward'].__kwdefaults__['r']"
     path = parse(source)
-    assert path is not None and valid(path)
+    assert path is not None and is_valid(path)
     assert render(path) == source
     assert render(parse("G['__import_helper'].ACT")) == "the global helper.ACT"
     assert render(parse("__import__('torch').utils")) == "torch.utils"
@@ -308,7 +308,7 @@ def test_a_guards_source_becomes_a_path_of_look_ups() -> None:
         [["arg", "x"], ["call", "exec"]],
         "x",
     ):
-        assert not valid(planted), planted
+        assert not is_valid(planted), planted
 
 
 ACT = torch.relu  # a global of this module's that a watched frame reads

@@ -213,65 +213,89 @@ def _fix_class(cls: ast.ClassDef, params: set[str], file: _File, result: Plan) -
 
 def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) -> list[str]:
     """Move the calls that take `self.<attr>` out of the graph; unspecialize what else reads it."""
-    classes = file.classes
     problems: list[str] = []
     remaining = False
-    for method in class_graph.traced_methods(cls, classes):
+    for method in class_graph.traced_methods(cls, file.classes):
         parents = _parents(method)
-        asked = cache_stand_in.type_checked(method)
-        moved: list[ast.expr] = []
-        for node in walk(method):
-            if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
-                continue
-            if _already_eager(node, parents):
-                result.moved.add(cls.name)  # moved by an earlier pass
-                result.indexes.setdefault(cls.name, set()).add(
-                    cache_stand_in.index_of(node, parents, None, asked)
-                )
-                continue
-            carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
-            if carrier is None:
-                store = _stored_into(node, parents)
-                if store is not None:
-                    problems.append(
-                        f"`self.{node.attr}` indexes an assignment at line {store.lineno} whose value is "
-                        "computed, which stays in the graph (moving it would change the evaluation order)"
-                    )
-                else:
-                    remaining = True
-            elif carrier not in moved:
-                moved.append(carrier)
-            if carrier is not None:
-                result.indexes.setdefault(cls.name, set()).add(
-                    cache_stand_in.index_of(node, parents, carrier, asked)
-                )
+        moved, left = _read_carriers(cls, method, attrs, file, result, parents, problems)
+        remaining |= left
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
-            attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
-            start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
-            if isinstance(carrier, ast.Assign):
-                result.edits.append((start, end, _setitem_call(carrier, file.lines)))  # type: ignore[arg-type]
-                what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
-            else:
-                result.edits += [(start, start, f"{EAGER}(lambda: "), (end, end, ")")]  # type: ignore[list-item]
-                what = ast.unparse(carrier.func if isinstance(carrier, ast.Call) else carrier.value)
-            reason = f"`{what}` takes per-block integer `self.{attr}`"
-            result.sites.append(_site(carrier, "RGZ003", cls.name, reason))
+            _move_out(cls, carrier, attrs, file, result)
     if remaining:
-        forward = class_graph.find_method(cls, "forward", classes)
-        if forward is None:
-            problems.append(f"{cls.name} reads it in traced code but has no forward of its own to decorate")
-        elif not any(_is_unspec_decorator(d) for d in forward.decorator_list):
-            # The new decorator goes above the others: the outermost, on its own line.
-            line = forward.decorator_list[0].lineno if forward.decorator_list else forward.lineno
-            result.decorate.add(line)
-            names = ", ".join(f"`self.{a}`" for a in sorted(attrs))
-            reason = (
-                f"{names} read in traced code: a branch on it compiles a graph per outcome, not per block"
-            )
-            result.sites.append(_site(forward, "RGZ004", cls.name, reason))
+        problems += _decorate_forward(cls, attrs, file, result)
     return problems
+
+
+def _read_carriers(
+    cls: ast.ClassDef,
+    method: ast.FunctionDef,
+    attrs: set[str],
+    file: _File,
+    result: Plan,
+    parents: dict[ast.AST, ast.AST],
+    problems: list[str],
+) -> tuple[list[ast.expr], bool]:
+    """The calls and assignments of `method` that hand `self.<attr>` on, each once, and whether a read
+    stays in traced code; records the indexes the moved calls take, and what cannot be moved."""
+    asked = cache_stand_in.type_checked(method)
+    moved: list[ast.expr] = []
+    remaining = False
+    for node in walk(method):
+        if not (class_graph.is_self_attr(node, attrs) and isinstance(node.ctx, ast.Load)):
+            continue
+        if _already_eager(node, parents):
+            result.moved.add(cls.name)  # moved by an earlier pass
+            result.indexes.setdefault(cls.name, set()).add(
+                cache_stand_in.index_of(node, parents, None, asked)
+            )
+            continue
+        carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
+        if carrier is None:
+            store = _stored_into(node, parents)
+            if store is not None:
+                problems.append(
+                    f"`self.{node.attr}` indexes an assignment at line {store.lineno} whose value is "
+                    "computed, which stays in the graph (moving it would change the evaluation order)"
+                )
+            else:
+                remaining = True
+            continue
+        if carrier not in moved:
+            moved.append(carrier)
+        result.indexes.setdefault(cls.name, set()).add(cache_stand_in.index_of(node, parents, carrier, asked))
+    return moved, remaining
+
+
+def _move_out(cls: ast.ClassDef, carrier: ast.expr, attrs: set[str], file: _File, result: Plan) -> None:
+    """Plan the edit that runs `carrier` outside the compiled region, and its site (RGZ003)."""
+    attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
+    start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
+    if isinstance(carrier, ast.Assign):
+        result.edits.append((start, end, _setitem_call(carrier, file.lines)))  # type: ignore[arg-type]
+        what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
+    else:
+        result.edits += [(start, start, f"{EAGER}(lambda: "), (end, end, ")")]  # type: ignore[list-item]
+        what = ast.unparse(carrier.func if isinstance(carrier, ast.Call) else carrier.value)
+    reason = f"`{what}` takes per-block integer `self.{attr}`"
+    result.sites.append(_site(carrier, "RGZ003", cls.name, reason))
+
+
+def _decorate_forward(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) -> list[str]:
+    """Plan `@regionalize.symbolic_ints` on the class's forward and its site (RGZ004); the problem when
+    the class has no forward of its own."""
+    forward = class_graph.find_method(cls, "forward", file.classes)
+    if forward is None:
+        return [f"{cls.name} reads it in traced code but has no forward of its own to decorate"]
+    if not any(_is_unspec_decorator(d) for d in forward.decorator_list):
+        # The new decorator goes above the others: the outermost, on its own line.
+        line = forward.decorator_list[0].lineno if forward.decorator_list else forward.lineno
+        result.decorate.add(line)
+        names = ", ".join(f"`self.{a}`" for a in sorted(attrs))
+        reason = f"{names} read in traced code: a branch on it compiles a graph per outcome, not per block"
+        result.sites.append(_site(forward, "RGZ004", cls.name, reason))
+    return []
 
 
 def _site(node: ast.expr | ast.stmt, code: str, block: str, reason: str) -> Site:

@@ -355,7 +355,7 @@ class _Finder(Context):
         self.loop_sites = LoopSites(self, self.container_sites.judge)
         self.extend_sites = ExtendSites(
             self,
-            lambda expr: self.container_sites.elements(expr, bool(self.loops)),
+            lambda expr: self.container_sites.read.elements(expr, bool(self.loops)),
             self.loop_sites.holds_modules,
         )
 

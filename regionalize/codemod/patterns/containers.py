@@ -29,9 +29,13 @@ from regionalize.codemod.patterns.triage import triage
 
 
 class ContainerSites:
+    """The sites of container calls: what a call holds, read by `ContainerElements`, and the loop after
+    its statement that compiles the blocks."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.judge = Judge(ctx, self.container, self.literal)
+        self.read = ContainerElements(ctx)
+        self.judge = self.read.judge
         self.consumed: set[cst.Call] = set()  # inner containers already reported with their outer one
 
     def visit(self, call: cst.Call) -> bool:
@@ -41,7 +45,7 @@ class ContainerSites:
         kind = self.ctx.container_kind(call)
         if kind is None:
             return self._clones(call)
-        found = self.container(call, kind, set())
+        found = self.read.container(call, kind, set())
         if found is not None:
             self.consume_inner(found)
             self.site(call, found)
@@ -69,7 +73,60 @@ class ContainerSites:
         self.site(call, found)
         return True
 
-    # -- reading a container's elements -----------------------------------------------------------
+    def consume_inner(self, found: Container) -> None:
+        for element in found.repeated + found.single:
+            if element.inner is not None and element.call is not None:
+                self.consumed.add(element.call)
+                self.consume_inner(element.inner)
+
+    # -- the site ---------------------------------------------------------------------------------
+    def site(self, call: cst.Call, found: Container) -> None:
+        ctx = self.ctx
+        blocks = blocks_of(found)
+        statement = ctx.statements[-1] if ctx.statements else None
+        target = _bound_target(statement, call) if statement is not None else None
+        labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind in COMPILED))
+        site = ctx.site_maker(call, found.pattern, labels or first_label(found))
+        compiled = target is not None and ctx.already_compiled_iterable(target)
+        few = (
+            found.count is not None and found.count <= FEW and all(e.kind != "nested" for e in found.repeated)
+        )
+        if few and blocks and not compiled:
+            # The enclosing block (a decoder layer holding two attentions) is the one worth compiling.
+            return site("RGZ109", "skip", f"{found.count} repeat{'s' * (found.count > 1)}")
+        if triage(ctx, site, call, leaves_of(found), blocks, found.pattern, compiled):
+            return
+        if ctx.blocks[-1] in ctx.class_bodies:
+            return site("RGZ107", "skip")
+        if not isinstance(ctx.blocks[-1], (cst.IndentedBlock, cst.Module)):
+            return site("RGZ106", "skip")
+        returned = _returned(statement, call)
+        if target is None and returned is None:
+            return site("RGZ104", "skip", "use --style wrap, or bind the container to a name first")
+        name = ctx.scopes[-1].fresh("blocks") if returned is not None else ""
+        loop = emit.compile_loop(ctx, found, name or ctx.code(target))
+        if loop is None:
+            return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
+        if returned is not None:
+            # `return Container(..)` becomes `blocks = Container(..)`, the loop, then `return blocks`.
+            assign = cst.Assign([cst.AssignTarget(cst.Name(name))], call)
+            ctx.edits.split[statement] = [
+                statement.with_changes(body=[assign]),
+                loop,
+                cst.SimpleStatementLine([returned.with_changes(value=cst.Name(name))]),
+            ]
+        else:
+            ctx.edits.after.setdefault(statement, []).append(loop)
+        site(rewrite_code(blocks), "rewrite")
+
+
+class ContainerElements:
+    """Reads the elements a container is built from: which repeat, which stand once, and the pattern."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.judge = Judge(ctx, self.container, self.literal)
+
     def literal(self, call: cst.Call, int_vars: set[str]) -> Container:
         """A ModuleList of blocks written out, met where it is built per iteration: each element repeats."""
         return self._each_repeats(
@@ -157,52 +214,6 @@ class ContainerSites:
         if isinstance(inner, (cst.ListComp, cst.GeneratorExp)) and isinstance(inner.elt, cst.Tuple):
             return inner if len(inner.elt.elements) == 2 else None
         return None
-
-    def consume_inner(self, found: Container) -> None:
-        for element in found.repeated + found.single:
-            if element.inner is not None and element.call is not None:
-                self.consumed.add(element.call)
-                self.consume_inner(element.inner)
-
-    # -- the site ---------------------------------------------------------------------------------
-    def site(self, call: cst.Call, found: Container) -> None:
-        ctx = self.ctx
-        blocks = blocks_of(found)
-        statement = ctx.statements[-1] if ctx.statements else None
-        target = _bound_target(statement, call) if statement is not None else None
-        labels = " | ".join(dict.fromkeys(e.label for e in leaves_of(found) if e.kind in COMPILED))
-        site = ctx.site_maker(call, found.pattern, labels or first_label(found))
-        compiled = target is not None and ctx.already_compiled_iterable(target)
-        few = (
-            found.count is not None and found.count <= FEW and all(e.kind != "nested" for e in found.repeated)
-        )
-        if few and blocks and not compiled:
-            # The enclosing block (a decoder layer holding two attentions) is the one worth compiling.
-            return site("RGZ109", "skip", f"{found.count} repeat{'s' * (found.count > 1)}")
-        if triage(ctx, site, call, leaves_of(found), blocks, found.pattern, compiled):
-            return
-        if ctx.blocks[-1] in ctx.class_bodies:
-            return site("RGZ107", "skip")
-        if not isinstance(ctx.blocks[-1], (cst.IndentedBlock, cst.Module)):
-            return site("RGZ106", "skip")
-        returned = _returned(statement, call)
-        if target is None and returned is None:
-            return site("RGZ104", "skip", "use --style wrap, or bind the container to a name first")
-        name = ctx.scopes[-1].fresh("blocks") if returned is not None else ""
-        loop = emit.compile_loop(ctx, found, name or ctx.code(target))
-        if loop is None:
-            return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
-        if returned is not None:
-            # `return Container(..)` becomes `blocks = Container(..)`, the loop, then `return blocks`.
-            assign = cst.Assign([cst.AssignTarget(cst.Name(name))], call)
-            ctx.edits.split[statement] = [
-                statement.with_changes(body=[assign]),
-                loop,
-                cst.SimpleStatementLine([returned.with_changes(value=cst.Name(name))]),
-            ]
-        else:
-            ctx.edits.after.setdefault(statement, []).append(loop)
-        site(rewrite_code(blocks), "rewrite")
 
 
 CLONES = re.compile(r"^_?(get_)?clones$")

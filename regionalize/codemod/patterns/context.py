@@ -35,45 +35,28 @@ SKIP_COMMENT = re.compile(r"#\s*regionalize:\s*skip\b")
 SiteMaker = Callable[..., None]  # site(code, action, hint=""): records the site's line
 
 
-class Context(FastDispatch, cst.CSTVisitor):
-    """Keeps the traversal state the patterns read; a subclass adds the visits that find the sites."""
+class Traversal(FastDispatch, cst.CSTVisitor):
+    """Keeps the scopes, loops, suites and statements around the node at hand as the walk meets them."""
 
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(
-        self,
-        module: cst.Module,
-        options: Options,
-        facts: prescan.FileFacts,
-        span: parse_spans.Span,
-        text: str,
-        edits: Edits,
-    ):
+    def __init__(self, module: cst.Module, containers: set[str]) -> None:
         self.module = module
-        self.options = options
-        self.facts = facts
-        self.span = span
-        self.lines = split_lines(text)  # the text parsed: what `module.code` would generate again
-        self.sites: list[Site] = []
-        self.edits = edits
+        self.containers = containers  # the names a container class may be spelled with, for the scopes
         self.scopes: list[Scope] = []
         self.loops: list[cst.For | cst.While] = []  # loops of the innermost function only
         self.loop_stack_saved: list[list[cst.For | cst.While]] = []
         self.blocks: list[cst.BaseSuite | cst.Module] = []
         self.statements: list[cst.BaseStatement] = []
         self.class_bodies: set[cst.BaseSuite] = set()
-        self.int_args: list[int_fixes.IntArgs] = []  # blocks built with a per-iteration integer
 
-    # -- traversal bookkeeping -------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(Scope(node, node, self.facts.container_names()))
+        self.scopes.append(Scope(node, node, self.containers))
         self.blocks.append(node)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_bodies.add(node.body)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(Scope(node, self.module, self.facts.container_names()))
+        self.scopes.append(Scope(node, self.module, self.containers))
         self.loop_stack_saved.append(self.loops)
         self.loops = []
 
@@ -124,6 +107,31 @@ class Context(FastDispatch, cst.CSTVisitor):
             if isinstance(loop, cst.For):
                 names |= targets(loop.target, loop.iter)
         return names
+
+
+class Context(Traversal):
+    """The traversal state the patterns read, the file's names resolved, and the sites, edits and per-block
+    integers the patterns record; a subclass adds the visits that find the sites."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(
+        self,
+        module: cst.Module,
+        options: Options,
+        facts: prescan.FileFacts,
+        span: parse_spans.Span,
+        text: str,
+        edits: Edits,
+    ):
+        super().__init__(module, facts.container_names())
+        self.options = options
+        self.facts = facts
+        self.span = span
+        self.lines = split_lines(text)  # the text parsed: what `module.code` would generate again
+        self.sites: list[Site] = []
+        self.edits = edits
+        self.int_args: list[int_fixes.IntArgs] = []  # blocks built with a per-iteration integer
 
     # -- name resolution --------------------------------------------------------------------------
     def dotted(self, expr: cst.BaseExpression) -> str | None:

@@ -9,7 +9,7 @@ import libcst as cst
 
 from regionalize.codemod import prescan
 from regionalize.codemod.patterns import emit
-from regionalize.codemod.patterns.context import Context
+from regionalize.codemod.patterns.context import Context, SiteMaker
 from regionalize.codemod.patterns.judgement import Judge
 from regionalize.codemod.patterns.model import (
     Container,
@@ -76,6 +76,21 @@ class LoopSites:
                 return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
             ctx.edits.after.setdefault(statement, []).append(compile_last)
             return site(rewrite_code(blocks), "rewrite")
+        self.bound_site(call, statement, args[-1], elements, blocks, site)
+
+    def bound_site(
+        self,
+        call: cst.Call,
+        statement: cst.BaseStatement,
+        arg: cst.Arg,
+        elements: list[Element],
+        blocks: list[Element],
+        site: SiteMaker,
+    ) -> None:
+        """`xs.add_module(name, Block(..))`, or an append whose receiver has no dotted name: the block
+        (`arg`) is bound to a fresh name first, compiled, then added by that name."""
+        ctx = self.ctx
+        element = arg.value
         var = ctx.scopes[-1].fresh("block")
         compile_stmt = emit.compile_element(ctx, var, elements, blocks)
         if compile_stmt is None:
@@ -84,12 +99,13 @@ class LoopSites:
             # A multi-line `A(..) if c else B(..)` was valid inside the call's parentheses only.
             element = element.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         assign = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(var))], element)])
-        if method == "append":  # `xs.append(\n    Block(..)\n)` collapses to `xs.append(block)`
+        appends = isinstance(call.func, cst.Attribute) and call.func.attr.value == "append"
+        if appends:  # `xs.append(\n    Block(..)\n)` collapses to `xs.append(block)`
             new_call = call.with_changes(
                 args=[cst.Arg(cst.Name(var))], whitespace_before_args=cst.SimpleWhitespace("")
             )
         else:
-            new_call = call.with_deep_changes(args[-1], value=cst.Name(var))
+            new_call = call.with_deep_changes(arg, value=cst.Name(var))
         appended = statement.with_changes(body=[cst.Expr(new_call)], leading_lines=[])
         ctx.edits.split[statement] = [
             assign.with_changes(leading_lines=statement.leading_lines),
