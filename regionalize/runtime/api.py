@@ -100,6 +100,7 @@ def _holders(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
     """Returns each module with the containers it holds, outer modules first.
 
     A container's holder is the owner of its blocks, and a bare `Sequential` model is its own owner."""
+    owners: list[tuple[nn.Module, list[nn.Module]]]
     owners = [(m, [c for c in m.children() if isinstance(c, _CONTAINERS)]) for m in model.modules()]
     owners = [(m, held) for m, held in owners if held and not isinstance(m, _CONTAINERS)]
     if isinstance(model, nn.Sequential):
@@ -115,7 +116,8 @@ def _repeated_blocks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]
     declared = _declared(model)
     within = [m for m in model.modules() if type(m).__name__ in declared]
     inside = {id(m) for d in within for m in d.modules() if m is not d}
-    found, taken = [], set()  # a module that two containers share is compiled once
+    found: list[tuple[nn.Module, list[nn.Module]]] = []
+    taken: set[int] = set()  # a module that two containers share is compiled once
     for owner, containers in _holders(model):
         for container in containers:
             for group in _groups(container, declared):
@@ -123,7 +125,7 @@ def _repeated_blocks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]
                 named = bool(group) and type(group[0]).__name__ in declared
                 if declared and not named and id(container) not in inside:
                     continue
-                if (len(group) >= 2 or named) and not any(_holds_repeated(b, declared) for b in group):
+                if (len(group) >= 2 or named) and not any(_has_repeated(b, declared) for b in group):
                     taken.update(map(id, group))
                     found.append((owner, group))
     return found
@@ -156,7 +158,7 @@ def _groups(container: nn.Module, declared: Collection[str] = ()) -> list[list[n
     return [[module for module in members if type(module) is kind] for kind in kinds]
 
 
-def _holds_repeated(module: nn.Module, declared: Collection[str]) -> bool:
+def _has_repeated(module: nn.Module, declared: Collection[str]) -> bool:
     return any(
         _groups(child, declared)
         for child in module.modules()

@@ -2,16 +2,27 @@
 
 The bypass and what it no longer checks are described in docs/form-guard-bypass.md."""
 
+from __future__ import annotations
+
 import inspect
 import types
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
-from .internals.hooks import compiled_call, global_hooks, module_hooks, set_compiled_call
+from .internals.hooks import Hooks, compiled_call, global_hooks, module_hooks, set_compiled_call
 from .internals.tracer import guarded_code
 
+if TYPE_CHECKING:
+    from .internals.aot import GuardFilterEntry
 
-def guard_filter(entries):
+Watched = tuple[list[Hooks], "tuple[nn.Module, str] | None"]  # hook dicts, and where the first parameter is
+Fingerprint = tuple[int, tuple[int, ...], "tuple[Any, ...] | None"]  # what `fingerprint` returns
+
+
+def guard_filter(entries: list[GuardFilterEntry]) -> list[bool]:
     """regionalize guard bypass: skips the guards on the structure of modules and keeps those on values.
 
     It drops the type, dict identity, hook and global function guards of modules, and keeps the guards on
@@ -37,10 +48,10 @@ def guard_filter(entries):
     ]
 
 
-def dispatch(block, **compile_kwargs):
+def dispatch(block: nn.Module, **compile_kwargs: Any) -> None:
     """regionalize guard bypass: compiles `block` in place, then calls its compiled code directly."""
     block.compile(**compile_kwargs)
-    set_compiled_call(block, Direct(block, compiled_call(block)))
+    set_compiled_call(block, Direct(block, compiled_call(block)))  # type: ignore[arg-type]  # set by `compile`
 
 
 class Direct:
@@ -54,32 +65,37 @@ class Direct:
     """
 
     _plain = (int, float, bool, str, type(None))
+    direct: dict[tuple[Any, ...], Callable[..., Any]]
+    watched: Watched | tuple[()]
+    fingerprint: Fingerprint | None
 
-    def __init__(self, module, guarded, frame=None):
+    def __init__(
+        self, module: nn.Module, guarded: Callable[..., Any], frame: Callable[..., Any] | None = None
+    ) -> None:
         self.module, self.guarded = module, guarded
         self.forward = frame or type(module).forward
         self.signature = inspect.signature(self.forward)
         self.direct = {}  # dispatch key -> the compiled code that served it, or `guarded`
-        self.watched, self.fingerprint = (), None  # what `watch` watches, and what it gave
+        self.watched, self.fingerprint = (), None  # what `fingerprint` reads, and what it gave
 
-    def __call__(self, *args, **kwargs):
-        key = None if self.hooked() else self.key(args, kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = None if self.is_hooked() else self.key(args, kwargs)
         if key is None:
             return self.guarded(*args, **kwargs)
-        if watch(*self.watched) != self.fingerprint:  # a hook or a parameter's dtype changed
+        if fingerprint(*self.watched) != self.fingerprint:  # a hook or a parameter's dtype changed
             self.direct.clear()
-            self.watched = watched(self.module)
-            self.fingerprint = watch(*self.watched)
+            self.watched = find_watched(self.module)
+            self.fingerprint = fingerprint(*self.watched)
         compiled = self.direct.get(key)
         if compiled is not None and compiled is not self.guarded:
             return compiled(self.module, *args, **kwargs)
         out = self.guarded(*args, **kwargs)
         if compiled is None:
-            self.direct[key] = self.learned(args, kwargs)
+            self.direct[key] = self.learn(args, kwargs)
         return out
 
-    def key(self, args, kwargs):
-        parts = [
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        parts: list[Any] = [
             self.module.training,
             torch.is_grad_enabled(),
             torch.is_inference_mode_enabled(),
@@ -96,11 +112,11 @@ class Direct:
                 return None
         return tuple(parts)
 
-    def hooked(self):
+    def is_hooked(self) -> bool:
         module = self.module
         return any(module_hooks(module)) or "forward" in module.__dict__ or global_hooks()
 
-    def learned(self, args, kwargs):
+    def learn(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
         """Returns the compiled code that served this call, or `guarded` where none is found.
 
         It rebuilds the frame's locals and takes the first compiled entry whose guards pass on them. A key
@@ -119,7 +135,7 @@ class Direct:
         )
 
 
-def watched(module):
+def find_watched(module: nn.Module) -> Watched:
     """Returns what the bypass watches on every call in place of the guards it skips.
 
     These are the hook dicts in use and the place of the module's first parameter."""
@@ -128,7 +144,7 @@ def watched(module):
     return hooks, first
 
 
-def watch(hooks=(), first=None):
+def fingerprint(hooks: Sequence[Hooks] = (), first: tuple[nn.Module, str] | None = None) -> Fingerprint:
     """Returns a fingerprint that changes when a hook is added or removed or the first parameter changes.
 
     Each hook's registration takes a new handle id, and `.to()` changes the parameter's dtype or device."""

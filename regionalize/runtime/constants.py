@@ -3,8 +3,14 @@
 A float that differs between blocks stops a traced region from serving them all
 (docs/form-hierarchical.md#blocks-that-differ-in-float-constants)."""
 
+from __future__ import annotations
 
-def differing_constants(blocks, most=2):
+from collections.abc import Sequence
+
+from torch import nn
+
+
+def differing_constants(blocks: Sequence[nn.Module], most: int = 2) -> str | None:
     """Returns why `blocks` should not be regions, or None: they hold more than `most` sets of float values.
 
     Dynamo guards on each module's float, so the owner would trace a region for each set of values; the
@@ -12,7 +18,8 @@ def differing_constants(blocks, most=2):
     (docs/form-hierarchical.md#blocks-that-differ-in-float-constants). Integers are not counted, because
     they are layer indexes, which the cache stand-ins and the codemod's fixes handle."""
     for cls in dict.fromkeys(map(type, blocks)):  # each class of blocks, in the blocks' order
-        sets, differing = set(), {}
+        sets: set[tuple[tuple[str, float], ...]] = set()
+        differing: dict[str, set[float]] = {}
         for block in [block for block in blocks if type(block) is cls]:
             floats = tuple(
                 (f"{name}.{attribute}".lstrip("."), value)

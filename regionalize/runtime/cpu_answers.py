@@ -4,6 +4,8 @@ The builds that worked are kept in `<torch cache dir>/regionalize/cpu/<key>.json
 CPU's flags, the compiler, torch's build, Python and Inductor's configuration
 (docs/saved-owners.md#the-cpu-check)."""
 
+from __future__ import annotations
+
 import contextlib
 import functools
 import hashlib
@@ -11,6 +13,7 @@ import json
 import os
 import platform
 import sys
+import threading
 
 from .cpu_keys import cpu_flags
 from .files import distrust, write_whole
@@ -21,7 +24,7 @@ FORMAT = 1  # of the key and the file
 
 
 @functools.cache
-def start_cpu_check():
+def start_cpu_check() -> threading.Thread | None:
     """Starts Inductor's CPU check once per process, answering its builds from the kept file if there is one.
 
     The builds that work are added to that file."""
@@ -32,7 +35,7 @@ def start_cpu_check():
     return cpu_check()
 
 
-def answers_path():
+def answers_path() -> str | None:
     """Returns the file that keeps the answers for this CPU, compiler and torch, or None.
 
     It is None without CPU flags to read, without a compiler, or with Inductor's caches off."""
@@ -45,7 +48,7 @@ def answers_path():
     return os.path.join(where, "regionalize", "cpu", key + ".json")
 
 
-def read(path):
+def read(path: str) -> set[str]:
     """Returns the keys of the builds that worked, as kept at `path`.
 
     A missing or unreadable file gives none, and the check then builds and writes the file afresh."""
@@ -57,12 +60,12 @@ def read(path):
     return {key for key in builds if isinstance(key, str)} if isinstance(builds, list) else set()
 
 
-def write(path, known):
+def write(path: str, known: set[str]) -> None:
     """Writes `known` to `path`, whole or not at all.
 
     Where the folder cannot be written nothing is kept, and the next process checks as Inductor does."""
 
-    def fill(temp):
+    def fill(temp: str) -> None:
         with open(temp, "w", encoding="utf-8") as file:
             json.dump({"builds": sorted(known)}, file)
 

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import os
 import platform
+from typing import Any
 
 import torch
 
@@ -18,7 +19,7 @@ _TAG = "regionalize-cpu:"
 
 
 @functools.cache
-def machine() -> tuple:
+def machine() -> tuple[Any, ...]:
     """Returns what Inductor's vector code depends on: the architecture, the CPU's flags, and the compiler.
 
     It includes the instruction set asked for (`ATEN_CPU_CAPABILITY`) and the compiler's file, size and

@@ -5,13 +5,18 @@ globals, which fails for a model whose module is not importable by name
 (docs/form-hierarchical.md#models-whose-module-is-not-importable-by-name). The frames' bodies read no
 global, only their arguments and closure."""
 
+from __future__ import annotations
+
 import functools
 import sys
 import traceback
 import types
 import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
+from torch import nn
 
 from .cpu_keys import tag_caches
 from .internals.hooks import module_frame
@@ -22,7 +27,7 @@ from .state import process
 runtime = __name__[: -len(".frames")] if __name__.endswith(".frames") else __name__
 
 
-def new_frame(cls, kind):
+def new_frame(cls: type[nn.Module], kind: str) -> types.FunctionType:
     """Returns a new frame to compile for modules of `cls`, in the globals of the class's code.
 
     The frame is named for the class, its module and `kind`, uniquely in this copy of the runtime: Dynamo
@@ -37,7 +42,7 @@ def new_frame(cls, kind):
     return in_globals(module_frame, globals_of(cls.forward) or globals(), name)
 
 
-def globals_of(function):
+def globals_of(function: Callable[..., Any]) -> dict[str, Any] | None:
     """Returns the globals of the model code that `function` runs, or None where none are found.
 
     It follows the runtime's wrappers of a class's `forward` down to the user's function."""
@@ -50,7 +55,9 @@ def globals_of(function):
     return function.__globals__ if isinstance(function, types.FunctionType) else None
 
 
-def in_globals(function, model_globals, name=None, **defaults):
+def in_globals(
+    function: Callable[..., Any], model_globals: dict[str, Any], name: str | None = None, **defaults: Any
+) -> types.FunctionType:
     """Returns a copy of `function` that runs in `model_globals`, its code named `name`.
 
     Dynamo then compiles a frame that shares its globals with the model code it inlines. `defaults`, where
@@ -64,7 +71,9 @@ def in_globals(function, model_globals, name=None, **defaults):
     return made
 
 
-def installed(template, wrapped, **defaults):
+def installed(
+    template: Callable[..., Any], wrapped: Callable[..., Any], **defaults: Any
+) -> Callable[..., Any]:
     """Returns a copy of `template`, named and documented as `wrapped`, to install in its place on a class.
 
     The copy carries what it calls in keyword-only defaults rather than in a closure."""
@@ -73,7 +82,7 @@ def installed(template, wrapped, **defaults):
     return functools.update_wrapper(made, wrapped)
 
 
-def importable(model_globals):
+def importable(model_globals: dict[str, Any]) -> bool:
     """Returns whether Dynamo can reach the module of `model_globals` by its `__name__`.
 
     Globals without a name count as reachable; a name that `sys.modules` holds for other globals does not."""
@@ -83,7 +92,7 @@ def importable(model_globals):
     return getattr(sys.modules.get(name), "__dict__", None) is model_globals
 
 
-def unimportable(owner_globals, classes):
+def unimportable(owner_globals: dict[str, Any] | None, classes: Iterable[type[nn.Module]]) -> str | None:
     """Returns why the owner's frame cannot inline the `forward` of one of `classes`, or None where it can.
 
     The reason names the first class from other globals whose module is not importable by name."""
@@ -104,17 +113,19 @@ class OrEager:
 
     __slots__ = ("cls", "code", "compiled", "eager")
 
-    def __init__(self, compiled, eager, code, cls):
+    def __init__(
+        self, compiled: Callable[..., Any] | None, eager: Callable[..., Any], code: types.CodeType, cls: type
+    ) -> None:
         self.compiled, self.eager, self.code, self.cls = compiled, eager, code, cls
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self.compiled
         if compiled is None:
             return self.eager(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
         except Exception as error:
-            if not failed_on_entry(error, self.code):
+            if not is_entry_failure(error, self.code):
                 raise
             why = why_failed(error)
         self.compiled = None
@@ -125,13 +136,13 @@ class OrEager:
         return self.eager(*args, **kwargs)
 
 
-def failed_on_entry(error, code):
+def is_entry_failure(error: BaseException, code: types.CodeType) -> bool:
     """Returns whether compiling the frame of `code` raised `error` before the frame ran anything."""
     frames = traceback.walk_tb(error.__traceback__)
     return compiling(error) and all(frame.f_code.co_name != code.co_name for frame, _ in frames)
 
 
-def caller():
+def caller() -> int:
     """Returns the `stacklevel` that points a warning at the line that called the model.
 
     That line is in the first frame that belongs neither to this runtime nor to torch."""
@@ -145,13 +156,13 @@ def caller():
     return level
 
 
-def torch_compile(fn, kwargs, **more):
+def torch_compile(fn: Callable[..., Any], kwargs: dict[str, Any], **more: Any) -> Callable[..., Any]:
     """Returns `torch.compile(fn, **kwargs)` with `more` taking precedence, after keying caches on the CPU."""
     tag_caches()
     # torch.compile pops `guard_filter_fn` from the options it is handed, so it gets a copy of them.
     return torch.compile(fn, **{**own_options(kwargs), **more})
 
 
-def own_options(kwargs):
+def own_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Returns `kwargs` with a copy of their options, for a compile that may change them."""
     return {**kwargs, "options": dict(kwargs["options"])} if "options" in kwargs else kwargs

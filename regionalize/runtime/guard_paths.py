@@ -12,9 +12,9 @@ import inspect
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
-from .internals.aot import installed
+from .internals.aot import is_installed_global
 
 # A path is a list of steps, each a two-item list, applied left to right. Its head is ["global", name],
 # ["arg", name] or ["module", name] (for Dynamo's `__import__('torch')`, looked up in `sys.modules`). The
@@ -54,21 +54,21 @@ def _path(node: ast.expr) -> Path | None:
     if isinstance(node, ast.Subscript):
         key = node.slice
         if isinstance(node.value, ast.Name) and node.value.id == "G":
-            return [["global", key.value]] if _constant(key, str) else None
-        if _constant(key, _KEYS):
+            return [["global", key.value]] if _is_constant(key, str) else None
+        if _is_constant(key, _KEYS):
             nth = _nth_key(node)  # `list(dict.keys(d))[0]` is the dict's first key
             return _then(nth[0], "key", nth[1]) if nth else _then(_path(node.value), "item", key.value)
         nth = _nth_key(key)  # `d[list(dict.keys(d))[0]]` is the value at the dict's first key
-        return _then(_path(node.value), "value", nth[1]) if nth and _same(node.value, nth[2]) else None
+        return _then(_path(node.value), "value", nth[1]) if nth and _is_same(node.value, nth[2]) else None
     if isinstance(node, ast.Call) and not node.keywords:
         name = _called(node.func)
-        if name == "__import__" and len(node.args) == 1 and _constant(node.args[0], str):
+        if name == "__import__" and len(node.args) == 1 and _is_constant(node.args[0], str):
             return [["module", node.args[0].value]]
         if name in _CALLS and len(node.args) == 1:
             return _then(_path(node.args[0]), "call", name)
         if name == "dict.__getitem__" and len(node.args) == 2:  # `dict.__getitem__(d, list(dict.keys(d))[0])`
             nth = _nth_key(node.args[1])
-            if nth and _same(node.args[0], nth[2]):
+            if nth and _is_same(node.args[0], nth[2]):
                 return _then(_path(node.args[0]), "value", nth[1])
     return None
 
@@ -77,7 +77,7 @@ def _then(path: Path | None, kind: str, arg: Any) -> Path | None:
     return None if path is None else [*path, [kind, arg]]
 
 
-def _constant(node: ast.expr, kinds: type | tuple[type, ...]) -> bool:
+def _is_constant(node: ast.expr, kinds: type | tuple[type, ...]) -> TypeGuard[ast.Constant]:
     return isinstance(node, ast.Constant) and type(node.value) in (
         kinds if isinstance(kinds, tuple) else (kinds,)
     )
@@ -92,9 +92,9 @@ def _called(func: ast.expr) -> str | None:
     return None
 
 
-def _nth_key(node: ast.expr) -> tuple[Path | None, int, ast.expr] | None:
+def _nth_key(node: ast.expr) -> tuple[Path | None, Any, ast.expr] | None:
     """Returns the path of `d`, `n` and the node of `d` for `list(dict.keys(d))[n]`, else None."""
-    if not (isinstance(node, ast.Subscript) and _constant(node.slice, int)):
+    if not (isinstance(node, ast.Subscript) and _is_constant(node.slice, int)):
         return None
     listed = node.value
     if not (isinstance(listed, ast.Call) and _called(listed.func) == "list" and len(listed.args) == 1):
@@ -105,25 +105,25 @@ def _nth_key(node: ast.expr) -> tuple[Path | None, int, ast.expr] | None:
     return _path(keys.args[0]), node.slice.value, keys.args[0]
 
 
-def _same(one: ast.expr, other: ast.expr) -> bool:
+def _is_same(one: ast.expr, other: ast.expr) -> bool:
     return ast.dump(one) == ast.dump(other)
 
 
-def valid(path: object) -> bool:
+def is_valid(path: object) -> bool:
     """Returns whether `path`, as read from a file, is a path that `parse` could have made."""
     if not isinstance(path, list) or not path:
         return False
     head, *rest = path
-    if not (_pair(head) and head[0] in _HEADS and isinstance(head[1], str)):
+    if not (_is_pair(head) and head[0] in _HEADS and isinstance(head[1], str)):
         return False
-    return all(_pair(step) and _step_valid(*step) for step in rest)
+    return all(_is_pair(step) and _is_valid_step(*step) for step in rest)
 
 
-def _pair(step: object) -> bool:
+def _is_pair(step: object) -> bool:
     return isinstance(step, list) and len(step) == 2 and isinstance(step[0], str)
 
 
-def _step_valid(kind: str, arg: object) -> bool:
+def _is_valid_step(kind: str, arg: object) -> bool:
     if kind == "attr":
         return isinstance(arg, str) and arg.isidentifier()
     if kind == "item":
@@ -179,13 +179,15 @@ class Scope:
 
     The arguments are bound to the names of the frame's parameters, with `self` the owner."""
 
-    def __init__(self, frame: types.FunctionType, owner: object, args: tuple, kwargs: dict) -> None:
+    def __init__(
+        self, frame: types.FunctionType, owner: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         bound = inspect.signature(frame).bind(owner, *args, **kwargs)
         bound.apply_defaults()
         self.f_globals, self.arguments = frame.__globals__, bound.arguments
 
 
-def global_value(f_globals: dict, name: str) -> Any:
+def global_value(f_globals: dict[str, Any], name: str) -> Any:
     """Returns a frame's global as a later process has it, and raises KeyError where it cannot have it.
 
     Dynamo's imported modules come from `sys.modules` and its builtins from Python's. Of the globals that
@@ -195,6 +197,6 @@ def global_value(f_globals: dict, name: str) -> Any:
     if name.startswith("__builtins_dict"):
         return builtins.__dict__
     value = f_globals[name]
-    if installed(name) and not isinstance(value, types.ModuleType):
+    if is_installed_global(name) and not isinstance(value, types.ModuleType):
         raise KeyError(name)
     return value

@@ -2,7 +2,7 @@
 
 torch drops some kinds of guard from a saved frame (which function, class or module a name holds) and
 rebuilds the guards on globals at a load from the globals as they are then. Each such guard's place and
-what it read are recorded (`recorded`) and compared before a load (`changed`); `watch.py` checks the
+what it read are recorded (`record_of`) and compared before a load (`changed`); `watch.py` checks the
 dropped ones on every call (docs/saved-owners.md#never-stale-never-corrupt)."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
-from .guard_paths import Path, Scope, parse, render, valid, walk
+from .guard_paths import Path, Scope, is_valid, parse, render, walk
+from .internals.aot import GuardRead
 
 _PLAIN = (type(None), bool, int, float, str)
-_HOWS = ("len", "type", "keys", "is", "value")  # what a guard can read of its value (`recorded`)
+_HOWS = ("len", "type", "keys", "is", "value")  # what a guard can read of its value (`record_of`)
 _DEPTH = 2  # how deep `_function` follows a function's closures and globals
 
 
@@ -33,12 +34,12 @@ class Read:
         self.source = source or (render(path) if path else "")
 
 
-def reads_of(guards: list[tuple[str, str, Any, bool]]) -> list[Read]:
+def reads_of(guards: list[GuardRead]) -> list[Read]:
     """Returns `guards`, as `aot.savable` collected them, as `Read`s."""
     return [Read(how, parse(source), value, dropped, source) for how, source, value, dropped in guards]
 
 
-def recorded(how: str, value: Any) -> Any:
+def record_of(how: str, value: Any) -> Any:
     """Returns what a guard reads of `value` as JSON that another process can compare, or None.
 
     A read that cannot be recorded returns None, and the frame is then not saved."""
@@ -67,7 +68,7 @@ def _value(value: Any, depth: int = 0) -> Any:
     if isinstance(value, types.CodeType):
         return {"code": _code(value)}
     if isinstance(value, dict):
-        keys = recorded("keys", value)
+        keys = record_of("keys", value)
         return keys and {"keys": keys}
     if isinstance(value, types.FunctionType):
         return _function(value, depth)
@@ -83,7 +84,7 @@ def _value(value: Any, depth: int = 0) -> Any:
     return kind and {"type": kind}
 
 
-def _function(function: types.FunctionType, depth: int) -> dict:
+def _function(function: types.FunctionType, depth: int) -> dict[str, Any]:
     """Returns a record of `function` that tells it apart from any function that computes otherwise.
 
     It holds the function's name and code and, down to `_DEPTH`, its defaults, its closure's cells and the
@@ -132,7 +133,7 @@ def _names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _code(code: types.CodeType) -> list:
+def _code(code: types.CodeType) -> list[Any]:
     """Returns a code object's name, first line, and a hash of its bytecode, constants and names."""
     return [
         code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
@@ -157,13 +158,13 @@ def unreadable(reads: list[Read], scope: Scope) -> str | None:
     A read fails the test where its path is not plain, does not lead back to the same object here, or reads
     something that cannot be recorded."""
     for read in reads:
-        kept = recorded(read.how, read.seen)
+        kept = record_of(read.how, read.seen)
         try:
             now = walk(read.path, scope) if read.path else None
             same = (
                 read.path is not None
                 and kept is not None
-                and (now is read.seen or recorded(read.how, now) == kept)
+                and (now is read.seen or record_of(read.how, now) == kept)
             )
         except Exception:
             same = False
@@ -172,10 +173,10 @@ def unreadable(reads: list[Read], scope: Scope) -> str | None:
     return None
 
 
-def records(reads: list[Read]) -> list[dict]:
+def records(reads: list[Read]) -> list[dict[str, Any]]:
     """Returns `reads` as the saved file keeps them, as plain data."""
     return [
-        {"how": r.how, "path": r.path, "saw": recorded(r.how, r.seen), "dropped": r.dropped} for r in reads
+        {"how": r.how, "path": r.path, "saw": record_of(r.how, r.seen), "dropped": r.dropped} for r in reads
     ]
 
 
@@ -189,23 +190,23 @@ def changed(kept: object, scope: Scope) -> tuple[str | None, list[Read]]:
         raise ValueError("records are not a list")
     now_reads, differ = [], []
     for record in kept:
-        if not (isinstance(record, dict) and valid(record.get("path")) and record.get("how") in _HOWS):
+        if not (isinstance(record, dict) and is_valid(record.get("path")) and record.get("how") in _HOWS):
             raise ValueError("a record is not a guard's read")
         path, saw = record["path"], record.get("saw")
         try:
             value = walk(path, scope)
-            now = recorded(record["how"], value)
+            now = record_of(record["how"], value)
         except Exception:
             now = value = None
         if now != saw:
-            differ.append((_through_globals(saw, now), render(path)))
+            differ.append((_is_change_in_globals(saw, now), render(path)))
         now_reads.append(Read(record["how"], path, value, bool(record.get("dropped"))))
     if differ:
         return min(differ, key=lambda pair: pair[0])[1], []
     return None, now_reads
 
 
-def _through_globals(saw: Any, now: Any) -> bool:
+def _is_change_in_globals(saw: Any, now: Any) -> bool:
     """Returns whether two records of a function differ only in the globals it reads."""
     if not (isinstance(saw, dict) and isinstance(now, dict) and "globals" in saw and "globals" in now):
         return False

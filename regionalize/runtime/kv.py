@@ -3,13 +3,21 @@
 The region takes the layer's keys and values as tensors, and the cache is written outside it, so that one
 trace serves every layer (docs/form-caches.md)."""
 
+from __future__ import annotations
+
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch import nn
 
 from .internals.tracer import mark_dynamic
 from .nested import contiguous_copy
 from .state import process
+
+Past = tuple[torch.Tensor | None, torch.Tensor | None]  # a layer's keys and values as a region takes them
+Init = Callable[[Any, torch.Tensor, torch.Tensor], None]  # sets a layer up on its first update
 
 
 class LayerKV:
@@ -17,10 +25,12 @@ class LayerKV:
 
     `update` returns what transformers' `DynamicLayer.update` returns: the old and new states joined."""
 
-    def __init__(self, keys, values):
+    def __init__(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
         self.keys, self.values, self.updates = keys, values, 0
 
-    def update(self, key_states, value_states, *args, **kwargs):
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self.updates += 1
         if self.keys is None:
             # Copies, because a region's outputs must not alias each other or its inputs (GPT-2's keys and
@@ -29,7 +39,7 @@ class LayerKV:
             self.keys, self.values = contiguous_copy(key_states), contiguous_copy(value_states)
             return key_states, value_states
         self.keys = torch.cat([self.keys, key_states], dim=-2)
-        self.values = torch.cat([self.values, value_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)  # type: ignore[list-item]  # set with keys
         return self.keys, self.values
 
 
@@ -38,48 +48,50 @@ class Updated:
 
     Any key reads the layer's own flag, and what the block sets is kept for the runtime to check."""
 
-    def __init__(self, written):
+    set: list[object]  # the flags that the block set
+
+    def __init__(self, written: bool | None) -> None:
         self.written, self.set = written, []
 
-    def get(self, key, default=None):
+    def get(self, key: int, default: object = None) -> object:
         return default if self.written is None else self.written
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: int) -> bool:
         if self.written is None:
             raise KeyError(key)
         return self.written
 
-    def __setitem__(self, key, value):
+    def __setitem__(self, key: int, value: object) -> None:
         self.set.append(value)
 
 
-def encoder_decoder_made(utils):
+def make_encoder_decoder_kv(utils: Any) -> type:
     """Returns the class of the stand-ins for a layer of a transformers `EncoderDecoderCache`.
 
     It subclasses the cache, so that blocks' `isinstance` checks pass, and holds stand-ins for the self- and
     cross-attention layers. Anything else a block reads of it fails, rather than read the wrong data."""
 
-    class EncoderDecoderKV(utils.EncoderDecoderCache):
-        def __init__(self, own, cross, written):
+    class EncoderDecoderKV(utils.EncoderDecoderCache):  # type: ignore[misc]  # found as the runtime runs
+        def __init__(self, own: LayerKV, cross: LayerKV, written: bool | None) -> None:
             self.self_attention_cache, self.cross_attention_cache = own, cross
             self.is_updated = Updated(written)
 
-        def get_seq_length(self, layer_idx=0):
+        def get_seq_length(self, layer_idx: int = 0) -> int:
             keys = self.self_attention_cache.keys
             return 0 if keys is None or keys.numel() == 0 else keys.shape[-2]
 
     return EncoderDecoderKV
 
 
-def layer_idx(block, attribute):
+def layer_idx(block: nn.Module, attribute: str) -> int | None:
     """Returns the one value of `attribute`, the index a cache update takes, in `block`'s modules, or None."""
     found = {getattr(m, attribute) for m in block.modules() if isinstance(getattr(m, attribute, None), int)}
     return found.pop() if len(found) == 1 else None
 
 
-def kv_layer(cache, index):
+def kv_layer(cache: Any, index: int) -> Any:
     """Returns the layer of a transformers `DynamicCache` that a region can stand in for, else None."""
-    utils = sys.modules.get("transformers.cache_utils")
+    utils: Any = sys.modules.get("transformers.cache_utils")
     if utils is None or type(cache) is not getattr(utils, "DynamicCache", None) or cache.offloading:
         return None
     if len(cache.layers) <= index and cache.layer_class_to_replicate is not utils.DynamicLayer:
@@ -91,7 +103,7 @@ def kv_layer(cache, index):
     return layer if type(layer) is utils.DynamicLayer or sliding else None
 
 
-def kv_pair(cache, index):
+def kv_pair(cache: Any, index: int) -> tuple[Any, Any] | None:
     """Returns the self- and cross-attention layers of an `EncoderDecoderCache`, for a region to stand in for.
 
     It returns None for any other cache, or where either layer cannot be stood in for."""
@@ -105,23 +117,25 @@ def kv_pair(cache, index):
     return None if own is None or cross is None else (own, cross)
 
 
-def kv_past(layer):
+def kv_past(layer: Any) -> Past:
     """Returns a cache layer's keys and values as a region takes them, both None before its first update."""
     return (layer.keys, layer.values) if layer.is_initialized else (None, None)
 
 
-def kv_length(past):
+def kv_length(past: Past) -> int:
     return 0 if past[0] is None else past[0].shape[-2]
 
 
-def kv_growing(args, kwargs):
+def kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
     """Marks as dynamic the length of the keys and values of a `DynamicCache` that the call hands over.
 
     The keys grow by one token per call; marked, the first token's frame serves every later token, one
     compile fewer (docs/form-torch-versions.md#torch-versions). A tensor whose last size is one longer, the
     attention mask, is marked too. It returns None where the call hands no such cache, False where the
     cache holds nothing yet (a prompt), and True otherwise."""
-    utils = sys.modules.get("transformers.cache_utils")  # None without transformers, so no cache is found
+    utils: Any = sys.modules.get("transformers.cache_utils")  # None without transformers: no cache is found
+    found: bool | None
+    lengths: set[int]
     found, lengths = None, set()
     for value in (*args, *kwargs.values()):
         if type(value) is getattr(utils, "EncoderDecoderCache", None):
@@ -142,7 +156,7 @@ def kv_growing(args, kwargs):
     return found
 
 
-def kv_init(layer, keys, values):
+def kv_init(layer: Any, keys: torch.Tensor, values: torch.Tensor) -> None:
     """Sets what a layer's `lazy_initialization` sets, except the empty tensors that the store never uses.
 
     Dynamo would otherwise trace those tensors for every layer of a prompt's call (docs/form-caches.md)."""
@@ -151,11 +165,11 @@ def kv_init(layer, keys, values):
         layer._sliding_window_tensor = layer._sliding_window_tensor.to(keys.device)
 
 
-def kv_lazy(layer, keys, values):
+def kv_lazy(layer: Any, keys: torch.Tensor, values: torch.Tensor) -> None:
     layer.lazy_initialization(keys, values)
 
 
-def kv_store(layer, keys, values, before, init):
+def kv_store(layer: Any, keys: torch.Tensor, values: torch.Tensor, before: int, init: Init) -> None:
     """Stores in `layer` what its `update` would store, given the keys and values that the region returned.
 
     `init` sets the layer up on its first update."""
@@ -168,24 +182,24 @@ def kv_store(layer, keys, values, before, init):
     layer.keys, layer.values = keys, values
 
 
-def kv_holds():
+def kv_holds() -> Init | bool:
     """Checks once that transformers' cache layers update as `LayerKV` and `kv_store` assume.
 
     It returns the function that sets a layer up (`kv_init`, else `kv_lazy`), or False where neither fits,
     and checks the `EncoderDecoderCache` stand-ins too."""
-    init = next((init for init in (kv_init, kv_lazy) if kv_same(init)), False)
+    init = next((init for init in (kv_init, kv_lazy) if is_kv_same(init)), False)
     if init:
-        process.encoder_decoder = encoder_decoder_checked()
+        process.encoder_decoder = check_encoder_decoder()
     return init
 
 
-def encoder_decoder_checked():
+def check_encoder_decoder() -> type | None:
     """Returns the class of the stand-ins for an `EncoderDecoderCache`, or None where the cache differs.
 
     It checks once, eagerly, that the cache keeps a dict of flags and reads its length as the stand-ins do."""
-    utils = sys.modules.get("transformers.cache_utils")
+    utils: Any = sys.modules.get("transformers.cache_utils")
     try:
-        cls = encoder_decoder_made(utils)
+        cls = make_encoder_decoder_kv(utils)
         real = utils.EncoderDecoderCache(utils.DynamicCache(), utils.DynamicCache())
         real.self_attention_cache.update(*torch.zeros(2, 1, 1, 3, 2).unbind(), 0)
         own = LayerKV(None, None)
@@ -197,11 +211,11 @@ def encoder_decoder_checked():
     return cls if alike else None
 
 
-def kv_same(init):
+def is_kv_same(init: Init) -> bool:
     """Returns whether the stand-in and the store, with `init`, match transformers' own cache `update`.
 
     They must leave the layer as it does and return what it returns."""
-    utils = sys.modules.get("transformers.cache_utils")
+    utils: Any = sys.modules.get("transformers.cache_utils")
     try:
         for make in (utils.DynamicLayer, lambda: utils.DynamicSlidingWindowLayer(sliding_window=3)):
             real, mine = make(), make()
@@ -210,7 +224,7 @@ def kv_same(init):
                 past = kv_past(mine)
                 returned = LayerKV(*past).update(*new)
                 kv_store(mine, *returned, kv_length(past), init)
-                if not kv_alike((*real.update(*new), vars(real)), (*returned, vars(mine))):
+                if not is_alike((*real.update(*new), vars(real)), (*returned, vars(mine))):
                     return False
                 if real.get_seq_length() != mine.get_seq_length():
                     return False
@@ -219,21 +233,21 @@ def kv_same(init):
     return True
 
 
-def kv_alike(a, b):
+def is_alike(a: Any, b: Any) -> bool:
     """Compares `a` and `b` through tuples and dicts, and tensors by value, dtype, device and shape."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
         return both and (a.dtype, a.device, a.shape) == (b.dtype, b.device, b.shape) and torch.equal(a, b)
     if isinstance(a, (tuple, dict)) and type(a) is type(b) and len(a) == len(b):
-        if isinstance(a, dict):
-            return a.keys() == b.keys() and all(kv_alike(a[k], b[k]) for k in a)
-        return all(kv_alike(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, dict):  # and so is `b`, of `a`'s type
+            return a.keys() == b.keys() and all(is_alike(a[k], b[k]) for k in a)  # type: ignore[union-attr]
+        return all(is_alike(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
-def kv_empty(args, kwargs):
+def kv_empty(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Returns whether the call hands over a `DynamicCache` whose layers hold nothing yet (a prompt's)."""
-    utils = sys.modules.get("transformers.cache_utils")
+    utils: Any = sys.modules.get("transformers.cache_utils")
     dynamic = getattr(utils, "DynamicCache", None)
     return dynamic is not None and any(
         type(value) is dynamic and not any(layer.is_initialized for layer in value.layers)

@@ -3,10 +3,16 @@
 What one thread's call sets must not be seen by another's, and what is process-wide is set up under one
 lock (docs/form-torch-versions.md#torch-versions)."""
 
+from __future__ import annotations
+
 import threading
 import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .internals.tracer import compiles_seen_in_every_thread, traced
+
+T = TypeVar("T")
 
 
 class Call(threading.local):
@@ -14,15 +20,15 @@ class Call(threading.local):
 
     Dynamo reads it as attributes, which it can trace on a `threading.local`, and then guards on them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         # True while an owner runs whole, so that block forwards are nested regions; "flat" where its graph
         # is compiled in pieces (`pieces_backend`) and its blocks are traced as they are.
-        self.tracing = False
+        self.tracing: bool | str = False
         self.standing_in = False  # True while a block's own frame runs with its cache stood in for
         # True while the owner serves a call in CUDA graphs, which in the default form happens only for a
         # call that a compile around the model handed over.
         self.graphing = False
-        self.handed = None  # the owner a compile around the model handed its call to, while it runs
+        self.handed: object = None  # the owner a compile around the model handed its call to, while it runs
 
 
 this_call = Call()
@@ -33,7 +39,7 @@ this_call = Call()
 setup_lock = threading.RLock()
 
 
-def locked(run, *args):
+def locked(run: Callable[..., T], *args: Any) -> T:
     """Runs `run(*args)` under the set-up lock, or without it while Dynamo traces the call.
 
     Dynamo holds its own compile lock then, and would break its graph at another lock."""
@@ -43,7 +49,7 @@ def locked(run, *args):
         return run(*args)
 
 
-def one_at_a_time(run, *args):
+def one_at_a_time(run: Callable[..., T], *args: Any) -> T:
     """Runs `run(*args)`, an owner's call, under the set-up lock where torch needs it.
 
     Where torch cannot run one thread's call while another compiles (`compiles_seen_in_every_thread`), the
@@ -60,10 +66,11 @@ class TorchWarnings:
     One `catch_warnings` per call would not do, because two threads' overlapping calls would restore each
     other's filter lists. So the first call in saves the filters, and the last call out restores them."""
 
-    def __init__(self):
-        self.lock, self.calls, self.saved = threading.Lock(), 0, None
+    def __init__(self) -> None:
+        self.lock, self.calls = threading.Lock(), 0
+        self.saved: warnings.catch_warnings[None] | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         with self.lock:
             if not self.calls:
                 self.saved = warnings.catch_warnings()
@@ -71,11 +78,11 @@ class TorchWarnings:
                 warnings.filterwarnings("default", module=r"torch(\.|$)")
             self.calls += 1
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> None:
         with self.lock:
             self.calls -= 1
             if not self.calls:
-                self.saved.__exit__(None, None, None)
+                self.saved.__exit__(None, None, None)  # type: ignore[union-attr]  # the first call in set it
                 self.saved = None
 
 

@@ -12,11 +12,11 @@ import keyword
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .guard_paths import Path, Scope, global_value, module_name, step
-from .guard_reads import Read, recorded
-from .internals.aot import installed
+from .guard_reads import Read, record_of
+from .internals.aot import is_installed_global
 
 
 class Watch:
@@ -32,17 +32,17 @@ class Watch:
                 continue
             if read.path is None:
                 raise ValueError(f"{read.source} cannot be checked on each call")
-            if _vacuous(read.path):
+            if _is_vacuous(read.path):
                 continue
             build.check(read.path, read.how, read.seen)
         self.check = build.function()
 
-    def holds(self, owner: Any, args: tuple, kwargs: dict) -> bool:
+    def holds(self, owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Returns whether every dropped read finds what it found before, for this call of `owner`."""
         return self.check((owner, args, kwargs))
 
 
-def _vacuous(path: Path) -> bool:
+def _is_vacuous(path: Path) -> bool:
     """Returns whether `path` is only a module that Dynamo installed, whose guard can never fail."""
     [kind, name], *rest = path
     return not rest and (kind == "module" or (kind == "global" and name.startswith("__import_")))
@@ -52,7 +52,8 @@ class _Builder:
     """Builds the lines of a call's check: one local per node of the paths' tree, and the comparisons."""
 
     def __init__(self, frame: types.FunctionType) -> None:
-        self.frame, self.nodes, self.lines, self.tests = frame, {}, [], []
+        self.frame, self.lines, self.tests = frame, list[str](), list[str]()
+        self.nodes: dict[tuple[Any, ...], str] = {}
         self.data: list[Any] = []  # keys, values and helpers, named `d0`, `d1`, ... in the check
 
     def value(self, item: Any) -> str:
@@ -85,7 +86,7 @@ class _Builder:
             return f"{self.value(sys.modules)}[{self.value(module_name(name))}]"
         if kind == "global" and name.startswith("__builtins_dict"):
             return self.value(builtins.__dict__)
-        if kind == "global" and not installed(name):
+        if kind == "global" and not is_installed_global(name):
             return f"{self.value(self.frame.__globals__)}[{self.value(name)}]"
         if kind == "global":  # a global that Dynamo named by an id: `global_value` decides what it reads
             return f"{self.value(global_value)}({self.value(self.frame.__globals__)}, {self.value(name)})"
@@ -99,10 +100,10 @@ class _Builder:
             self.tests.append(f"{local} is {self.value(seen)}")
         else:
             self.tests.append(
-                f"{self.value(recorded)}({self.value(how)}, {local}) == {self.value(recorded(how, seen))}"
+                f"{self.value(record_of)}({self.value(how)}, {local}) == {self.value(record_of(how, seen))}"
             )
 
-    def function(self) -> Callable[[tuple], bool]:
+    def function(self) -> Callable[[tuple[Any, ...]], bool]:
         parameters = "".join(f", d{i}=None" for i in range(len(self.data)))
         body = "\n".join(f"        {line}" for line in self.lines) or "        pass"
         source = (
@@ -117,9 +118,9 @@ class _Builder:
         exec(compile(source, "<regionalize watch>", "exec"), namespace)
         check = namespace["check"]
         check.__defaults__ = tuple(self.data)
-        return check
+        return cast("Callable[[tuple[Any, ...]], bool]", check)
 
 
-def _argument(frame: types.FunctionType, call: tuple, name: str) -> Any:
+def _argument(frame: types.FunctionType, call: tuple[Any, ...], name: str) -> Any:
     """Returns an argument of the call other than the owner, by its name in the frame's signature."""
     return Scope(frame, *call).arguments[name]

@@ -9,21 +9,37 @@
 A torch that moves a name then breaks one module. Each capability is probed once rather than read from
 torch's version, and a failed probe takes a fallback that keeps the model's results, with one warning."""
 
+from __future__ import annotations
+
 import functools
 import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
+F = TypeVar("F")
+Find = Callable[[], T]
 
 
-def probe(needs, instead, fallback=None):
+@overload
+def probe(needs: str, instead: str) -> Callable[[Find[T]], Callable[[], T | None]]: ...
+@overload
+def probe(
+    needs: str, instead: str, fallback: Callable[[], F]
+) -> Callable[[Find[T]], Callable[[], T | F]]: ...
+@overload
+def probe(needs: str, instead: str, fallback: F) -> Callable[[Find[T]], Callable[[], T | F]]: ...
+def probe(needs: str, instead: str, fallback: Any = None) -> Callable[[Find[T]], Callable[[], Any]]:
     """Decorates a probe of torch, whose answer is found once and cached.
 
     Where torch lacks what the probe reads (an ImportError, AttributeError, TypeError or ValueError), one
     warning names what `needs` it and what happens `instead`, and the probe answers `fallback`, which is
     called where it is a function."""
 
-    def decorate(find):
+    def decorate(find: Find[T]) -> Callable[[], Any]:
         @functools.cache
         @functools.wraps(find)
-        def probed():
+        def probed() -> Any:
             try:
                 return find()
             except (ImportError, AttributeError, TypeError, ValueError) as error:

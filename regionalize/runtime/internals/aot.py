@@ -1,19 +1,28 @@
 """Compiles an owner's frame ahead of a call with torch's `aot_compile`, and loads it (`saved.py`)."""
 
+from __future__ import annotations
+
 import contextlib
 import functools
 import gc
 import importlib
 import re
 import types
+from collections.abc import Callable, Collection, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import torch
 
 from . import probe
 
+if TYPE_CHECKING:  # imported where a probe finds them, so that a torch without them takes a fallback
+    from torch._dynamo.types import GuardFilterEntry as GuardFilterEntry
+
+GuardRead = tuple[str, str, Any, bool]  # what a guard reads, its source, the value it saw, and if dropped
+
 
 @probe("saved owners", "owners are compiled at each start, as without saving")
-def saving():
+def saving() -> types.SimpleNamespace | None:
     """Probe: returns what saving an owner's frame needs of torch, or None where torch cannot save one.
 
     That is `aot_compile` turned on, the load, the hash of a traced code's lines, and the cache directory.
@@ -28,8 +37,13 @@ def saving():
     )
 
 
+def _saved() -> types.SimpleNamespace:
+    """Returns what `saving` found, for a caller that runs only where torch can save."""
+    return cast(types.SimpleNamespace, saving())
+
+
 @probe("a saved frame of parameters holding gradients", "such an owner is not saved", fallback=False)
-def loads_gradients():
+def loads_gradients() -> bool:
     """Probe: returns whether torch can load a saved frame whose parameters held gradients at the save.
 
     Some torch versions fail to assign the pickled gradient back, so every restart would warn and compile
@@ -38,9 +52,10 @@ def loads_gradients():
 
     real = torch.empty(1)
     keys = torch._C._dispatch_keys(real).raw_repr()
+    missing: Any = _Missing("grad")  # a gradient missing from the pickle, as torch passes it: no tensor
     try:
         GuardsStatePickler._unpickle_tensor(
-            torch.empty(1, device="meta"), real.device, torch.Tensor, keys, _Missing("grad")
+            torch.empty(1, device="meta"), real.device, torch.Tensor, keys, missing
         )
     except TypeError as error:
         if "grad" not in str(error):
@@ -49,25 +64,27 @@ def loads_gradients():
     return True
 
 
-def aot_compiled(frame, compile_kwargs, args, kwargs):
+def aot_compiled(
+    frame: Callable[..., Any], compile_kwargs: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, list[GuardRead]]:
     """Compiles `frame` ahead of a call with `args` and `kwargs`, running nothing, and returns it.
 
     It also returns what the frame's guards read that a load would not check (`savable`)."""
     unsaved = torch._dynamo.guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
-    reads = []
+    reads: list[GuardRead] = []
     keep = functools.partial(savable, unsaved, reads)
     options = {**compile_kwargs.get("options", {}), "guard_filter_fn": keep}
     compiled = torch.compile(frame, **{**compile_kwargs, "options": options}, fullgraph=True)
-    return compiled.aot_compile((args, kwargs)), reads
+    return compiled.aot_compile((args, kwargs)), reads  # type: ignore[attr-defined]  # not in torch's stubs
 
 
-def savable(unsaved, reads, guards):
+def savable(unsaved: Collection[str], reads: list[GuardRead], guards: list[GuardFilterEntry]) -> list[bool]:
     """Returns which of `guards` a saved frame keeps: every kind that torch can save.
 
     Guards on the globals that Dynamo makes itself are dropped, since a new process lacks them. What the
     dropped guards and the guards on globals read goes into `reads` for `guard_reads.py`."""
 
-    def dropped(guard):
+    def dropped(guard: GuardFilterEntry) -> bool:
         kinds = (guard.guard_type, *guard.derived_guard_types)
         return any(kind in unsaved for kind in kinds) or guard.name.startswith("G['__builtins_dict")
 
@@ -79,7 +96,7 @@ def savable(unsaved, reads, guards):
     return kept
 
 
-# What each kind of guard reads of its value (`guard_reads.recorded`). None marks kinds whose saved
+# What each kind of guard reads of its value (`guard_reads.record_of`). None marks kinds whose saved
 # arguments say what they check, or that relate inputs to each other; kinds not named read the whole value.
 _READS = {
     "CONSTANT_MATCH": "value",
@@ -115,17 +132,17 @@ _READS = {
 }
 
 
-def aot_loaded(file, f_globals):
+def aot_loaded(file: BinaryIO, f_globals: dict[str, Any]) -> Any:
     """Loads the compiled function saved in `file`, its code run in `f_globals`."""
     # Inside a tracing context, because torch 2.13 asks for one as it rebuilds a guard on an imported module.
     # With the garbage collector paused, because unpickling the guards' state for every parameter would
     # otherwise set off collections that grow with depth (docs/design-saved-owners.md#single-tries-untimed).
     with torch._guards.tracing(torch._guards.TracingContext(None)), _collector_paused():
-        return saving().load(file, f_globals=f_globals)
+        return _saved().load(file, f_globals=f_globals)
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def _collector_paused() -> Iterator[None]:
     was = gc.isenabled()
     gc.disable()
     try:
@@ -135,25 +152,25 @@ def _collector_paused():
             gc.enable()
 
 
-def changed_source(loaded, modules):
+def changed_source(loaded: Any, modules: dict[str, types.ModuleType]) -> str | None:
     """Returns the first code that `loaded` traced whose lines differ now, as "module:line", or None.
 
     Its guards cannot see such an edit. A module missing from `modules` counts as changed."""
     for source in loaded.source_info().inlined_sources:
         module = modules.get(source.module)
-        if module is None or saving().hash_lines(module, source.firstlineno, source.lastlineno) != (
+        if module is None or _saved().hash_lines(module, source.firstlineno, source.lastlineno) != (
             source.checksum
         ):
             return f"{source.module}:{source.firstlineno}"
     return None
 
 
-def caches_off():
+def caches_off() -> bool:
     """Returns whether Inductor's caches are off, in which case `aot_compile` refuses to compile."""
     return torch._inductor.config.force_disable_caches
 
 
-def config_hash():
+def config_hash() -> str:
     """Returns a hash of Inductor's configuration, since a patched option compiles other code."""
     import hashlib
 
@@ -166,26 +183,26 @@ def config_hash():
 _INSTALLED = re.compile(r"\w*_\d+_c\d+")
 
 
-def installed(name):
+def is_installed_global(name: str) -> bool:
     """Returns whether `name` is a global that Dynamo installed under an id of its process."""
     return _INSTALLED.fullmatch(name) is not None
 
 
-def installed_modules(f_globals):
+def installed_modules(f_globals: dict[str, Any]) -> dict[str, str]:
     """Returns the modules that Dynamo installed in `f_globals`, by the names it gave them.
 
     A later process gets them back by name (`install_modules`)."""
     return {
         name: value.__name__
         for name, value in list(f_globals.items())
-        if isinstance(value, types.ModuleType) and installed(name)
+        if isinstance(value, types.ModuleType) and is_installed_global(name)
     }
 
 
-def install_modules(modules, f_globals):
+def install_modules(modules: dict[str, str], f_globals: dict[str, Any]) -> None:
     """Puts back in `f_globals` the modules that a saved frame loads by Dynamo's names, importing them.
 
     `modules` is what `installed_modules` found in the process that saved the frame."""
     for name, module in modules.items():
-        if installed(name):
+        if is_installed_global(name):
             f_globals.setdefault(name, importlib.import_module(module))

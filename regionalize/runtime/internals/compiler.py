@@ -1,12 +1,18 @@
 """Reaches Inductor's compiler for an owner compiled in pieces (`pieces.py`), and its graphs' values."""
 
+from __future__ import annotations
+
 import types
+from collections.abc import Sequence
+from typing import Any, cast
+
+import torch
 
 from . import probe
 
 
 @probe("compiling in pieces", "blocks are compiled one by one instead")
-def inductor_pieces():
+def inductor_pieces() -> types.SimpleNamespace:
     """Probe: returns what compiling an owner's graph in pieces needs of torch's compiler (`pieces_backend`).
 
     That is Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages and symbols.
@@ -33,17 +39,17 @@ def inductor_pieces():
     )
 
 
-def sym_expr(value):
+def sym_expr(value: torch.SymInt) -> Any:
     """Returns the sympy expression that the `SymInt` `value` stands for."""
     return value.node.expr
 
 
-def sym_hint(value):
+def sym_hint(value: torch.SymInt) -> int | None:
     """Returns the value of the `SymInt` `value` in the traced example, or None where it is unknown."""
-    return value.node.hint
+    return cast("int | None", value.node.hint)  # a SymInt's node is untyped in torch
 
 
-def op_arguments(func, args, kwargs):
+def op_arguments(func: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Returns the arguments of a call of the ATen op `func` by name, with its defaults filled in."""
     schema = func._schema.arguments
     given = dict(zip((a.name for a in schema), args, strict=False)) | kwargs

@@ -2,6 +2,8 @@
 
 The answers come from what worked in an earlier process (`remember_builds`, `../cpu_answers.py`)."""
 
+from __future__ import annotations
+
 import contextlib
 import hashlib
 import importlib
@@ -9,10 +11,18 @@ import importlib.util
 import os
 import shutil
 import threading
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import probe
+
+if TYPE_CHECKING:  # imported where a probe finds it, so that a torch without it takes a fallback
+    from torch._inductor.cpu_vec_isa import VecISA
+
+Install = Callable[[set[str], Callable[[], None]], None]  # `remember_builds`'s answer
 
 # The modules that Inductor's CPU check imports as it runs (tests/test_torch_internals.py checks, on each
 # torch, that the check's thread imports nothing more).
@@ -24,13 +34,13 @@ cpu_check_imports = (
 )
 
 
-def cpu_check_available():
+def cpu_check_available() -> bool:
     """Returns whether Inductor checks the CPU's vector instruction sets by building programs."""
     return importlib.util.find_spec("torch._inductor.cpu_vec_isa") is not None
 
 
 @probe("the CPU check ahead of compiling", "Inductor checks as it compiles")
-def cpu_check():
+def cpu_check() -> threading.Thread:
     """Probe: starts Inductor's CPU check (`valid_vec_isa_list`) in a thread of its own and returns it.
 
     The check then runs while Dynamo traces. Its imports are made first on the caller's thread, since an
@@ -43,26 +53,29 @@ def cpu_check():
     for name in cpu_check_imports:
         importlib.import_module(name)
 
-    def check():
+    def check() -> None:
         # An error here is Inductor's to raise: its own check, uncached, runs again and meets it there.
         with contextlib.suppress(Exception):
             valid_vec_isa_list()
 
     thread = threading.Thread(target=check, name="regionalize-cpu-check", daemon=True)
     thread.start()
-    cpu_vec_isa.valid_vec_isa_list = after_check(cpu_vec_isa, valid_vec_isa_list, thread)
+    # Inductor's cached function, replaced on purpose by a plain one that offers its methods (`after_check`).
+    cpu_vec_isa.valid_vec_isa_list = after_check(cpu_vec_isa, valid_vec_isa_list, thread)  # type: ignore[assignment]
     return thread
 
 
-def after_check(module, checked, thread):
+def after_check(
+    module: types.ModuleType, checked: Callable[[], list[VecISA]], thread: threading.Thread
+) -> Callable[[], list[VecISA]]:
     """Returns `checked`, Inductor's `valid_vec_isa_list`, made to wait until `thread` is done.
 
     The first call from another thread waits, then puts `checked` back in `module`."""
 
-    def after_check():
+    def after_check() -> list[VecISA]:
         if threading.current_thread() is not thread:
             thread.join()
-            module.valid_vec_isa_list = checked
+            module.valid_vec_isa_list = checked  # type: ignore[attr-defined]  # a module's attribute
         return checked()
 
     # Inductor's cached function offers these methods too, for code that clears it while this one waits.
@@ -73,7 +86,7 @@ def after_check(module, checked, thread):
 
 
 @probe("the CPU check's answers kept", "Inductor checks the CPU in every process")
-def remember_builds():
+def remember_builds() -> Install:
     """Probe: returns `install(known, learned)`, which makes the check's builds answer from `known` keys.
 
     A build whose key (`build_key`) is in `known` answers True unbuilt; any other is built as Inductor builds
@@ -84,8 +97,8 @@ def remember_builds():
 
     build = VecISA.check_build
 
-    def install(known, learned):
-        def check_build(isa, code):
+    def install(known: set[str], learned: Callable[[], None]) -> None:
+        def check_build(isa: VecISA, code: str) -> bool:
             key = build_key(isa, code)
             if key in known:
                 return True
@@ -95,18 +108,18 @@ def remember_builds():
             learned()
             return True
 
-        VecISA.check_build = check_build
+        VecISA.check_build = check_build  # type: ignore[method-assign,assignment]  # patched on purpose
 
     return install
 
 
-def build_key(isa, code):
+def build_key(isa: VecISA, code: str) -> str:
     """Returns the key of one build: the instruction set, its current flags and macros, and the program."""
     digest = hashlib.sha256(code.encode()).hexdigest()[:16]
     return f"{isa}|{isa.build_arch_flags()}|{' '.join(isa.build_macro())}|{digest}"
 
 
-def cpu_identity():
+def cpu_identity() -> dict[str, Any] | None:
     """Returns what the check's answers depend on beyond the CPU, or None where there is no compiler.
 
     That is torch's build, the C++ compiler's file, size and time, and Inductor's cache directory."""

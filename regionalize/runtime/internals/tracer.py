@@ -1,14 +1,22 @@
 """Reads Dynamo: whether a frame is traced, its compiled entries and guards, its errors, its settings and
 counters, and the marks it reads on tensors."""
 
+from __future__ import annotations
+
 import collections
 import functools
 import inspect
 import threading
 import traceback
 import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+
+if TYPE_CHECKING:  # imported where a probe finds them, so that a torch without them takes a fallback
+    from torch._C._dynamo.eval_frame import _CacheEntry
+    from torch._guards import TracingContext
 
 from . import probe
 
@@ -28,26 +36,26 @@ dynamo_module = "torch._dynamo.convert_frame"
 
 
 @probe("traced", "a compile in any thread is taken as this one's")
-def tracing_context():
+def tracing_context() -> Callable[[], TracingContext | None]:
     """Probe: returns Dynamo's reader of this thread's tracing context (`TracingContext.try_get`)."""
     return torch._guards.TracingContext.try_get
 
 
-@torch.compiler.assume_constant_result
-def compiling_here():
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # torch's is untyped
+def is_compiling_here() -> bool:
     """Returns whether a compile is under way in this thread; Dynamo takes the answer as a constant."""
     context = tracing_context()
     return context is None or context() is not None
 
 
-def traced():
+def traced() -> bool:
     """Returns whether Dynamo is tracing the calling code in this thread."""
     # From torch 2.13 `is_compiling()` is true in every thread while any thread compiles.
-    return torch.compiler.is_compiling() and compiling_here()
+    return torch.compiler.is_compiling() and is_compiling_here()
 
 
 @probe("reuses", "regions are taken as not reused", False)
-def reuses():
+def reuses() -> bool:
     """Probe: returns whether Dynamo reuses a nested region traced for one block for the other blocks."""
     # Without reuse (torch 2.11) an owner compiled whole traces every block, as a full compile does.
     region = getattr(torch.compiler, "nested_compile_region", None)
@@ -55,7 +63,7 @@ def reuses():
 
 
 @probe("calls from several threads", "an owner's calls run one at a time", False)
-def compiles_seen_in_every_thread():
+def compiles_seen_in_every_thread() -> bool:
     """Probe: returns whether torch holds `is_compiling()` true in every thread for a whole compile."""
     # Where it does not (torch 2.11 and 2.12), a call beside another thread's compile raises, so owners'
     # calls run one at a time (`threads.one_at_a_time`); False there is an answer, not a failed probe.
@@ -63,7 +71,7 @@ def compiles_seen_in_every_thread():
 
 
 @functools.cache
-def keep_device_guard():
+def keep_device_guard() -> None:
     """Sets the no-op CUDA device guard once per process, from a thread that lives as long as the process.
 
     Without CUDA, Dynamo's first trace sets that guard, and on torch 2.11 a later trace crashes once the
@@ -73,7 +81,7 @@ def keep_device_guard():
         return
     ready = threading.Event()
 
-    def keep():
+    def keep() -> None:
         torch._C._ensureCUDADeviceGuardSet()
         ready.set()
         threading.Event().wait()
@@ -83,7 +91,7 @@ def keep_device_guard():
 
 
 @probe("the guard bypass", "its calls keep their guards")
-def cache_entries():
+def cache_entries() -> Callable[[types.CodeType], list[_CacheEntry]]:
     """Probe: returns Dynamo's reader of a code object's compiled entries, each with its guards and code.
 
     Fallback None: the guard bypass finds no entry, and every call takes the guarded path."""
@@ -99,7 +107,7 @@ def cache_entries():
     return _debug_get_cache_entry_list
 
 
-def guarded_code(code, frame):
+def guarded_code(code: types.CodeType, frame: dict[str, Any]) -> types.CodeType | None:
     """Returns the compiled code of the first entry of `code` whose guards pass on the locals `frame`.
 
     Entries are tried in Dynamo's order, and None is returned where no guards pass."""
@@ -109,7 +117,7 @@ def guarded_code(code, frame):
 
 
 @probe("symbolic_ints", "integer attributes stay specialized")
-def config_patch():
+def config_patch() -> Callable[..., Any]:
     """Probe: returns Dynamo's `patch_dynamo_config`, which traces a function under other settings."""
     return torch._dynamo.patch_dynamo_config
 
@@ -119,7 +127,7 @@ def config_patch():
     "they are kept where verify does not read them",
     functools.partial(collections.defaultdict, collections.Counter),
 )
-def counters():
+def counters() -> collections.defaultdict[str, collections.Counter[str]]:
     """Probe: returns Dynamo's counters, which verify reads for CUDA-graph captures, replays and skips.
 
     Fallback: the runtime's own counters, which count the same and which nothing reads."""
@@ -130,12 +138,12 @@ def counters():
 
 
 @probe("compiling", "compile errors are told by their traceback", ())
-def dynamo_errors():
+def dynamo_errors() -> tuple[type[Exception], ...]:
     """Probe: returns the types of the errors that Dynamo raises as it compiles."""
     return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
-def compiling(error):
+def compiling(error: BaseException) -> bool:
     """Returns whether `error` was raised while Dynamo compiled a frame, which then ran nothing."""
     if isinstance(error, dynamo_errors()):
         return True
@@ -145,12 +153,12 @@ def compiling(error):
 
 
 @probe("backend_failed", "told by the error it wraps")
-def backend_error():
+def backend_error() -> type[Exception]:
     """Probe: returns the type that Dynamo raises where the backend fails (`BackendCompilerFailed`)."""
     return torch._dynamo.exc.BackendCompilerFailed
 
 
-def backend_failed(error):
+def backend_failed(error: BaseException) -> bool:
     """Returns whether the backend failed on the graph that Dynamo traced, rather than the trace itself."""
     kind = backend_error()
     return (
@@ -158,7 +166,7 @@ def backend_failed(error):
     )
 
 
-def is_aliasing(error):
+def is_aliasing(error: BaseException) -> bool:
     """Returns whether Dynamo refused a nested region whose outputs alias each other or its inputs.
 
     It reads the graph break's type (`gb_type`), or the error's text where there is no type."""
@@ -167,7 +175,7 @@ def is_aliasing(error):
     )
 
 
-def why_failed(error):
+def why_failed(error: BaseException) -> str:
     """Returns `error` in one line, naming the wrapped error for a backend's failure.
 
     A backend's failure names its wrapped error only after its first line ("backend='inductor' raised:")."""
@@ -177,19 +185,19 @@ def why_failed(error):
 
 
 @probe("kv_growing", "cache lengths are not marked dynamic")
-def mark_dynamic_probe():
+def mark_dynamic_probe() -> Callable[[torch.Tensor, int], None]:
     """Probe: returns Dynamo's `maybe_mark_dynamic`, which marks a size as dynamic ahead of a change."""
-    return torch._dynamo.maybe_mark_dynamic
+    return cast(Callable[[torch.Tensor, int], None], torch._dynamo.maybe_mark_dynamic)  # untyped in torch
 
 
-def mark_dynamic(tensor, dim):
+def mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
     mark = mark_dynamic_probe()
     if mark is not None:
         mark(tensor, dim)
 
 
 @probe("CUDA graphs of static caches", "no tensor is taken as marked static")
-def static_attribute():
+def static_attribute() -> str:
     """Probe: returns the attribute that Dynamo's `mark_static_address` sets on a tensor.
 
     transformers marks a `StaticCache`'s tensors so. Fallback None: no tensor counts as marked, so no
@@ -201,14 +209,14 @@ def static_attribute():
     return "_dynamo_static_input_type"
 
 
-def static_marked(tensor):
+def static_marked(tensor: torch.Tensor) -> bool:
     """Returns whether `tensor` is at an address marked static (Dynamo's `mark_static_address`)."""
     name = static_attribute()
     return name is not None and getattr(tensor, name, None) is not None
 
 
 @functools.cache
-def imports_inlined_modules():
+def imports_inlined_modules() -> bool:
     """Probe: returns whether Dynamo imports an inlined function's module by name (pytorch/pytorch#181243).
 
     Such a torch fails on a module that is not registered under its name. The probe compiles a small
@@ -219,7 +227,7 @@ def imports_inlined_modules():
     module = types.ModuleType("regionalize_unregistered_probe")
     exec("import torch\n\ndef inner(x):\n    return torch.sin(x)\n", vars(module))
 
-    def outer(x):
+    def outer(x: torch.Tensor) -> Any:
         return module.inner(x) + 1
 
     try:
