@@ -53,7 +53,7 @@ from regionalize.runtime.stack import chunk_slots
 rounds, forms = int(sys.argv[2]), sys.argv[3:]
 torch.set_grad_enabled(False)
 # "unchunked" runs the owner's call as a frame of its usual size, swapped in for its rounds only.
-chunked = owner.owner_serve.__code__
+chunked = owner.serve_call.__code__
 big = chunked.co_stacksize > chunk_slots  # not where this Python opens no chunk (3.10)
 unchunked = chunked.replace(co_stacksize=chunked.co_stacksize - chunk_slots) if big else chunked
 
@@ -64,7 +64,7 @@ traced = pieces.traced_ops
 
 
 def swapped(form):
-    owner.owner_serve.__code__ = unchunked if form == "unchunked" else chunked
+    owner.serve_call.__code__ = unchunked if form == "unchunked" else chunked
     pieces.traced_ops = 0 if form == "stretches" else traced
 
 

@@ -220,7 +220,7 @@ def test_a_transformers_decoder_generates_the_originals_tokens() -> None:
         got = model.generate(ids, max_new_tokens=6, do_sample=False)
         want = twin.generate(ids, max_new_tokens=6, do_sample=False)
     assert got.tolist() == want.tolist()
-    assert state.plan.form.value != "per block"
+    assert state.report.plan.form.name != "per block"
 
 
 def test_describe_gives_each_owners_form_as_a_record() -> None:

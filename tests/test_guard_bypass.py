@@ -288,7 +288,7 @@ def test_the_guard_filter_handed_in_serves_the_owner_in_each_form(
         out = [model(x) for _ in range(2)]
     # Where torch reuses no traced region (2.11), an owner of alike blocks is compiled in pieces too.
     expected_form = "whole, in pieces" if form == "whole" and not reuses() else form
-    assert model.__dict__["_regionalize_owner"].plan.form.value == expected_form
+    assert model.__dict__["_regionalize_owner"].report.plan.form.name == expected_form
     assert seen, "the filter was not called"
     assert all(torch.allclose(o, expected, atol=1e-5) for o in out)
     assert options == {"guard_filter_fn": counting}

@@ -91,16 +91,16 @@ def graphed_spy(model: torch.nn.Module) -> list[int]:
     """Count the calls that reach the owner's whole compiled frame (compiled by the owner's first call)."""
     runtime, state, calls = runtime_of(model), model.__dict__["_regionalize_owner"], []
     owner = runtime.package.owner
-    run = owner.run_whole
+    run = owner.run_compiled
 
-    def counted_run(owner: Any, given: Any, whole: Any, args: Any, kwargs: Any) -> Any:
+    def counted_run(owner: Any, given: Any, whole: Any, *rest: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
             calls.append(1)
             return whole(*args, **kwargs)
 
-        return run(owner, given, counted if given is state else whole, args, kwargs)
+        return run(owner, given, counted if given is state else whole, *rest)
 
-    owner.run_whole = counted_run
+    owner.run_compiled = counted_run
     return calls
 
 
@@ -382,16 +382,16 @@ def test_only_a_failed_trace_is_retried_in_pieces(failure: str) -> None:
     x = torch.randn(2, 16)
     try:
         with torch.no_grad():
-            out = runtime.run_whole(model, state, whole, (x,), {})
+            out = runtime.run_compiled(model, state, whole, False, (x,), {})
     finally:
         runtime.this_call.tracing = False
     if failure == "trace":
-        assert state.plan.form.value == "whole, in pieces" and state.plan.fallback
-        assert "in a region" in state.plan.reason
+        assert state.report.plan.form.name == "whole, in pieces" and state.report.plan.fallback
+        assert "in a region" in state.report.plan.reason
         torch.testing.assert_close(out, twin(x))
     else:
-        assert out is None and state.plan.form.value == "per block" and state.plan.fallback
-        assert state.plan.reason == "BackendFailed: RuntimeError: a lowering failed"
+        assert out is None and state.report.plan.form.name == "per block" and state.report.plan.fallback
+        assert state.report.plan.reason == "BackendFailed: RuntimeError: a lowering failed"
 
 
 def test_without_nested_compile_regions_blocks_are_compiled_regionally(
@@ -529,7 +529,7 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
     if reuses():
         assert (
-            model.model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+            model.model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
         )  # the no_grad call ran whole
 
 
@@ -696,7 +696,7 @@ def test_models_of_one_family_at_two_widths_keep_dynamic_shapes() -> None:
                 x = torch.randn(1, length, model.blocks[0].fc.in_features)
                 torch.testing.assert_close(model(x), twin(x))
     assert len(GRAPHS) == settled  # each new length served by a graph of symbolic length
-    assert not any(model.__dict__["_regionalize_owner"].plan.fallback for model in (draft, target))
+    assert not any(model.__dict__["_regionalize_owner"].report.plan.fallback for model in (draft, target))
 
 
 @needs_reuse
@@ -716,7 +716,7 @@ def test_owners_of_two_classes_of_one_name_at_other_widths_keep_their_regions() 
             for rows in batches:
                 x = torch.randn(rows, width)
                 torch.testing.assert_close(model(x), twin(x))
-            assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+            assert model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
 
 
 def test_an_owner_of_one_block_compiles_that_block_on_its_own() -> None:
@@ -828,7 +828,7 @@ def test_an_owner_keeps_its_recompile_limit_when_its_forward_code_is_shared() ->
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no fallback warning
             torch.testing.assert_close(model(x), twin(x))
-    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+    assert model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
 
 
 ALIASING = """
@@ -874,7 +874,7 @@ def test_outputs_that_alias_are_copied_in_the_one_trace_of_the_region() -> None:
         warnings.simplefilter("error")
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
-    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+    assert model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
     assert type(model.blocks[0])._regionalize_region.copies is False
     assert (account.regions_traced, account.regions_stamped) == (1, 3)
     (graph,) = GRAPHS
@@ -921,7 +921,7 @@ def test_outputs_that_share_memory_unseen_are_all_copied_on_the_owners_retry() -
         warnings.simplefilter("error")
         for _ in range(2):
             torch.testing.assert_close(model(x), twin(x))
-    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+    assert model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
     assert type(model.blocks[0])._regionalize_region.copies is True
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
@@ -970,7 +970,7 @@ def test_copies_of_slices_are_right_under_inductor() -> None:
         "x, context = torch.randn(1, 5, 8), torch.randn(1, 3, 8)\n"
         "with torch.no_grad():\n"
         "    torch.testing.assert_close(model(x, context), twin(x, context))\n"
-        "assert model.__dict__['_regionalize_owner'].plan.form.value != 'per block'\n"
+        "assert model.__dict__['_regionalize_owner'].report.plan.form.name != 'per block'\n"
         "assert type(model.blocks[0])._regionalize_region.copies is False\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -1049,7 +1049,7 @@ def test_region_arguments_pass_flat_where_they_can_and_as_given_otherwise(how: s
         warnings.simplefilter("error")
         patch.setattr(invoke_subgraph, "build_fingerprint_with_pytree", counted)
         torch.testing.assert_close(model(x, how), twin(x, how))
-    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+    assert model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
     (graph,) = GRAPHS
     regions = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(regions) == len(model.blocks) and len({n.args[0].target for n in regions}) == 1
@@ -1108,7 +1108,7 @@ def test_outputs_holding_none_are_reused_regions_and_come_back_as_returned(how: 
         got, want = model(x), twin(x)
     torch.testing.assert_close(got, want)
     assert [type(o) for o in got[1]] == [type(o) for o in want[1]]
-    assert model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+    assert model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
     traced = len(model.blocks) if how == "dict" else 1
     assert (account.regions_traced, account.regions_stamped) == (traced, len(model.blocks) - traced)
 

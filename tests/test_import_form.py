@@ -39,7 +39,7 @@ with torch.no_grad():
     torch.testing.assert_close(model(x), twin(x))
 state = model.__dict__["_regionalize_owner"]
 loaded = sorted(m for m in ("libcst", "click") if sys.modules[m])
-why = None if state.plan.form.value != "per block" else state.plan.reason
+why = None if state.report.plan.form.name != "per block" else state.report.plan.reason
 print(json.dumps({{"why": why, "loaded": loaded}}))
 """
 

@@ -280,13 +280,13 @@ def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_g
     runtime = runtime_of(model)
     stand_in_gpu(monkeypatch, runtime)
     graphed: list[int] = []
-    run_whole = runtime.run_whole
+    run_compiled = runtime.run_compiled
 
-    def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
+    def counted_run(owner: Any, state: Any, whole: Any, *rest: Any) -> Any:
         graphed.append(1)
-        return run_whole(owner, state, whole, args, kwargs)
+        return run_compiled(owner, state, whole, *rest)
 
-    runtime.patch(monkeypatch, "run_whole", counted_run)
+    runtime.patch(monkeypatch, "run_compiled", counted_run)
     config = transformers.CompileConfig(backend="aot_eager")
     config._compile_all_devices = True  # generate compiles only on a GPU otherwise
     model.generation_config.compile_config = config
@@ -304,7 +304,7 @@ def test_outputs_of_a_cuda_graph_are_copies_but_the_callers_cache() -> None:
     """A replay writes its outputs' memory again: the caller keeps copies of tensors and of objects the
     call made, but the cache it handed in is its own, written in place as the original writes it."""
     model, _ = pair()
-    kept = runtime_of(model).kept
+    kept = runtime_of(model).keep_outputs
     cache, made, hidden = static_cache(early=True), DynamicCache(), torch.ones(2)
     out = kept(BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache), (), {"cache": cache})
     assert out.past_key_values is cache
@@ -328,13 +328,13 @@ def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_ca
     graphed: list[int] = []
     owner = model.model
     runtime = runtime_of(model)
-    run_whole = runtime.run_whole
+    run_compiled = runtime.run_compiled
 
-    def counted_run(owner: Any, state: Any, whole: Any, args: Any, kwargs: Any) -> Any:
+    def counted_run(owner: Any, state: Any, whole: Any, *rest: Any) -> Any:
         graphed.append(1)
-        return run_whole(owner, state, whole, args, kwargs)
+        return run_compiled(owner, state, whole, *rest)
 
-    runtime.patch(monkeypatch, "run_whole", counted_run)
+    runtime.patch(monkeypatch, "run_compiled", counted_run)
     ids = torch.randint(3, 128, (1, 8), generator=torch.Generator().manual_seed(0)).cuda()
     mask = torch.ones_like(ids)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
@@ -344,6 +344,6 @@ def test_cuda_transformers_llama_generates_the_originals_tokens_with_a_static_ca
         again = model.generate(ids, attention_mask=mask, **SETTINGS)
     assert actual.tolist() == expected.tolist() == again.tolist()
     assert not [str(w.message) for w in caught if str(w.message).startswith("regionalize")]
-    assert owner.__dict__["_regionalize_owner"].plan.form.value != "per block" or mode == "default"
+    assert owner.__dict__["_regionalize_owner"].report.plan.form.name != "per block" or mode == "default"
     if mode == "reduce-overhead":
         assert len(graphed) == 2 * (SETTINGS["max_new_tokens"] - 1)

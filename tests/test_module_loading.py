@@ -203,7 +203,7 @@ def test_a_model_loaded_any_way_runs_compiled_and_computes_what_the_original_doe
         regionalize.compile_regions(model)
     assert _calls(model, twin) == []  # compiled whole with no fallback: nothing to warn of
     state = model.__dict__["_regionalize_owner"]
-    assert not state.plan.fallback, state.plan
+    assert not state.report.plan.fallback, state.report.plan
 
 
 @pytest.mark.parametrize("route", ["rewrite", "compile_regions"])
@@ -243,7 +243,7 @@ def test_blocks_of_a_module_dynamo_cannot_import_are_compiled_one_by_one(
         regionalize.compile_regions(model)
     warned = _calls(model, twin)
     if not tracer.imports_inlined_modules():
-        assert warned == [] and not model.__dict__["_regionalize_owner"].plan.fallback
+        assert warned == [] and not model.__dict__["_regionalize_owner"].report.plan.fallback
         return
     assert len(warned) == 1, warned
     assert "Model cannot be compiled whole (Block is defined in module" in warned[0]

@@ -21,8 +21,9 @@ from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
 from regionalize.runtime import pieces  # noqa: E402
+from regionalize.runtime.forms import PIECES  # noqa: E402
 from regionalize.runtime.internals import compiler  # noqa: E402
-from regionalize.runtime.state import OwnerState  # noqa: E402
+from regionalize.runtime.state import Findings, Plan  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 
@@ -65,8 +66,8 @@ def fresh() -> None:
     torch.compiler.reset()
 
 
-def compiled(model: nn.Module) -> tuple[Any, OwnerState]:
-    state = OwnerState([], {}, direct=False)
+def compiled(model: nn.Module) -> tuple[Any, Findings]:
+    state = Findings(Plan(PIECES))
     backend = pieces.pieces_backend({Block}, state, "reduce-overhead", {})
     return torch.compile(model, backend=backend, fullgraph=True), state
 
@@ -126,7 +127,7 @@ def test_a_piece_without_dynamos_record_of_its_inputs_learns_them_from_a_fake_ru
     whole, state = compiled(model)
     with torch.no_grad():
         torch.testing.assert_close(whole(x), model(x))
-    assert state.pieces == "7 a call, 2 compiled in all, 3 run as traced"
+    assert str(state.pieces) == "7 a call, 2 compiled in all, 3 run as traced"
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -151,13 +152,13 @@ def test_each_distinct_piece_is_compiled_once_and_the_call_computes_the_original
     with torch.no_grad():
         torch.testing.assert_close(whole(x), model(x))
     # The blocks compiled once; the projection and the norm, an op each, run as traced.
-    assert state.pieces == "6 a call, 1 compiled in all, 2 run as traced"
+    assert str(state.pieces) == "6 a call, 1 compiled in all, 2 run as traced"
     model = Stack(widths=(8, 8, 16, 16)).eval()
     whole, state = compiled(model)
     with torch.no_grad():
         torch.testing.assert_close(whole(x), model(x))
     # Blocks of another width are pieces of their own; the projection between is one more stretch.
-    assert state.pieces == "7 a call, 2 compiled in all, 3 run as traced"
+    assert str(state.pieces) == "7 a call, 2 compiled in all, 3 run as traced"
 
 
 def test_pieces_alike_but_for_the_memory_their_inputs_share_are_not_one_piece() -> None:
@@ -452,6 +453,6 @@ def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.M
     monkeypatch.setattr(runtime.this_call, "tracing", "flat")  # the owner's own trace
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     monkeypatch.setattr(runtime.this_call, "tracing", False)
-    whole = runtime.Plan(runtime.Form.WHOLE)  # nested regions reused
-    monkeypatch.setattr(owner.__dict__["_regionalize_owner"], "plan", whole)
+    whole = runtime.Plan(runtime.WHOLE)  # nested regions reused
+    monkeypatch.setattr(owner.__dict__["_regionalize_owner"].report, "plan", whole)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})

@@ -164,7 +164,7 @@ def test_the_rewritten_package_runs_with_torch_alone(package: Path, monkeypatch:
         torch.testing.assert_close(model(x), twin(x))
     assert (
         "_regionalize_owner" in model.__dict__
-        and model.__dict__["_regionalize_owner"].plan.form.value != "per block"
+        and model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
     )
     assert type(model.__dict__["_regionalize_owner"]).__module__.startswith("zoo._regionalize.")
     for name in [m for m in sys.modules if m == "zoo" or m.startswith("zoo.")]:

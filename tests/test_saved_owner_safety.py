@@ -133,7 +133,7 @@ with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
     diffs.append((model(x) - by_hand()).abs().max().item())
 from torch._dynamo.utils import counters
 print(json.dumps({
-    "saved": model.__dict__["_regionalize_owner"].saved,
+    "saved": str(model.__dict__["_regionalize_owner"].report.saved),
     "same": max(diffs) < 1e-5,
     "diffs": diffs,
     "traced": counters["stats"]["unique_graphs"],

@@ -19,7 +19,9 @@ import pytest
 import torch
 
 from regionalize.runtime import saved as saved_owners
+from regionalize.runtime.forms import WHOLE
 from regionalize.runtime.internals import aot, tracer
+from regionalize.runtime.state import Config, Findings, Plan
 
 # Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
 SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.reuses()
@@ -121,7 +123,7 @@ with torch.no_grad():
 from torch._dynamo.utils import counters
 state = model.__dict__["_regionalize_owner"]
 print(json.dumps({
-    "saved": state.saved,
+    "saved": state.report.saved and str(state.report.saved),
     "same": all(torch.allclose(o, e, atol=1e-5) for o, e in zip(outs, [expected, expected, expected_y])),
     "traced": counters["stats"]["unique_graphs"],
     "warnings": [str(w.message) for w in caught if "regionalize" in str(w.message)],
@@ -330,7 +332,7 @@ def test_where_it_cannot_save_it_says_why(project: Path) -> None:
             expected = model(x)
             regionalize.compile_regions(model, saved=True)
             assert torch.allclose(model(x), expected, atol=1e-5)
-        print(model.__dict__["_regionalize_owner"].saved)
+        print(model.__dict__["_regionalize_owner"].report.saved)
         """
     )
     environ = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(project / "cache")}
@@ -373,7 +375,7 @@ def test_guard_bypass_and_cuda_graph_modes_say_why_they_are_not_saved(project: P
                     regionalize.compile_regions(model, mode=name)
                 same = all(torch.allclose(model(x), expected, atol=1e-5) for _ in range(2))
             state = model.__dict__["_regionalize_owner"]
-            said[name] = [state.saved, same, "guard_filter_fn" in options]
+            said[name] = [state.report.saved and str(state.report.saved), same, "guard_filter_fn" in options]
         print(json.dumps(said))
         """
     )
@@ -459,7 +461,7 @@ with torch.no_grad():
         out = run()
 owner = next(m for m in model.modules() if "_regionalize_owner" in m.__dict__)
 print(json.dumps({
-    "saved": owner.__dict__["_regionalize_owner"].saved,
+    "saved": str(owner.__dict__["_regionalize_owner"].report.saved),
     "same": torch.allclose(out.float(), expected.float(), atol=1e-5),
     "warnings": [str(w.message) for w in caught if "regionalize" in str(w.message)],
 }))
@@ -526,7 +528,7 @@ def test_the_key_names_the_runtime_whose_region_a_block_class_runs(monkeypatch: 
 
     model, x = _Net(), torch.randn(2, 4)
     state = types.SimpleNamespace(
-        plan=types.SimpleNamespace(form=saved.Form.WHOLE), kwargs={}, blocks=model.blocks
+        report=Findings(Plan(WHOLE)), config=Config({}, direct=False, save=True), blocks=model.blocks
     )
     first = saved.key(model, state, (x,), {})
     assert saved.key(model, state, (x,), {}) == first

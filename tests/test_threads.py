@@ -120,7 +120,7 @@ def test_threads_calling_one_model_at_once_get_what_calls_one_at_a_time_get() ->
     torch.testing.assert_close(together, alone)
     torch.testing.assert_close(together, expected)
     state = model.__dict__["_regionalize_owner"]
-    assert not state.plan.fallback  # no fallback: this torch's form
+    assert not state.report.plan.fallback  # no fallback: this torch's form
 
 
 def test_threads_calling_two_models_at_once_each_get_their_own_outputs() -> None:
@@ -167,7 +167,7 @@ def test_where_torch_cannot_call_while_it_compiles_an_owners_calls_run_one_at_a_
     thread's call of a compiled frame meanwhile raised: there an owner's call, and any compile it makes,
     holds the set-up lock, which another thread's call waits on. Elsewhere calls hold it not."""
     monkeypatch.setattr(threads, "compiles_seen_in_every_thread", lambda: seen)
-    serve, held = owner.owner_serve, []
+    serve, held = owner.serve_call, []
 
     def observed(*args: Any) -> Any:
         def try_lock() -> None:  # from another thread, as another call would
@@ -181,7 +181,7 @@ def test_where_torch_cannot_call_while_it_compiles_an_owners_calls_run_one_at_a_
         other.join()
         return serve(*args)
 
-    monkeypatch.setattr(owner, "owner_serve", observed)
+    monkeypatch.setattr(owner, "serve_call", observed)
     model, twin = pair("tanh", backend="aot_eager")
     x = inputs(0)[0]
     with torch.no_grad():

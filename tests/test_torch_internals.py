@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime import owner, plan
+from regionalize.runtime import forms, owner, plan
 from regionalize.runtime.internals import aot, compiler, cpu, hooks, tracer
 from regionalize.runtime.owner import register_block
 
@@ -345,7 +345,7 @@ def test_an_owners_first_call_on_the_cpu_starts_the_cpu_check_once(
     calls = []
     monkeypatch.setattr(owner, "start_cpu_check", lambda: calls.append(1))
     model = model_classes()[1]().eval()
-    model.__dict__["_regionalize_owner"].kwargs["backend"] = backend
+    model.__dict__["_regionalize_owner"].config.kwargs["backend"] = backend
     with torch.no_grad():
         model(torch.randn(2, 8))
         model(torch.randn(2, 8))
@@ -385,7 +385,7 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
     """On a torch that reuses no region and lacks what the pieces need, the owner takes the form of a
     backend other than Inductor: its blocks compiled one by one, the original's outputs."""
     monkeypatch.setattr(owner, "reuses", lambda: False)
-    for part in (owner, plan):  # where the plan is made, and where its retries are
+    for part in (forms, plan):  # where the plan is made, and where its retries are
         monkeypatch.setattr(part, "inductor_pieces", lambda: None)
     torch.manual_seed(0)
     model = model_classes()[1]().eval()
@@ -396,7 +396,7 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
             expected = expected + block.fc(expected).tanh()
         torch.testing.assert_close(model(x), expected)
     state = model.__dict__["_regionalize_owner"]
-    assert state.plan.form.value == "per block" and not state.plan.fallback
+    assert state.report.plan.form.name == "per block" and not state.report.plan.fallback
     assert all(block._compiled_call_impl is not None for block in model.blocks)
 
 

@@ -148,8 +148,13 @@ def owner_reports(model: torch.nn.Module) -> list[OwnerReport]:
     return [
         report_of(module, state)
         for module in model.modules()
-        if hasattr(state := module.__dict__.get("_regionalize_owner"), "plan")
+        if _has_plan(state := module.__dict__.get("_regionalize_owner"))
     ]
+
+
+def _has_plan(state: object) -> bool:
+    """Whether an owner's state holds a plan: its report's (this runtime's), or its own (before 0.3)."""
+    return hasattr(state, "report") or hasattr(state, "plan")
 
 
 def note_owners(account: GraphAccount, model: torch.nn.Module) -> None:
@@ -167,7 +172,7 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
     forms = {report.owner: form_text(report) for report in owner_reports(model)}
     for module in model.modules():  # an older vendored copy's owners, whose states have no plan
         state = module.__dict__.get("_regionalize_owner")
-        if state is not None and not hasattr(state, "plan"):
+        if state is not None and not _has_plan(state):
             forms[type(module).__name__] = _served_before_plans(state)
     return forms
 

@@ -4,7 +4,8 @@
 Each module has one job:
 
 - `api.py` defines the public API that rewritten models call, and `compile_regions` for a built model.
-- `owner.py` compiles an owner whole, serves its calls, and retries or falls back where a compile fails.
+- `owner.py` sets an owner up, compiles it in its form, serves its calls, and steps down the ladder.
+- `forms.py` defines each form an owner takes as a class, and the ladder of fallbacks between them.
 - `plan.py` picks the form that an owner takes at its first call.
 - `state.py` holds what the runtime keeps for each owner and for the process.
 - `describe.py` describes each owner of a model as a record: its form, why, and its saved frame.

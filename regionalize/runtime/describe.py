@@ -3,7 +3,9 @@ frame. Verify, the benchmarks and users read these records rather than the runti
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -32,14 +34,36 @@ def describe(model: torch.nn.Module) -> list[OwnerReport]:
     ]
 
 
-def report_of(owner: torch.nn.Module, state: object) -> OwnerReport:
-    """Returns the record of `owner`, read from its state by attribute name, since a vendored copy
-    of the runtime keeps a state class and a `Form` enum of its own, with the same names and values."""
-    plan = state.plan  # type: ignore[attr-defined]
-    saved = getattr(state, "saved", None) or "not saved: not called whole"
+def report_of(owner: torch.nn.Module, state: Any) -> OwnerReport:
+    """Returns the record of `owner`, read from its state by attribute name.
+
+    A vendored copy of the runtime keeps state classes of its own, and copies of earlier releases keep one
+    flat record with a `Form` enum, so the names are read rather than the types checked."""
+    config, found = getattr(state, "config", state), getattr(state, "report", None)
+    if found is None:  # an earlier release's flat record
+        return _flat_report(owner, state)
+    form, saved = found.plan.form, found.saved
     return OwnerReport(
         owner=type(owner).__name__,
-        form=plan.form.value,
+        form=form.name,
+        reason=found.plan.reason,
+        fallback=found.plan.fallback,
+        pieces=None if found.pieces is None else str(found.pieces),
+        static_calls=found.static_calls,
+        prompt_calls=found.prompt_calls,
+        layer_by_layer=found.layer_by_layer,
+        saved=(str(saved) if saved else "not saved: not called whole") if config.save else None,
+    )
+
+
+def _flat_report(owner: torch.nn.Module, state: object) -> OwnerReport:
+    """Returns the record of an owner whose runtime keeps one flat record, as releases before 0.3 did."""
+    plan = state.plan  # type: ignore[attr-defined]
+    saved = getattr(state, "saved", None) or "not saved: not called whole"
+    form = plan.form.value if isinstance(plan.form, enum.Enum) else plan.form.name
+    return OwnerReport(
+        owner=type(owner).__name__,
+        form=form,
         reason=plan.reason,
         fallback=plan.fallback,
         pieces=state.pieces,  # type: ignore[attr-defined]

@@ -182,13 +182,13 @@ def kv_store(layer: Any, keys: torch.Tensor, values: torch.Tensor, before: int, 
     layer.keys, layer.values = keys, values
 
 
-def kv_holds() -> Init | bool:
+def kv_holds() -> Init | None:
     """Checks once that transformers' cache layers update as `LayerKV` and `kv_store` assume.
 
-    It returns the function that sets a layer up (`kv_init`, else `kv_lazy`), or False where neither fits,
+    It returns the function that sets a layer up (`kv_init`, else `kv_lazy`), or None where neither fits,
     and checks the `EncoderDecoderCache` stand-ins too."""
-    init = next((init for init in (kv_init, kv_lazy) if is_kv_same(init)), False)
-    if init:
+    init = next((init for init in (kv_init, kv_lazy) if is_kv_same(init)), None)
+    if init is not None:
         process.encoder_decoder = check_encoder_decoder()
     return init
 

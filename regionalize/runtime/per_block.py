@@ -3,37 +3,45 @@
 It is also the form where torch reuses no traced region and the backend is not Inductor
 (docs/form-torch-versions.md)."""
 
+from __future__ import annotations
+
 import functools
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from .bypass import Direct
 from .frames import OrEager, globals_of, importable, new_frame, own_options, torch_compile
 from .internals.hooks import compiled_call, module_call, set_compiled_call
-from .kv import kv_empty
 from .regions import block_compiled
-from .state import Form, process
-from .static import static_handed
+from .state import process
 from .threads import locked
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from .state import OwnerState
 
 graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
 
 
-def per_block(owner):
+def per_block(owner: torch.nn.Module) -> Callable[..., Any]:
     """Returns the owner's eager call, after compiling each of its blocks on its own, without CUDA graphs.
 
     An owner of owners that gave its stages back and has no blocks of its own runs as a plain module."""
     state = owner.__dict__.get("_regionalize_owner")
     if state is not None and state.compiled < len(state.blocks):  # once per block, not on every call
-        locked(per_block_compile, owner, state)
+        locked(compile_blocks, owner, state)
     return module_call(owner)
 
 
-def per_block_compile(owner, state):
+def compile_blocks(owner: torch.nn.Module, state: OwnerState) -> None:
     """Compiles each of the owner's blocks that is not compiled yet, under the set-up lock."""
     if state.compiled < len(state.blocks):
-        kwargs = {k: v for k, v in state.kwargs.items() if not (k == "mode" and v in graph_modes)}
+        given = state.config.kwargs
+        kwargs = {k: v for k, v in given.items() if not (k == "mode" and v in graph_modes)}
         model = model_of(owner)
         for block in state.blocks:
             if block in process.block_frames:
@@ -41,11 +49,11 @@ def per_block_compile(owner, state):
             if type(block.__dict__.get("_regionalize_layer")) is int:  # a stand-in serves its cache
                 block_compiled(block, static_options(block, kwargs, model))
             elif compiled_call(block) is None:
-                block_compile(block, static_options(block, kwargs, model), state.direct)
+                compile_block(block, static_options(block, kwargs, model), state.config.direct)
         state.compiled = len(state.blocks)
 
 
-def block_compile(block, kwargs, direct):
+def compile_block(block: torch.nn.Module, kwargs: dict[str, Any], direct: bool) -> None:
     """Compiles `block` on its own, with `block.compile(**kwargs)` where Dynamo can import its code's module.
 
     Otherwise it compiles a frame of the block's class in the globals of that code (`frames.py`), which runs
@@ -55,7 +63,7 @@ def block_compile(block, kwargs, direct):
     if model_globals is None or importable(model_globals):
         block.compile(**own_options(kwargs))
         if direct:
-            set_compiled_call(block, Direct(block, compiled_call(block)))
+            set_compiled_call(block, Direct(block, cast("Callable[..., Any]", compiled_call(block))))
         return
     frame = process.class_frames.get(cls)
     if frame is None:
@@ -65,11 +73,11 @@ def block_compile(block, kwargs, direct):
     set_compiled_call(block, Direct(block, call, frame) if direct else call)
 
 
-def model_of(module):
+def model_of(module: torch.nn.Module) -> torch.nn.Module:
     """Returns the model that `module` runs in: the outermost module of the calls under way that holds it.
 
     It is `module` itself where no such call holds it."""
-    model, frame, seen = module, sys._getframe(1), set()
+    model, frame, seen = module, cast("FrameType | None", sys._getframe(1)), set()
     while frame is not None:
         caller = frame.f_locals.get("self")
         # A module under construction (in its `__init__`) may not have its submodules yet.
@@ -81,7 +89,7 @@ def model_of(module):
     return model
 
 
-def static_options(module, kwargs, model):
+def static_options(module: torch.nn.Module, kwargs: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
     """Returns the compile options for `module`, with `dynamic=False` where its class has other widths.
 
     That is where another module of its class in `model` holds a parameter of the same name at another
@@ -94,16 +102,3 @@ def static_options(module, kwargs, model):
     if any(own.get(name, p.shape) != p.shape for m in others for name, p in m.named_parameters()):
         return {**kwargs, "dynamic": False}
     return kwargs
-
-
-def per_call_reason(state, args, kwargs):
-    """Returns why an owner in pieces serves this call per block, or None where it serves it whole.
-
-    The reason is "static" for a call that hands over a `StaticCache` and "prompt" for an empty
-    `DynamicCache`, and only where the stand-in serves every block (docs/form-torch-versions.md)."""
-    if state.plan.form is not Form.PIECES or not state.indexed:
-        return None
-    # A token's call, the most common one, gives None without reading the blocks.
-    why = "static" if static_handed(args, kwargs) else "prompt" if kv_empty(args, kwargs) else None
-    served = why and all(type(block.__dict__["_regionalize_layer"]) is int for block, _ in state.indexed)
-    return why if served else None

@@ -3,8 +3,13 @@
 This is the form for a torch that reuses no traced region and for blocks that differ in float constants;
 in CUDA graphs, each call replays one graph of all the pieces (docs/form-torch-versions.md)."""
 
+from __future__ import annotations
+
 import operator
 import threading
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -12,8 +17,14 @@ from .internals.compiler import inductor_pieces, op_arguments, sym_expr, sym_hin
 from .internals.hooks import writes
 from .internals.tracer import counters, static_marked, tree_leaves
 from .per_block import graph_modes
+from .state import PieceCounts
 from .static import on_graph_device
 from .threads import this_call
+
+if TYPE_CHECKING:
+    from torch.fx import GraphModule
+
+    from .state import Args, Findings, Kwargs
 
 # The number of CUDA graphs kept for one compiled frame, one for each set of fixed-input addresses and
 # sizes. The least recently replayed gives way, since transformers' `generate` makes a new cache each call.
@@ -22,37 +33,42 @@ graph_limit = 8
 # embedding or a final norm (docs/form-cuda-graphs.md).
 traced_ops = 8
 
+Symbols = dict[Any, "torch.SymInt | None"]  # a piece's sympy symbols, each with the `SymInt` that is it alone
+Compiled = tuple[Any, Symbols, Callable[..., Any]]  # a frame's `ShapeEnv`, a piece's symbols, its compile
+Key = tuple[tuple[int, ...], tuple[Any, ...]]  # a CUDA graph's fixed-input addresses and plain values
+Graph = tuple[Callable[[], None], dict[int, torch.Tensor], list[tuple[Any, bool]], set[int]]  # `captured`
 
-def pieces_backend(classes, state, mode, options):
+
+def pieces_backend(
+    classes: Collection[type[torch.nn.Module]], report: Findings, mode: str | None, options: Kwargs
+) -> Callable[[GraphModule, list[Any]], Graphs]:
     """Returns a Dynamo backend that compiles an owner's graph in pieces, for blocks of `classes`.
 
     The graph is split where each block's nodes begin and end, and pieces alike (the same nodes on inputs
     of the same sizes, layouts and dtypes) share one compiled piece, so Inductor compiles a block once.
-    Each call is one Dynamo frame, or one CUDA graph (`Graphs`). `state` gets the counts that verify
+    Each call is one Dynamo frame, or one CUDA graph (`Graphs`). `report` gets the counts that verify
     reports."""
 
     # A piece's key -> the frame's `ShapeEnv`, the symbols and the compiled piece of each piece compiled
     # under that key. The owner's frames share it, so a prompt's frame and the tokens' share sizeless pieces.
-    pieces = {}
+    pieces: dict[Hashable, list[Compiled]] = {}
 
-    def backend(graph, example_inputs):
+    def backend(graph: GraphModule, example_inputs: list[Any]) -> Graphs:
         split, blocks = split_graph(graph, classes)
         a_call = len(list(split.children()))  # counted before the pieces replace the split's modules
         mutated, ungraphable, traced = pieces_compiled(split, blocks, example_inputs, pieces, mode, options)
-        compiled = sum(map(len, pieces.values()))
-        traced = f", {traced} run as traced" if traced else ""
-        state.pieces = f"{a_call} a call, {compiled} compiled in all{traced}"
+        report.pieces = PieceCounts(a_call, sum(map(len, pieces.values())), traced)
         return Graphs(split, example_inputs, mutated, not ungraphable, mode in graph_modes)
 
     return backend
 
 
-def split_graph(graph, classes):
+def split_graph(graph: GraphModule, classes: Collection[type]) -> tuple[GraphModule, set[str]]:
     """Splits `graph` in order into a piece per stretch of nodes inside one block or outside all blocks.
 
     It returns the split graph and the names of the pieces that are inside a block."""
     names = {f"{c.__module__}.{c.__qualname__}" for c in classes}
-    segment, last, parts, blocks = 0, (), {}, set()
+    segment, last, parts, blocks = 0, cast("str | tuple[()] | None", ()), {}, set()
     for node in graph.graph.nodes:
         if node.op in ("placeholder", "output", "get_attr"):
             continue
@@ -63,10 +79,18 @@ def split_graph(graph, classes):
             if block is not None:
                 blocks.add(f"submod_{segment}")  # the name that split_module gives the piece
         parts[node] = segment
-    return inductor_pieces().split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
+    tools = cast(SimpleNamespace, inductor_pieces())  # the form in pieces is planned only where it is found
+    return tools.split_module(graph, None, parts.__getitem__, keep_original_order=True), blocks
 
 
-def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
+def pieces_compiled(
+    split: GraphModule,
+    blocks: set[str],
+    example_inputs: list[Any],
+    pieces: dict[Hashable, list[Compiled]],
+    mode: str | None,
+    options: Kwargs,
+) -> tuple[set[int], bool, int]:
     """Compiles `split`'s pieces in place, sharing compiled pieces through `pieces`.
 
     A stretch between blocks of at most `traced_ops` ops runs as traced, since compiling it would cost a
@@ -75,12 +99,12 @@ def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
     fake copies of `example_inputs` instead, which also find the inputs that the graph writes to and the ops
     that a CUDA graph cannot replay. It returns those input positions, whether there are such ops, and how
     many pieces run as traced."""
-    tools = inductor_pieces()
+    tools = cast(SimpleNamespace, inductor_pieces())
     fake = tools.fake_mode(example_inputs)
     patches = {**tools.mode_options(mode or "default"), **options, "triton.cudagraphs": False}
-    traced = []
+    traced: list[str] = []
 
-    def compile_piece(target, args):
+    def compile_piece(target: str, args: Sequence[Any]) -> None:
         piece = getattr(split, target)
         if target not in blocks and op_count(piece) <= traced_ops:
             traced.append(target)
@@ -105,19 +129,27 @@ def pieces_compiled(split, blocks, example_inputs, pieces, mode, options):
     return (*pieces_faked(split, example_inputs, tools, fake, compile_piece), len(traced))
 
 
-def pieces_faked(split, example_inputs, tools, fake, compile_piece):
+def pieces_faked(
+    split: GraphModule,
+    example_inputs: list[Any],
+    tools: SimpleNamespace,
+    fake: Any,
+    compile_piece: Callable[[str, Sequence[Any]], None],
+) -> tuple[set[int], bool]:
     """Runs `split` on fake copies of `example_inputs` and compiles each piece as it is reached.
 
     It returns the positions of the inputs that the graph writes to, and whether it holds an op that a CUDA
     graph cannot replay."""
-    ungraphable = []
+    ungraphable: list[Any] = []
 
-    class Ungraphable(tools.dispatch_mode):
+    class Ungraphable(tools.dispatch_mode):  # type: ignore[name-defined,misc]  # found by the probe
         """Records the ops that a CUDA graph cannot replay: random draws, and ops that make a CPU tensor.
 
         A capture would run those ops once only, so Inductor's CUDA-graph trees refuse them too."""
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Args = (), kwargs: Kwargs | None = None
+        ) -> Any:
             kwargs = kwargs or {}
             if torch.Tag.nondeterministic_seeded in func.tags and draws(func, args, kwargs):
                 ungraphable.append(func)
@@ -127,7 +159,7 @@ def pieces_faked(split, example_inputs, tools, fake, compile_piece):
             return out
 
     class Compiling(torch.fx.Interpreter):
-        def call_module(self, target, args, kwargs):
+        def call_module(self, target: Any, args: Args, kwargs: Kwargs) -> Any:
             with Ungraphable():
                 out = super().call_module(target, args, kwargs)  # run before Inductor rewrites the piece
             compile_piece(target, args)
@@ -142,7 +174,7 @@ def pieces_faked(split, example_inputs, tools, fake, compile_piece):
     return mutated, bool(ungraphable)
 
 
-def recorded_inputs(split):
+def recorded_inputs(split: GraphModule) -> list[tuple[str, list[Any]]] | None:
     """Returns each piece of `split` with the inputs that Dynamo recorded for it, in the order they run.
 
     The inputs are the example values of the pieces' placeholders; a piece that lacks one gives None."""
@@ -157,13 +189,13 @@ def recorded_inputs(split):
     return recorded
 
 
-def op_count(piece):
+def op_count(piece: GraphModule) -> int:
     """Counts the ops of `piece`, a piece of Dynamo's graph, leaving out item and size look-ups."""
     calls = [n for n in piece.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     return sum(n.target not in (operator.getitem, "size") for n in calls)
 
 
-def draws(func, args, kwargs):
+def draws(func: Any, args: Args, kwargs: Kwargs) -> bool:
     """Returns whether `func`, an op that may draw random numbers, draws any with these arguments.
 
     A dropout of probability 0, or outside training, draws none, like the one in every attention call."""
@@ -172,23 +204,24 @@ def draws(func, args, kwargs):
     return given.get("train", True) is not False and not (isinstance(p, (int, float)) and p == 0)
 
 
-def piece_key(piece, args):
+def piece_key(piece: GraphModule, args: Sequence[Any]) -> tuple[Hashable | None, Symbols]:
     """Returns what makes two pieces one compiled piece, and the piece's symbols.
 
     The key holds the nodes, the inputs' sizes, layouts and dtypes, and which inputs share memory, with
     symbolic sizes named in their order of appearance. Each symbol comes with the `SymInt` input that is
     that symbol alone, or None. A piece that holds a constant (`get_attr`) gets no key and is its own."""
-    tools = inductor_pieces()
-    index, nodes = {}, []
+    tools = cast(SimpleNamespace, inductor_pieces())
+    index: dict[torch.fx.Node, int] = {}
+    nodes: list[tuple[str, str, str]] = []
     for node in piece.graph.nodes:
         if node.op == "get_attr":
             return None, {}
         index[node] = len(index)
         uses = torch.fx.node.map_arg((node.args, node.kwargs), index.__getitem__)
         nodes.append((node.op, "" if node.op == "placeholder" else str(node.target), repr(uses)))
-    symbols = {}
+    symbols: Symbols = {}
 
-    def named(value):
+    def named(value: object) -> str:
         if not isinstance(value, torch.SymInt):
             return repr(value)
         expr = sym_expr(value)
@@ -199,7 +232,7 @@ def piece_key(piece, args):
         order = list(symbols)
         return str(expr.xreplace({s: tools.size_symbol(order.index(s)) for s in expr.free_symbols}))
 
-    def described(x):
+    def described(x: object) -> object:
         if not isinstance(x, torch.Tensor):
             return named(x)
         sizes, strides = tuple(map(named, x.shape)), tuple(map(named, x.stride()))
@@ -212,7 +245,7 @@ def piece_key(piece, args):
     return (tuple(nodes), inputs, shared), symbols
 
 
-def alike(candidates, symbols, sizes):
+def alike(candidates: Iterable[Compiled], symbols: Symbols, sizes: Any) -> Callable[..., Any] | None:
     """Returns the compiled piece among `candidates` whose symbols match this piece's, or None.
 
     Symbols match where they have the same values now, which the frame then guards equal. A piece with
@@ -224,7 +257,11 @@ def alike(candidates, symbols, sizes):
         pairs = [(a, b) for (s, a), (t, b) in zip(symbols.items(), theirs.items(), strict=True) if s != t]
         known = all(a is not None and b is not None and sym_hint(a) is not None for a, b in pairs)
         # Each comparison of equal hints adds a guard to the frame and replaces b's symbol by a's.
-        if known and all(sym_hint(a) == sym_hint(b) for a, b in pairs) and all(a == b for a, b in pairs):
+        if (
+            known
+            and all(sym_hint(a) == sym_hint(b) for a, b in pairs)  # type: ignore[arg-type]  # not None: known
+            and all(a == b for a, b in pairs)
+        ):
             return compiled
     return None
 
@@ -240,7 +277,18 @@ class Graphs:
     Python that the capture ran
     (docs/form-cuda-graphs.md#cuda-graphs-where-torch-reuses-no-traced-region-in-pieces)."""
 
-    def __init__(self, run, example_inputs, mutated, graphable, always=True):
+    graphs: dict[Key, Graph]
+    warm: dict[Key, None]
+    pool: Any  # the graphs' memory pool, made at the first capture
+
+    def __init__(
+        self,
+        run: Callable[..., Any],
+        example_inputs: list[Any],
+        mutated: set[int],
+        graphable: bool,
+        always: bool = True,
+    ) -> None:
         # Dicts: the graphs in the order of their last replay, and the keys in the order first seen.
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
@@ -251,7 +299,7 @@ class Graphs:
         self.mutated = sorted(mutated)
         self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         if not (self.graphable and (self.always or this_call.graphing)) or torch.is_grad_enabled():
             return self.run(*args)
         # One thread's call at a time, because every call copies its inputs into the same buffers and its
@@ -259,7 +307,7 @@ class Graphs:
         with self.lock:
             return self.replayed(args)
 
-    def replayed(self, args):
+    def replayed(self, args: Args) -> Any:
         # A fixed input at the address of its capture is the same memory, since CUDA's addresses are
         # unified with the host's; the other inputs are checked.
         key = tuple(args[i].data_ptr() for i in self.fixed), tuple(args[i] for i in self.values)
@@ -281,12 +329,12 @@ class Graphs:
         # is the caller's own memory and is not copied.
         return tuple(x.clone() if copy else x for x, copy in outputs)
 
-    def servable(self, args, written):
+    def servable(self, args: Args, written: set[int]) -> bool:
         """Returns whether the inputs to copy in are on the GPU and share no memory that the graph writes."""
         copied = [args[i] for i in self.copied]
         return all(on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
 
-    def captured(self, key, args):
+    def captured(self, key: Key, args: Args) -> Graph | None:
         """Returns the graph for `key`, captured on its second call, or None when the call runs uncaptured."""
         if not all(on_graph_device(args[i]) for i in self.fixed):
             return None
@@ -319,7 +367,7 @@ class Graphs:
         return graph
 
 
-def capture(run, inputs, graphs):
+def capture(run: Callable[..., Any], inputs: list[Any], graphs: Graphs) -> tuple[Callable[[], None], Any]:
     """Captures `run(*inputs)` as a CUDA graph in the pool that `graphs` shares, and returns its replay.
 
     It also returns the outputs; the capture runs nothing on the GPU, and the replay does the work."""

@@ -1,28 +1,47 @@
-"""Picks the form that an owner takes at its first call, for its blocks and this torch, and says why."""
+"""Picks the form that an owner takes, for its blocks, its options and this torch, and says why."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from .constants import differing_constants
+from .forms import ALONE, PER_BLOCK, PIECES, WHOLE
 from .frames import globals_of, unimportable
 from .internals.compiler import inductor_pieces
 from .internals.tracer import imports_inlined_modules
-from .state import Form, Plan, process
+from .state import Plan, process
+
+if TYPE_CHECKING:
+    from .state import OwnerState
 
 
-def plan_for(owner, state, graphs, inductor):
+def registration_plan(compile_kwargs: dict[str, Any]) -> Plan | None:
+    """Returns the fallback that an owner takes as its first block registers, or None where there is none."""
+    if not hasattr(torch.compiler, "nested_compile_region"):
+        return Plan(PER_BLOCK, "this torch has no nested compile regions", True)
+    if compile_kwargs.get("backend") == "eager":  # without AOTAutograd a region's backward raises
+        return Plan(PER_BLOCK, "the eager backend cannot differentiate nested regions", True)
+    return None
+
+
+def plan_for(owner: torch.nn.Module, state: OwnerState, graphs: bool, inductor: bool) -> Plan:
     """Returns the owner's plan at its first call: the form that `form_for` picks, or a fallback.
 
     The fallback is per block, where the form traces the owner whole and Dynamo cannot inline a block's
     code from the owner's frame (`frames.py`)."""
     plan = form_for(state, graphs, inductor)
-    if plan.form not in (Form.WHOLE, Form.PIECES):
+    if not plan.form.runs_whole:
         return plan
     inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
     why = unimportable(globals_of(type(owner).forward), inlined)
     if why is None or not imports_inlined_modules():
         return plan
-    return Plan(Form.PER_BLOCK, why, fallback=True)
+    return Plan(PER_BLOCK, why, fallback=True)
 
 
-def form_for(state, graphs, inductor):
+def form_for(state: OwnerState, graphs: bool, inductor: bool) -> Plan:
     """Returns the owner's form for its blocks and for what this torch offers.
 
     A single block is compiled alone unless it updates a cache or runs in CUDA graphs. Blocks that differ in
@@ -34,11 +53,11 @@ def form_for(state, graphs, inductor):
     splits = inductor and inductor_pieces() is not None
     constants = None if indexed else differing_constants(state.blocks)
     if len(state.blocks) == 1 and not indexed and not graphs:
-        return Plan(Form.ALONE)
+        return Plan(ALONE)
     if constants is not None:
-        return Plan(Form.PIECES if splits else Form.PER_BLOCK, constants)
+        return Plan(PIECES if splits else PER_BLOCK, constants)
     if not process.reusing and splits:
-        return Plan(Form.PIECES, "this torch does not reuse a traced region")
+        return Plan(PIECES, "this torch does not reuse a traced region")
     if not (process.reusing or graphs) and all(attribute for _, attribute in indexed):
-        return Plan(Form.PER_BLOCK, "this torch does not reuse a traced region (torch 2.12 and later do)")
-    return Plan(Form.WHOLE)
+        return Plan(PER_BLOCK, "this torch does not reuse a traced region (torch 2.12 and later do)")
+    return Plan(WHOLE)

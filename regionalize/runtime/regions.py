@@ -272,9 +272,9 @@ class Region:
             set_up_static_layer(layer, result[:-1])
             return result[-1]
         if pair is not None:
-            kv_store(pair[1], cross_keys, cross_values, 0, process.kv)  # type: ignore[arg-type]  # `kv_holds`
+            kv_store(pair[1], cross_keys, cross_values, 0, process.kv_init)  # type: ignore[arg-type]  # checked
             cache.is_updated[index] = True
-        kv_store(layer, keys, values, kv_length(past), process.kv)  # type: ignore[arg-type]  # `kv_holds`
+        kv_store(layer, keys, values, kv_length(past), process.kv_init)  # type: ignore[arg-type]  # checked
         return out
 
     def bodies(self) -> Bodies:

@@ -4,6 +4,8 @@ A later process's first call then runs the frame without tracing. The file's nam
 not check; the traced code and what the guards read are checked on load, and an owner whose file cannot be
 used compiles as without saving (docs/saved-owners.md)."""
 
+from __future__ import annotations
+
 import contextlib
 import functools
 import hashlib
@@ -13,6 +15,9 @@ import os
 import platform
 import sys
 import warnings
+from collections.abc import Callable
+from types import FunctionType, SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -34,9 +39,12 @@ from .internals.aot import (
 )
 from .internals.tracer import traced, tree_leaves
 from .per_block import graph_modes
-from .state import Form
+from .state import SaveOutcome, Saving, not_saved
 from .threads import locked
 from .watch import Watch
+
+if TYPE_CHECKING:
+    from .state import Args, Kwargs, OwnerState
 
 FORMAT = 3  # the format of the key and the file; a new value names every file afresh
 SUFFIX = ".owner"
@@ -48,7 +56,7 @@ BYPASS_DEPYF = "the guard bypass calls the code Dynamo keeps for the frame, whic
 BYPASS_FILTER = "the guard bypass drops guards on modules' structure, which a later process's may not share"
 
 
-def wanted(asked):
+def wanted(asked: bool | None) -> bool:
     """Returns whether an owner is saved: `asked` where given, else what `REGIONALIZE_SAVED_OWNERS` says.
 
     The variable turns saving off with "0", "false", "no" or "off"."""
@@ -57,21 +65,22 @@ def wanted(asked):
     return os.environ.get(SWITCH, "").strip().lower() not in ("0", "false", "no", "off")
 
 
-def why_not(owner, state):
+def why_not(owner: torch.nn.Module, state: OwnerState) -> str | None:
     """Returns why `owner` is not saved, or None where it is.
 
     Only a whole owner compiled by Inductor, from modules imported by name, is saved."""
+    kwargs = state.config.kwargs
     if saving() is None:
         return "this torch cannot save a compiled frame"
-    if state.plan.form is not Form.WHOLE:
-        return f"it is compiled {state.plan.form.value}"
-    if state.kwargs.get("mode") in graph_modes:
+    if (why := state.report.plan.form.why_not_saved()) is not None:
+        return why
+    if kwargs.get("mode") in graph_modes:
         return GRAPH_MODES
-    if state.direct:
+    if state.config.direct:
         return BYPASS_DEPYF
-    if "guard_filter_fn" in state.kwargs.get("options", {}):
+    if "guard_filter_fn" in kwargs.get("options", {}):
         return BYPASS_FILTER
-    if state.kwargs.get("backend", "inductor") != "inductor":
+    if kwargs.get("backend", "inductor") != "inductor":
         return "only Inductor's code is saved"
     if caches_off():
         return "Inductor's caches are off"
@@ -81,13 +90,13 @@ def why_not(owner, state):
     return None
 
 
-def _module_file(cls):
+def _module_file(cls: type) -> str | None:
     module = sys.modules.get(cls.__module__)
     path = getattr(module, "__file__", None)
     return path if path and os.path.isfile(path) else None
 
 
-def key(owner, state, args, kwargs):
+def key(owner: torch.nn.Module, state: OwnerState, args: Args, kwargs: Kwargs) -> str:
     """Returns the file's name: a hash of what the compiled code depends on that its guards do not check.
 
     It covers torch's build, Python, the machine, the runtime, the form and options, Inductor's settings,
@@ -95,18 +104,19 @@ def key(owner, state, args, kwargs):
     (docs/saved-owners.md#never-stale-never-corrupt)."""
     digest = hashlib.sha256()
 
-    def add(*parts):
+    def add(*parts: object) -> None:
         digest.update(repr(parts).encode())
 
     version = torch.version
     add(FORMAT, version.__version__, version.git_version, version.cuda, platform.python_version())
     add(machine())
     add(_runtime())
-    add(state.plan.form.value, sorted((k, _named(v)) for k, v in state.kwargs.items()), config_hash())
+    options = sorted((k, _named(v)) for k, v in state.config.kwargs.items())
+    add(state.report.plan.form.name, options, config_hash())
     for cls in sorted(
         {type(owner), *(type(b) for b in state.blocks)}, key=lambda c: (c.__module__, c.__qualname__)
     ):
-        with open(_module_file(cls), "rb") as file:
+        with open(cast(str, _module_file(cls)), "rb") as file:  # each has one (`why_not`)
             add(cls.__module__, cls.__qualname__, hashlib.sha256(file.read()).hexdigest())
         region = cls.__dict__.get("_regionalize_region")  # installed by this runtime or by another copy
         add(region is not None and type(region).__module__)
@@ -121,7 +131,7 @@ def key(owner, state, args, kwargs):
 
 
 @functools.cache
-def _runtime():
+def _runtime() -> str:
     """Returns a hash of the runtime's package name and sources, which are traced into the frame.
 
     Another release, or a vendored copy beside the package, therefore keys files of its own."""
@@ -133,7 +143,7 @@ def _runtime():
     return digest.hexdigest()
 
 
-def _named(value):
+def _named(value: object) -> object:
     """Returns an option as the key holds it, naming a callable by its qualified name, not its address."""
     if isinstance(value, dict):
         return sorted((k, _named(v)) for k, v in value.items())
@@ -142,7 +152,7 @@ def _named(value):
     return repr(value)
 
 
-def _input(leaf):
+def _input(leaf: object) -> object:
     if isinstance(leaf, torch.Tensor):
         return ("tensor", tuple(leaf.shape), leaf.dtype, str(leaf.device), leaf.requires_grad)
     if leaf is None or isinstance(leaf, (bool, int, float, str)):
@@ -150,23 +160,25 @@ def _input(leaf):
     return type(leaf).__qualname__
 
 
-def _why(error):
+def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error)[:200]}"
 
 
 class Saved:
     """Runs an owner's compiled frame, which it loads from a file or compiles ahead of the call and saves.
 
-    The owner's form is `Form.WHOLE`. Each call runs that frame where its guards and the dropped reads
+    The owner's form is `forms.Whole`. Each call runs that frame where its guards and the dropped reads
     (`watch`) hold. Other calls, calls that Dynamo traces, and every call once compiling ahead failed, run
     `jit`, the frame as `torch.compile` compiles it at its call."""
 
     __slots__ = ("aot", "frame", "jit", "state", "watch")
+    aot: Any  # the frame loaded or compiled ahead, False where that failed; None before the first call
+    watch: Watch | None
 
-    def __init__(self, jit, frame, state):
+    def __init__(self, jit: Callable[..., Any], frame: FunctionType, state: OwnerState) -> None:
         self.jit, self.frame, self.state, self.aot, self.watch = jit, frame, state, None, None
 
-    def __call__(self, owner, *args, **kwargs):
+    def __call__(self, owner: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if traced():
             return self.jit(owner, *args, **kwargs)
         aot = self.aot
@@ -180,7 +192,7 @@ class Saved:
             return aot.fn(owner, *args, **kwargs)
         return self.jit(owner, *args, **kwargs)
 
-    def first(self, owner, args, kwargs):
+    def first(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Any:
         """Returns the frame, loaded or compiled ahead of this call and saved, or False where that fails.
 
         After a failure, `jit` compiles the frame at its call, and the owner's retries handle any error of
@@ -190,37 +202,37 @@ class Saved:
         path = os.path.join(folder(), key(owner, self.state, args, kwargs) + SUFFIX)
         unsafe = distrust(path)
         if unsafe is not None:
-            self.state.saved = f"not saved: {unsafe}"
+            self.state.report.saved = not_saved(unsafe)
             _warn_untrusted(unsafe)
             return False
         if os.path.exists(path):
             loaded = self.load(path, owner, args, kwargs)
             if loaded is not None:
-                self.state.saved = "loaded"
+                self.state.report.saved = SaveOutcome(Saving.LOADED)
                 return loaded
         if not loads_gradients() and any(p.grad is not None for p in owner.parameters()):
-            self.state.saved = "not saved: its parameters hold gradients, which this torch cannot load"
+            self.state.report.saved = not_saved("its parameters hold gradients, which this torch cannot load")
             remove(path)  # a file that cannot load would warn at every start
             return False
         try:
-            compiled, guards = aot_compiled(self.frame, self.state.kwargs, (owner, *args), kwargs)
+            compiled, guards = aot_compiled(self.frame, self.state.config.kwargs, (owner, *args), kwargs)
             reads = reads_of(guards)
             self.watch = Watch(reads, self.frame)
         except Exception as error:  # for instance, a dropped guard that cannot be checked on each call
-            self.state.saved = f"not saved: {_why(error)}"
+            self.state.report.saved = not_saved(_why(error))
             return False
         try:
             unread = unreadable(reads, Scope(self.frame, owner, args, kwargs))
         except TypeError:  # the frame's signature does not bind the arguments, so no path can be read
             unread = "the call's arguments"
         if unread is not None:  # served as compiled, but not saved
-            self.state.saved = f"not saved: a later process could not check what {unread} holds"
+            self.state.report.saved = not_saved(f"a later process could not check what {unread} holds")
             return compiled
         kept = {"reads": records(reads), "modules": installed_modules(self.frame.__globals__)}
-        self.state.saved = write(compiled, kept, path, type(owner).__name__, self.frame.__globals__)
+        self.state.report.saved = write(compiled, kept, path, type(owner).__name__, self.frame.__globals__)
         return compiled
 
-    def load(self, path, owner, args, kwargs):
+    def load(self, path: str, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Any:
         """Returns the saved frame at `path`, or None with one warning where it cannot serve this call.
 
         That is where the file is unreadable, another build's, edited since, or its guards fail the call."""
@@ -248,10 +260,10 @@ class Saved:
         return None
 
 
-_untrusted_warned = set()
+_untrusted_warned: set[str] = set()
 
 
-def _warn_untrusted(why):
+def _warn_untrusted(why: str) -> None:
     """Warns once per process for each unsafe place, under which every owner compiles without loading."""
     if why not in _untrusted_warned:
         _untrusted_warned.add(why)
@@ -262,25 +274,25 @@ def _warn_untrusted(why):
         )
 
 
-def folder():
+def folder() -> str:
     """Returns the owners' folder under torch's cache directory, beside the compiled code they need."""
-    return os.path.join(saving().cache_dir(), "regionalize", "owners")
+    return os.path.join(cast(SimpleNamespace, saving()).cache_dir(), "regionalize", "owners")
 
 
-def remove(path):
+def remove(path: str) -> None:
     """Removes the saved frame at `path`, where it exists and can be removed."""
     with contextlib.suppress(OSError):
         os.unlink(path)
 
 
-def pack(kept, frame):
+def pack(kept: dict[str, Any], frame: bytes) -> bytes:
     """Returns one file of the records (`kept`) and the frame, so that two processes' files cannot mix."""
     # A line naming the format, the records' length, the records with the frame's hash, then the frame.
     head = json.dumps({**kept, "format": FORMAT, "frame": hashlib.sha256(frame).hexdigest()}).encode()
     return MAGIC + b"%d\n" % len(head) + head + frame
 
 
-def unpack(blob):
+def unpack(blob: bytes) -> tuple[dict[str, Any], bytes]:
     """Returns the records and the frame of a file that `pack` wrote, and raises ValueError for any other."""
     if not blob.startswith(MAGIC):
         raise ValueError("not a saved owner's file")
@@ -299,14 +311,16 @@ def unpack(blob):
     return kept, frame
 
 
-def write(compiled, kept, path, name, f_globals):
+def write(
+    compiled: Any, kept: dict[str, Any], path: str, name: str, f_globals: dict[str, Any]
+) -> SaveOutcome:
     """Saves `compiled` and its records (`kept`) at `path` as one file, whole or not at all.
 
     The frame is loaded back before it is kept, because torch saves some guard states that its own load
-    cannot build (a dict's key order guarded through a value that it pruned). It returns "saved" or why
-    not, with one warning where the file could not be written."""
+    cannot build (a dict's key order guarded through a value that it pruned). It returns the outcome, with
+    one warning where the file could not be written."""
 
-    def fill(temp):
+    def fill(temp: str) -> None:
         compiled.save_compiled_function(temp)
         with open(temp, "rb") as file:
             frame = file.read()
@@ -319,14 +333,14 @@ def write(compiled, kept, path, name, f_globals):
 
     try:
         write_whole(path, fill)
-        return "saved"
+        return SaveOutcome(Saving.SAVED)
     except _Unloadable as error:
         remove(path)
-        return f"not saved: torch's load of it fails ({error})"
+        return not_saved(f"torch's load of it fails ({error})")
     except Exception as error:
         why = _why(error)
         warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller())
-        return f"not saved: {why}"
+        return not_saved(why)
 
 
 class _Unloadable(Exception):

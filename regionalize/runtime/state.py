@@ -1,19 +1,23 @@
 """Holds what the runtime keeps for each owner (its plan, set-up and findings) and for the process."""
 
+from __future__ import annotations
+
 import enum
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-class Form(enum.Enum):
-    """Lists the forms an owner takes; each value is the name that verify and the warnings use."""
+    from .forms import OwnerForm
+    from .kv import Init
+    from .static import StandIns
 
-    WHOLE = "whole"  # compiled whole, each block a nested region of it
-    PIECES = "whole, in pieces"  # traced whole, blocks inline, one compiled piece per distinct block
-    PER_BLOCK = "per block"  # each block compiled on its own, the owner run eagerly
-    ALONE = "alone"  # its one block compiled on its own, since there is nothing to stamp out
+Args = tuple[Any, ...]  # a call's positional arguments
+Kwargs = dict[str, Any]  # a call's keyword arguments
 
 
 @dataclass(slots=True, eq=False)
@@ -23,40 +27,89 @@ class Plan:
     A fallback is a form taken because the planned one failed, with a warning. Each retry makes a new plan,
     and plans are told apart by identity."""
 
-    form: Form
+    form: OwnerForm
     reason: str | None = None
     fallback: bool = False
 
-    def __repr__(self):
-        return f"{self.form.value}{'' if self.reason is None else f': {self.reason}'}"
+    def __repr__(self) -> str:
+        return f"{self.form.name}{'' if self.reason is None else f': {self.reason}'}"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Holds how an owner was asked to compile, fixed when its first block registers."""
+
+    kwargs: dict[str, Any]  # the options for torch.compile
+    direct: bool  # guard_bypass="depyf", which calls the frame's compiled code without guards
+    save: bool  # its compiled frame saved for a later process (`saved.py`)
+
+
+class Saving(enum.Enum):
+    """Names what became of an owner's saved frame."""
+
+    LOADED = "loaded"
+    SAVED = "saved"
+    NOT_SAVED = "not saved"
+
+
+@dataclass(frozen=True, slots=True)
+class SaveOutcome:
+    """Holds what became of an owner's saved frame, and why it was not saved."""
+
+    outcome: Saving
+    why: str | None = None
+
+    def __str__(self) -> str:
+        return self.outcome.value if self.why is None else f"{self.outcome.value}: {self.why}"
+
+
+def not_saved(why: str) -> SaveOutcome:
+    """Returns the outcome of a frame that is not saved, for the reason `why`."""
+    return SaveOutcome(Saving.NOT_SAVED, why)
+
+
+@dataclass(frozen=True, slots=True)
+class PieceCounts:
+    """Counts an owner's pieces: those a call runs, those compiled in all, those run as traced."""
+
+    per_call: int
+    compiled: int
+    traced: int
+
+    def __str__(self) -> str:
+        traced = f", {self.traced} run as traced" if self.traced else ""
+        return f"{self.per_call} a call, {self.compiled} compiled in all{traced}"
+
+
+@dataclass(slots=True, eq=False)
+class Findings:
+    """Holds what an owner's calls found: its form and why, and what `describe` reports."""
+
+    plan: Plan
+    layer_by_layer: str | None = None  # why its blocks that update a cache are traced layer by layer
+    pieces: PieceCounts | None = None  # in pieces
+    static_calls: bool = False  # a call with a StaticCache was served per block
+    prompt_calls: bool = False  # a prompt's call was served per block
+    saved: SaveOutcome | None = None  # with `Config.save`; None until known
 
 
 @dataclass(slots=True, eq=False, repr=False)
 class OwnerState:
-    """Holds an owner's plan, set-up and findings, kept in its `__dict__` as `_regionalize_owner`.
+    """Holds an owner's configuration, set-up and findings, kept in its `__dict__` as `_regionalize_owner`."""
 
-    verify's accounting (`bench/accounting.py`) reads it too, to name the forms."""
-
-    blocks: list[torch.nn.Module]  # its blocks, in the order they were set up
-    kwargs: dict  # the options for torch.compile
-    direct: bool  # guard_bypass="depyf", which calls the frame's compiled code without guards
-    save: bool = False  # its compiled frame saved for a later process (`saved.py`)
+    config: Config
+    report: Findings
+    blocks: list[torch.nn.Module] = field(default_factory=list)  # its blocks, in the order they were set up
+    # (block, cache attribute) for each block traced in its frame until its first call
+    indexed: list[tuple[torch.nn.Module, str | None]] = field(default_factory=list)
+    # (stage, its state) for each stage whose blocks it took (`outer.py`)
+    inner: list[tuple[torch.nn.Module, OwnerState]] = field(default_factory=list)
     compiled: int = 0  # blocks compiled one by one so far
     # Its first parameter's (dtype, device), or () where it has none; None until known.
-    first: tuple | None = None
+    first: tuple[torch.dtype, torch.device] | tuple[()] | None = None
     growing: bool = False  # a call handed a cache that holds keys
-    # (block, cache attribute) for each block traced in its frame until its first call
-    indexed: list = field(default_factory=list)
-    # (stage, its state) for each stage whose blocks it took (`outer.py`)
-    inner: list = field(default_factory=list)
-    kv: str | None = None  # why its blocks that update a cache are traced layer by layer in its frame
-    pieces: str | None = None  # in pieces: the pieces per call, and the pieces compiled in all
-    plan: Plan = field(default_factory=lambda: Plan(Form.WHOLE))  # the form it takes, and why
-    prompt: bool = False  # a prompt's call was served per block
-    saved: str | None = None  # with `save`: "loaded", "saved", or why not (`saved.py`); None until known
     settled: bool = False  # set up by its first call
     skipped: bool = False  # CUDA graphs skipped, warned once
-    static: bool = False  # a call with a StaticCache was served per block
     version: int | None = None  # `process.replaced` when it was last compiled
 
 
@@ -68,27 +121,38 @@ class Process:
 
     # Does torch reuse a traced region for another block (`reuses`)?
     reusing: bool = True
-    # Do transformers' cache layers update as the cache-updating regions assume? False if not, else how a
-    # layer is set up on its first update; None until checked (`kv_holds`).
-    kv: object = None
-    # The class of the stand-ins for an `EncoderDecoderCache`, made eagerly as `kv` is checked (Dynamo makes
-    # no class while it traces); None where transformers' cache is not as they assume.
+    # Whether transformers' caches were checked against the stand-ins, by the first owner that needs them.
+    caches_checked: bool = False
+    # How a cache layer is set up on its first update, where transformers' cache layers update as the
+    # cache-updating regions assume (`kv_holds`); None where they do not, or until checked.
+    kv_init: Init | None = None
+    # The class of the stand-ins for an `EncoderDecoderCache`, made eagerly as `kv_init` is checked (Dynamo
+    # makes no class while it traces); None where transformers' cache is not as they assume.
     encoder_decoder: type | None = None
-    # A StaticCache's stand-ins: (the cache's class, its layer classes by name), False where they do not
-    # leave it as transformers' own update does, None until checked (`static_checked`).
-    static: object = None
-    # Submodules replaced anywhere, counted once a block is set up (`registered`); None before.
-    replaced: int | None = None
+    # A StaticCache's stand-ins, where they leave it as transformers' own update does (`static_checked`);
+    # None where they do not, or until checked.
+    static: StandIns | None = None
+    # Submodules replaced anywhere, counted by a global hook from the first block's set-up (`registered`).
+    replaced: int = 0
+    counting: bool = False  # the hook that counts replaced submodules is registered
     # What the runtime compiled, kept for the process, weakly where keyed by a class or module:
     # An owner class -> its parameter shapes -> its frame's function.
-    owner_frames: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    owner_frames: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], Callable[..., Any]]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
     # A block class -> its frame, compiled on its own.
-    class_frames: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    class_frames: weakref.WeakKeyDictionary[type, Callable[..., Any]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
     # A block compiled on its own, its cache stood in for -> its frames.
-    block_frames: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
-    structures: dict = field(default_factory=dict)  # a block's modules' classes -> its regions' name for them
-    frame_names: set = field(default_factory=set)  # every name a compiled frame took
-    warned: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # block classes run eagerly, warned once
+    block_frames: weakref.WeakKeyDictionary[torch.nn.Module, tuple[Any, ...]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # A block's modules' classes -> its regions' name for them
+    structures: dict[tuple[type, ...], str] = field(default_factory=dict)
+    frame_names: set[str] = field(default_factory=set)  # every name a compiled frame took
+    # Block classes run eagerly, warned once.
+    warned: weakref.WeakSet[type] = field(default_factory=weakref.WeakSet)
 
 
 process = Process()

@@ -80,13 +80,15 @@ def is_static_cache(cache: Any) -> bool:
     """Returns whether `cache` is a `StaticCache` that does not offload, and the stand-ins are checked."""
     utils: Any = sys.modules.get("transformers.cache_utils")  # None without transformers
     return (
-        type(cache) is getattr(utils, "StaticCache", None) and not cache.offloading and bool(process.static)
+        type(cache) is getattr(utils, "StaticCache", None)
+        and not cache.offloading
+        and process.static is not None
     )
 
 
 def static_class(layer: Any) -> type | None:
     """Returns the class of the stand-ins for `layer`, or None where a region cannot stand in for it."""
-    stand_in = process.static[1].get(type(layer).__qualname__)  # type: ignore[index]  # stand-ins checked
+    stand_in = process.static[1].get(type(layer).__qualname__)  # type: ignore[index]  # checked: not None
     return stand_in if stand_in is not None and stand_in.__base__ is type(layer) else None
 
 
@@ -151,8 +153,8 @@ def static_run(spec: str, values: tuple[Any, ...], run: Callable[[Any], T]) -> t
     return out, stand_in.static_layer
 
 
-def static_checked() -> StandIns | bool:
-    """Returns the stand-ins' classes where they leave a `StaticCache` as its own update does, else False.
+def static_checked() -> StandIns | None:
+    """Returns the stand-ins' classes where they leave a `StaticCache` as its own update does, else None.
 
     It checks once, eagerly, on small tensors: a prompt sets a layer up, and then tokens write it in place."""
     utils: Any = sys.modules.get("transformers.cache_utils")
@@ -174,11 +176,11 @@ def static_checked() -> StandIns | bool:
                 if fresh:
                     set_up_static_layer(mine, [getattr(stand_in, n) for n in static_made_names])
                 elif any(getattr(stand_in, n) is not getattr(mine, n) for n in static_made_names):
-                    return False
+                    return None
                 if not (is_alike(expected, returned) and is_alike(vars(real), vars(mine))):
-                    return False
+                    return None
     except Exception:  # no transformers, or one whose cache differs
-        return False
+        return None
     finally:
         process.static = None
     return made

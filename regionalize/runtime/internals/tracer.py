@@ -125,7 +125,7 @@ def config_patch() -> Callable[..., Any]:
 @probe(
     "the runtime's counts",
     "they are kept where verify does not read them",
-    functools.partial(collections.defaultdict, collections.Counter),
+    functools.partial(collections.defaultdict[str, collections.Counter[str]], collections.Counter),
 )
 def counters() -> collections.defaultdict[str, collections.Counter[str]]:
     """Probe: returns Dynamo's counters, which verify reads for CUDA-graph captures, replays and skips.
