@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 import torch
 
-from regionalize.runtime.internals.aot import loads_gradients
+from regionalize.runtime.internals.aot import is_gradient_load_supported
 from regionalize.runtime.internals.cpu import cpu_check_available
 from regionalize.runtime.internals.tracer import (
     compiles_seen_in_every_thread,
-    imports_inlined_modules,
-    reuses,
+    has_inlined_module_imports,
+    has_region_reuse,
 )
 
 
@@ -42,7 +42,7 @@ class Workaround:
 
 def _reuse_limit_low() -> bool:
     """Does torch's nested region keep fewer variants a block class than a deep stack has layers?"""
-    if not reuses():
+    if not has_region_reuse():
         return False
     default = inspect.signature(torch.compiler.nested_compile_region).parameters["max_reuse_entries"].default
     return isinstance(default, int) and default < 1024
@@ -70,7 +70,7 @@ def _compiling_seen_across_threads() -> bool:
 
 
 def _regions_not_reused() -> bool:
-    return not reuses()
+    return not has_region_reuse()
 
 
 def _compiles_unseen_in_other_threads() -> bool:
@@ -85,7 +85,7 @@ WORKAROUNDS = (
         "`spec_from_file_location`, `runpy.run_path` or `exec` does not have.",
         "2.11 to 2.13",
         "pytorch/pytorch#181243 (fixed in 2.14 by pytorch/pytorch#184653)",
-        imports_inlined_modules,
+        has_inlined_module_imports,
         "when torch 2.13 leaves the supported range",
     ),
     Workaround(
@@ -108,7 +108,7 @@ WORKAROUNDS = (
     ),
     Workaround(
         "compiling in another thread",
-        "`traced` asks Dynamo's tracing context of the thread too (`internals/tracer.py`): "
+        "`is_tracing` asks Dynamo's tracing context of the thread too (`internals/tracer.py`): "
         "`torch.compiler.is_compiling()` reads one flag of the process, set while any thread compiles.",
         "2.13 to 2.15",
         "not filed: found serving a model from several threads",
@@ -205,7 +205,7 @@ WORKAROUNDS = (
         "assigned grad expected to be a Tensor`), so every restart warned and compiled again.",
         "2.12 to 2.14 (2.11's load fails too, and saves nothing)",
         "not filed: found by tests/test_hierarchical.py (a backward, then a no_grad call); fixed in 2.15",
-        lambda: not loads_gradients(),
+        lambda: not is_gradient_load_supported(),
         "when the oldest torch that saves owners is 2.15",
     ),
     Workaround(

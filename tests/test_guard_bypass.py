@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 from torch_support import needs_reuse  # noqa: E402
 
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.runtime.nested import reuses  # noqa: E402
+from regionalize.runtime.nested import has_region_reuse  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 MODEL = """
@@ -287,7 +287,7 @@ def test_the_guard_filter_handed_in_serves_the_owner_in_each_form(
         regionalize.compile_regions(model, saved=False, backend=backend, options=options)
         out = [model(x) for _ in range(2)]
     # Where torch reuses no traced region (2.11), an owner of alike blocks is compiled in pieces too.
-    expected_form = "whole, in pieces" if form == "whole" and not reuses() else form
+    expected_form = "whole, in pieces" if form == "whole" and not has_region_reuse() else form
     assert model.__dict__["_regionalize_owner"].report.plan.form.name == expected_form
     assert seen, "the filter was not called"
     assert all(torch.allclose(o, expected, atol=1e-5) for o in out)

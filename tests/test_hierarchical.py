@@ -28,7 +28,7 @@ from torch_support import needs_reuse
 
 from regionalize.bench.accounting import recording, served_forms
 from regionalize.codemod import transform_source
-from regionalize.runtime.nested import reuses
+from regionalize.runtime.nested import has_region_reuse
 from regionalize.shared.options import Options
 
 SOURCE = """
@@ -192,7 +192,7 @@ def test_default_form_matches_eager_across_shapes_modes_grad_and_a_changed_float
 
 def test_only_errors_raised_while_compiling_are_fallen_back_from() -> None:
     runtime = runtime_of(load(transform_source(SOURCE, Options()).code))
-    compiling = runtime.compiling
+    compiling = runtime.is_compile_error
     assert compiling(torch._dynamo.exc.Unsupported("a graph break"))
     assert compiling(torch._dynamo.exc.FailOnRecompileLimitHit("limit"))
     dynamo_internal: dict[str, Any] = {"__name__": "torch._dynamo.convert_frame"}
@@ -527,7 +527,7 @@ def test_with_autograd_the_gradients_are_the_originals() -> None:
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)
     with torch.no_grad():
         torch.testing.assert_close(model(ids, use_cache=False).logits, twin(ids, use_cache=False).logits)
-    if reuses():
+    if has_region_reuse():
         assert (
             model.model.__dict__["_regionalize_owner"].report.plan.form.name != "per block"
         )  # the no_grad call ran whole

@@ -127,26 +127,26 @@ def test_a_dynamic_caches_length_is_marked_dynamic_once_it_holds_keys() -> None:
     argument one longer than them (the attention mask), and nothing else."""
     from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
-    from regionalize.runtime.kv import kv_growing
+    from regionalize.runtime.kv import mark_kv_growing
 
     def marked(tensor: Any) -> set[int]:
         return set(getattr(tensor, "_dynamo_weak_dynamic_indices", ()))
 
     new = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4)  # a layer's first keys and values, 5 long
-    assert kv_growing((torch.zeros(3),), {"past_key_values": None}) is None
+    assert mark_kv_growing((torch.zeros(3),), {"past_key_values": None}) is None
     config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=2)
-    assert kv_growing((), {"cache": StaticCache(config=config, max_cache_len=4)}) is None
+    assert mark_kv_growing((), {"cache": StaticCache(config=config, max_cache_len=4)}) is None
     cache = DynamicCache()
-    assert kv_growing((), {"past_key_values": cache}) is False
+    assert mark_kv_growing((), {"past_key_values": cache}) is False
     cache.update(*new, 0)
     mask, positions, ids = torch.ones(1, 6), torch.zeros(1, 1), torch.zeros(1, 1)
-    assert kv_growing((cache, ids), {"attention_mask": mask, "position_ids": positions}) is True
+    assert mark_kv_growing((cache, ids), {"attention_mask": mask, "position_ids": positions}) is True
     assert marked(cache.layers[0].keys) == marked(cache.layers[0].values) == {2}
     assert marked(mask) == {1} and not marked(positions) and not marked(ids)  # the mask: one token longer
     own, cross = DynamicCache(), DynamicCache()
     own.update(*new, 0)
     cross.update(*new, 0)
-    assert kv_growing((), {"past_key_values": EncoderDecoderCache(own, cross)}) is True
+    assert mark_kv_growing((), {"past_key_values": EncoderDecoderCache(own, cross)}) is True
     assert marked(own.layers[0].keys) == {2} and not marked(cross.layers[0].keys)
 
 
@@ -225,7 +225,7 @@ def test_a_cache_that_transformers_changed_is_traced_layer_by_layer(monkeypatch:
     """The cache layers' update is checked once against what the regions assume; a transformers whose
     layers keep something else is not stood in for, and the blocks are traced in the owner's frame."""
     model, twin = pair()
-    check = runtime_of(model).kv_holds
+    check = runtime_of(model).check_kv
     assert check()
     plain_update = DynamicLayer.update
 
@@ -251,7 +251,7 @@ def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
     layer as transformers' own update does. A transformers whose `lazy_initialization` sets more has its
     layers set up through it, and they are still stood in for."""
     model, _ = pair()
-    assert runtime_of(model).kv_holds().__name__ == "kv_init"
+    assert runtime_of(model).check_kv().__name__ == "kv_init"
     plain = DynamicLayer.lazy_initialization
 
     def noting_the_width(self: Any, key_states: Any, value_states: Any) -> None:
@@ -260,7 +260,7 @@ def test_a_layer_is_set_up_through_its_lazy_initialization_where_that_sets_more(
 
     monkeypatch.setattr(DynamicLayer, "lazy_initialization", noting_the_width)
     model, twin = pair()
-    assert runtime_of(model).kv_holds().__name__ == "kv_lazy"
+    assert runtime_of(model).check_kv().__name__ == "kv_lazy"
     made: list[Any] = []  # the twin's cache, then the model's
     account = against_twin(model, twin, lambda: made.append(DynamicCache()) or made[-1])
     assert all(layer.width == 8 for layer in made[1].layers)

@@ -22,7 +22,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 
 from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.bench.served import PROMPT, STATIC  # noqa: E402
-from regionalize.runtime.nested import reuses  # noqa: E402
+from regionalize.runtime.nested import has_region_reuse  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 DEPTH = 6  # the depth of test_kv_regions' decoder
@@ -73,7 +73,7 @@ def test_a_static_cache_that_transformers_changed_is_traced_layer_by_layer(
     written in place): one that rebinds them is not stood in for, and its blocks are traced in the
     owner's frame, with the original's results."""
     model, twin = pair()
-    check = runtime_of(model).static_checked
+    check = runtime_of(model).check_static
     assert check()
     plain_update = StaticLayer.update
 
@@ -122,7 +122,7 @@ def test_in_cuda_graphs_a_static_cache_is_stood_in_for_where_torch_reuses_region
     ahead: its layers are stood in for where torch reuses a traced region; where it reuses none (2.11), they
     are traced as they are, the owner compiled in pieces, as a stand-in traced for every layer cost more
     (on an H200, a 32-layer Llama's first generate: 47 s against 26 s)."""
-    if reuse and not reuses():
+    if reuse and not has_region_reuse():
         pytest.skip("this torch does not reuse a traced region")
     if not reuse:
         request.getfixturevalue("without_reuse")
@@ -257,15 +257,15 @@ def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_
     not where a layer holds a tensor at an unmarked address, nor for another cache."""
     model, _ = pair()
     runtime = runtime_of(model)
-    monkeypatch.setattr(runtime.process, "static", runtime.static_checked())
+    monkeypatch.setattr(runtime.process, "static", runtime.check_static())
     cache = static_cache(early=True)
-    assert not runtime.static_graphable(cache)  # on the CPU: no CUDA graph
-    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: True)
-    assert runtime.static_graphable(cache)
-    assert not runtime.static_graphable(static_cache())  # the prompt sets its layers up
+    assert not runtime.is_static_graphable(cache)  # on the CPU: no CUDA graph
+    runtime.patch(monkeypatch, "is_on_graph_device", lambda tensor: True)
+    assert runtime.is_static_graphable(cache)
+    assert not runtime.is_static_graphable(static_cache())  # the prompt sets its layers up
     cache.layers[3].keys = cache.layers[3].keys.clone()
-    assert not runtime.static_graphable(cache)
-    assert not runtime.static_graphable(DynamicCache())
+    assert not runtime.is_static_graphable(cache)
+    assert not runtime.is_static_graphable(DynamicCache())
 
 
 def test_in_cuda_graphs_generates_own_compile_leaves_every_token_to_the_owners_graphed_frame(

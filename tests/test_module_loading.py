@@ -242,7 +242,7 @@ def test_blocks_of_a_module_dynamo_cannot_import_are_compiled_one_by_one(
     if route == "compile_regions":
         regionalize.compile_regions(model)
     warned = _calls(model, twin)
-    if not tracer.imports_inlined_modules():
+    if not tracer.has_inlined_module_imports():
         assert warned == [] and not model.__dict__["_regionalize_owner"].report.plan.fallback
         return
     assert len(warned) == 1, warned
@@ -267,7 +267,7 @@ def test_a_compile_that_fails_for_the_owner_and_its_blocks_runs_the_original_eag
     assert all(block._compiled_call_impl.compiled is None for block in model.layers)  # eager from now on
 
 
-@pytest.mark.skipif(not tracer.imports_inlined_modules(), reason="this torch reads such globals itself")
+@pytest.mark.skipif(not tracer.has_inlined_module_imports(), reason="this torch reads such globals itself")
 def test_a_dynamo_error_in_the_owner_and_its_blocks_runs_the_original_eagerly(tmp_path: Path) -> None:
     """Code the blocks call from a third module Dynamo cannot import: the owner fails to compile at its
     first call, and so does each block's frame; the model runs eagerly, warning of each, never raising."""

@@ -138,7 +138,7 @@ def on_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> A
     """Where CUDA graphs run: the GPU, or the CPU standing in for it (every tensor where CUDA graphs run,
     captures `emulated`). Yields the device and the runtime's counts of the graphs captured and replayed."""
     if request.param == "stood in":
-        monkeypatch.setattr(pieces, "on_graph_device", lambda tensor: True)
+        monkeypatch.setattr(pieces, "is_on_graph_device", lambda tensor: True)
         monkeypatch.setattr(pieces, "capture", emulated)
     counts = torch._dynamo.utils.counters["regionalize"]
     counts.clear()
@@ -307,7 +307,7 @@ def test_no_graph_for_work_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture would run the CPU's work once only, and every replay would reuse what it made then: a
     frame that makes a tensor off the GPU is never captured (float64 tensors stand for the CPU's here,
     every other tensor where CUDA graphs run)."""
-    monkeypatch.setattr(pieces, "on_graph_device", lambda tensor: tensor.dtype != torch.float64)
+    monkeypatch.setattr(pieces, "is_on_graph_device", lambda tensor: tensor.dtype != torch.float64)
     monkeypatch.setattr(pieces, "capture", emulated)
     counts = torch._dynamo.utils.counters["regionalize"]
     counts.clear()
@@ -447,9 +447,9 @@ def test_what_a_compile_around_the_default_form_hands_over(monkeypatch: pytest.M
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": DynamicCache()})
-    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: False)
+    runtime.patch(monkeypatch, "is_on_graph_device", lambda tensor: False)
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
-    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: True)
+    runtime.patch(monkeypatch, "is_on_graph_device", lambda tensor: True)
     monkeypatch.setattr(runtime.this_call, "tracing", "flat")  # the owner's own trace
     assert not handoff(owner, (), {"inputs_embeds": embeds, "past_key_values": cache})
     monkeypatch.setattr(runtime.this_call, "tracing", False)

@@ -335,20 +335,20 @@ def test_the_watch_fails_where_a_dropped_guard_would() -> None:
     ]
     watch = Watch(reads_of(guards), _frame)
     call = (owner, (torch.ones(2),), {})
-    assert watch.holds(*call)
+    assert watch.is_unchanged(*call)
     global ACT
     ACT = torch.sigmoid
     try:
-        assert not watch.holds(*call)
+        assert not watch.is_unchanged(*call)
     finally:
         ACT = torch.relu
-    assert watch.holds(*call)
+    assert watch.is_unchanged(*call)
     owner.inner.fn = torch.sin
-    assert not watch.holds(*call)
+    assert not watch.is_unchanged(*call)
     del owner.inner.fn
-    assert not watch.holds(*call)  # the path leads nowhere
+    assert not watch.is_unchanged(*call)  # the path leads nowhere
     owner.inner.fn = torch.tanh
-    assert watch.holds(*call)
+    assert watch.is_unchanged(*call)
     with pytest.raises(ValueError, match="cannot be checked on each call"):
         Watch(reads_of([("is", "G['a'] + 1", 1, True)]), _frame)
 

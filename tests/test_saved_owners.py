@@ -110,7 +110,7 @@ if "unloadable" in sys.argv:  # torch's load failing on the saved frame, as it d
     def fails(file, f_globals):
         raise IndexError("list index out of range")
 
-    saved_owners.aot_loaded = fails
+    saved_owners.aot_load = fails
 x, y = torch.randn(2, 16), torch.randn(5, 16)
 with torch.no_grad():
     expected, expected_y = model(x), model(y)
@@ -176,7 +176,7 @@ def test_parameters_holding_gradients_are_saved_only_where_torch_loads_them(proj
     back: such an owner is not saved there (a file that could not load would warn at every restart)."""
     first, again = start(project, "on", "trained"), start(project, "on", "trained")
     assert first["same"] and again["same"] and not first["warnings"] and not again["warnings"]
-    if aot.loads_gradients():
+    if aot.is_gradient_load_supported():
         assert (first["saved"], again["saved"], again["traced"]) == ("saved", "loaded", 0)
     else:
         why = "not saved: its parameters hold gradients, which this torch cannot load"

@@ -25,7 +25,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 from regionalize.bench.accounting import recording, served_forms  # noqa: E402
 from regionalize.bench.served import PROMPT  # noqa: E402
 from regionalize.codemod import transform_source  # noqa: E402
-from regionalize.runtime.nested import reuses  # noqa: E402
+from regionalize.runtime.nested import has_region_reuse  # noqa: E402
 from regionalize.shared.options import Options  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -38,14 +38,14 @@ STACK_IN_PIECES = PIECES.format("5 a call, 1 compiled in all, 1 run as traced")
 def test_region_reuse_is_detected_as_torch_has_it() -> None:
     """Detected by the feature (`max_reuse_entries`), which came with the reuse in torch 2.12."""
     major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-    assert reuses() == ((major, minor) >= (2, 12))
+    assert has_region_reuse() == ((major, minor) >= (2, 12))
 
 
 @pytest.fixture
 def without_reuse(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A torch whose nested regions are not reused, as 2.11's: its `nested_compile_region` takes no
     reuse limit."""
-    if not reuses():
+    if not has_region_reuse():
         yield
         return
     region = torch.compiler.nested_compile_region
@@ -68,7 +68,7 @@ def _forget_reuse() -> None:
             "internals",
             "tracer",
         ]:
-            module.reuses.cache_clear()
+            module.has_region_reuse.cache_clear()
 
 
 def stack(options: Options | None = None) -> tuple[Any, Any]:
@@ -238,7 +238,7 @@ def test_torch_warnings_made_errors_do_not_make_the_owner_fall_back() -> None:
         [sys.executable, "-W", "error", "-c", script, str(TESTS)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == ("whole" if reuses() else STACK_IN_PIECES)
+    assert done.stdout.strip() == ("whole" if has_region_reuse() else STACK_IN_PIECES)
 
 
 @pytest.mark.usefixtures("without_reuse")

@@ -25,13 +25,13 @@ from regionalize.runtime.owner import register_block
 
 PROBES = (
     tracer.tracing_context,
-    tracer.reuses,
+    tracer.has_region_reuse,
     tracer.cache_entries,
     tracer.config_patch,
     tracer.counters,
     tracer.dynamo_errors,
     tracer.backend_error,
-    tracer.imports_inlined_modules,
+    tracer.has_inlined_module_imports,
     tracer.mark_dynamic_probe,
     tracer.static_attribute,
     hooks.hook_dicts,
@@ -39,7 +39,7 @@ PROBES = (
     cpu.cpu_check,
     cpu.remember_builds,
     aot.saving,
-    aot.loads_gradients,
+    aot.is_gradient_load_supported,
 )
 
 
@@ -86,7 +86,7 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
         assert found["saving"][0].load is torch.compiler.load_compiled_function
     # torch 2.15 drops a gradient its guard state could not save; 2.11 to 2.14 fail to assign it back.
     version = tuple(int(part) for part in torch.__version__.split(".")[:2])
-    assert found["loads_gradients"][0] is (version >= (2, 15))
+    assert found["is_gradient_load_supported"][0] is (version >= (2, 15))
 
 
 def test_without_the_hash_of_traced_lines_no_owner_is_saved(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,28 +113,28 @@ def test_traced_is_true_in_dynamos_trace_only_and_only_in_the_tracing_thread(
     2.13): an eager call, here with that flag set as another thread's compile sets it, is not traced."""
 
     def branch(x: torch.Tensor) -> torch.Tensor:
-        return x + 1 if tracer.traced() else x - 1
+        return x + 1 if tracer.is_tracing() else x - 1
 
     x = torch.zeros(2)
     assert branch(x).tolist() == [-1, -1]
     assert torch.compile(branch, backend="eager", fullgraph=True)(x).tolist() == [1, 1]
     monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
-    assert torch.compiler.is_compiling() and not tracer.traced()
+    assert torch.compiler.is_compiling() and not tracer.is_tracing()
     tracer.tracing_context.cache_clear()
     monkeypatch.delattr(torch._guards.TracingContext, "try_get")
-    fallback(tracer.tracing_context, None, "traced")
-    assert tracer.traced()  # is_compiling() alone, as before
+    fallback(tracer.tracing_context, None, "is_tracing")
+    assert tracer.is_tracing()  # is_compiling() alone, as before
 
 
 def test_reuse_is_read_from_the_regions_signature(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.compiler, "nested_compile_region", lambda fn=None, is_pure=False: fn)
-    assert probed(tracer.reuses) == (False, [])
-    tracer.reuses.cache_clear()
+    assert probed(tracer.has_region_reuse) == (False, [])
+    tracer.has_region_reuse.cache_clear()
     monkeypatch.delattr(torch.compiler, "nested_compile_region")  # the owner compiles per block there
-    assert probed(tracer.reuses) == (False, [])
-    tracer.reuses.cache_clear()
+    assert probed(tracer.has_region_reuse) == (False, [])
+    tracer.has_region_reuse.cache_clear()
     monkeypatch.setattr(torch.compiler, "nested_compile_region", object(), raising=False)  # no signature
-    fallback(tracer.reuses, False, "reuses")
+    fallback(tracer.has_region_reuse, False, "has_region_reuse")
 
 
 def test_without_cache_entries_the_guard_bypass_keeps_the_guarded_path(
@@ -195,16 +195,16 @@ def test_without_dynamos_counters_the_runtime_counts_its_own(monkeypatch: pytest
 def test_without_dynamos_error_types_a_compile_error_is_told_by_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert tracer.compiling(torch._dynamo.exc.Unsupported("a graph break"))
+    assert tracer.is_compile_error(torch._dynamo.exc.Unsupported("a graph break"))
     tracer.dynamo_errors.cache_clear()
     monkeypatch.delattr(torch._dynamo.exc, "FailOnRecompileLimitHit")
-    fallback(tracer.dynamo_errors, (), "compiling")
-    assert not tracer.compiling(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
+    fallback(tracer.dynamo_errors, (), "is_compile_error")
+    assert not tracer.is_compile_error(torch._dynamo.exc.Unsupported("not raised by Dynamo"))
     dynamo: dict[str, Any] = {"__name__": "torch._dynamo.convert_frame"}
     exec("def trace():\n    raise AssertionError('a tracer bug')", dynamo)
     with pytest.raises(AssertionError) as inside:
         dynamo["trace"]()
-    assert tracer.compiling(inside.value)
+    assert tracer.is_compile_error(inside.value)
 
 
 def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wraps(
@@ -214,13 +214,13 @@ def test_a_backend_failure_is_told_by_its_type_or_without_it_by_the_error_it_wra
         inner_exception = RuntimeError("a lowering failed")
 
     failed = torch._dynamo.exc.BackendCompilerFailed.__new__(torch._dynamo.exc.BackendCompilerFailed)
-    assert tracer.backend_failed(failed)
-    assert not tracer.backend_failed(Wrapped())  # not torch's type
-    assert not tracer.backend_failed(torch._dynamo.exc.Unsupported("a graph break"))
+    assert tracer.is_backend_failure(failed)
+    assert not tracer.is_backend_failure(Wrapped())  # not torch's type
+    assert not tracer.is_backend_failure(torch._dynamo.exc.Unsupported("a graph break"))
     tracer.backend_error.cache_clear()
     monkeypatch.delattr(torch._dynamo.exc, "BackendCompilerFailed")
-    fallback(tracer.backend_error, None, "backend_failed")
-    assert tracer.backend_failed(Wrapped())
+    fallback(tracer.backend_error, None, "is_backend_failure")
+    assert tracer.is_backend_failure(Wrapped())
 
 
 def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,32 +229,32 @@ def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.Monk
     assert 1 in getattr(tensor, "_dynamo_weak_dynamic_indices", {1})
     tracer.mark_dynamic_probe.cache_clear()
     monkeypatch.delattr(torch._dynamo, "maybe_mark_dynamic")
-    fallback(tracer.mark_dynamic_probe, None, "kv_growing")
+    fallback(tracer.mark_dynamic_probe, None, "mark_kv_growing")
     tracer.mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
 
 
 def test_a_static_mark_dynamo_no_longer_sets_marks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     marked = torch.zeros(2)
     torch._dynamo.mark_static_address(marked)
-    assert tracer.static_marked(marked)
-    assert not tracer.static_marked(torch.zeros(2))
+    assert tracer.is_static_marked(marked)
+    assert not tracer.is_static_marked(torch.zeros(2))
     tracer.static_attribute.cache_clear()
     monkeypatch.setattr(torch._dynamo, "mark_static_address", lambda tensor, guard=False: None)
     fallback(tracer.static_attribute, None, "CUDA graphs of static caches")
-    assert not tracer.static_marked(marked)
+    assert not tracer.is_static_marked(marked)
 
 
 def test_without_global_hook_dicts_every_call_is_taken_as_hooked(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not hooks.global_hooks()
+    assert not hooks.has_global_hooks()
     handle = torch.nn.modules.module.register_module_full_backward_hook(lambda *args: None)
     try:
-        assert hooks.global_hooks() and not hooks.global_hooks(backward=False)
+        assert hooks.has_global_hooks() and not hooks.has_global_hooks(backward=False)
     finally:
         handle.remove()
     hooks.hook_dicts.cache_clear()
     monkeypatch.delattr(torch.nn.modules.module, "_global_forward_hooks")
     fallback(hooks.hook_dicts, None, "the checks for global hooks")
-    assert hooks.global_hooks(backward=False)
+    assert hooks.has_global_hooks(backward=False)
 
 
 def test_without_inductors_pieces_the_probe_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -415,7 +415,7 @@ def test_a_saved_frames_load_runs_with_the_collector_paused_and_leaves_it_as_it_
     try:
         (gc.enable if enabled else gc.disable)()
         with pytest.raises(EOFError):
-            aot.aot_loaded(None, {})
+            aot.aot_load(None, {})
         after = gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()

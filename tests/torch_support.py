@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime.nested import reuses
+from regionalize.runtime.nested import has_region_reuse
 
 # Tests of the owner compiled whole with its blocks nested regions: the default form where torch reuses a
 # traced region (2.12 and later). Where it does not, the blocks are compiled one by one
 # (tests/test_torch_features.py tests that form on every torch).
 needs_reuse = pytest.mark.skipif(
-    not reuses(), reason="this torch does not reuse a traced region: owners run per block"
+    not has_region_reuse(), reason="this torch does not reuse a traced region: owners run per block"
 )
 
 
@@ -40,5 +40,5 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch, runtime: Any) -> None:
     tensors report `is_cuda`, are where CUDA graphs run, and captures are `emulated`. Never a real capture
     of the CPU's work, which would replay nothing on a machine that has a GPU."""
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    runtime.patch(monkeypatch, "on_graph_device", lambda tensor: True)
+    runtime.patch(monkeypatch, "is_on_graph_device", lambda tensor: True)
     runtime.patch(monkeypatch, "capture", emulated)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .frames import installed
+from .frames import copy_for_class
 from .per_block import graph_modes
 from .threads import this_call
 
@@ -40,7 +40,7 @@ def owned(forward: Callable[..., Any]) -> Callable[..., Any]:
 
     `owner_call` does the same for a compile that calls the module rather than its `forward`."""
 
-    owned = installed(owned_forward, forward, __forward=forward)
+    owned = copy_for_class(owned_forward, forward, __forward=forward)
     owned._regionalize_owned = True  # type: ignore[attr-defined]  # a function's attribute
     return owned
 

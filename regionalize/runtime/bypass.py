@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .internals.hooks import Hooks, compiled_call, global_hooks, module_hooks, set_compiled_call
+from .internals.hooks import Hooks, compiled_call, has_global_hooks, module_hooks, set_compiled_call
 from .internals.tracer import guarded_code
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class Direct:
 
     def is_hooked(self) -> bool:
         module = self.module
-        return any(module_hooks(module)) or "forward" in module.__dict__ or global_hooks()
+        return any(module_hooks(module)) or "forward" in module.__dict__ or has_global_hooks()
 
     def learn(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
         """Returns the compiled code that served this call, or `guarded` where none is found.

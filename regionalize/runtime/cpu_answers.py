@@ -17,7 +17,7 @@ import threading
 
 from .cpu_keys import cpu_flags
 from .files import distrust, write_whole
-from .internals.aot import caches_off, config_hash
+from .internals.aot import config_hash, is_cache_disabled
 from .internals.cpu import cpu_check, cpu_identity, remember_builds
 
 FORMAT = 1  # of the key and the file
@@ -40,7 +40,7 @@ def answers_path() -> str | None:
 
     It is None without CPU flags to read, without a compiler, or with Inductor's caches off."""
     flags, identity = cpu_flags(), cpu_identity()
-    if flags is None or identity is None or caches_off():
+    if flags is None or identity is None or is_cache_disabled():
         return None
     where = identity.pop("cache")
     parts = (FORMAT, platform.machine(), flags, sys.executable, config_hash(), sorted(identity.items()))

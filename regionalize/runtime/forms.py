@@ -13,9 +13,9 @@ import torch
 
 from .graphs import keep_outputs
 from .internals.compiler import inductor_pieces
-from .kv import kv_empty
+from .kv import is_kv_empty
 from .pieces import pieces_backend
-from .static import on_graph_device, static_handed
+from .static import is_on_graph_device, is_static_handed
 
 if TYPE_CHECKING:
     from .state import Args, Kwargs, OwnerState
@@ -120,7 +120,7 @@ class Pieces(OwnerForm):
         if not state.indexed:
             return None
         # A token's call, the most common one, gives None without reading the blocks.
-        why = "static" if static_handed(args, kwargs) else "prompt" if kv_empty(args, kwargs) else None
+        why = "static" if is_static_handed(args, kwargs) else "prompt" if is_kv_empty(args, kwargs) else None
         served = why and all(type(b.__dict__["_regionalize_layer"]) is int for b, _ in state.indexed)
         return why if served else None
 
@@ -128,10 +128,10 @@ class Pieces(OwnerForm):
         """Takes a call that brings a `StaticCache` on the GPU, which transformers compiles in CUDA graphs.
 
         One graph of the owner serves it faster (docs/form-torch-versions.md#torch-versions)."""
-        if not state.indexed or not static_handed(args, kwargs):
+        if not state.indexed or not is_static_handed(args, kwargs):
             return False
         tensors = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor)]
-        return bool(tensors) and all(on_graph_device(x) for x in tensors)
+        return bool(tensors) and all(is_on_graph_device(x) for x in tensors)
 
     def takes_over(self, failure: Failure, state: OwnerState) -> bool:
         inductor = state.config.kwargs.get("backend", "inductor") == "inductor"

@@ -20,7 +20,7 @@ from torch import nn
 
 from .cpu_keys import tag_caches
 from .internals.hooks import module_frame
-from .internals.tracer import compiling, why_failed
+from .internals.tracer import is_compile_error, why_failed
 from .state import process
 
 # The name of the runtime's package, whose frames a warning skips (a vendored copy has a name of its own).
@@ -71,7 +71,7 @@ def in_globals(
     return made
 
 
-def installed(
+def copy_for_class(
     template: Callable[..., Any], wrapped: Callable[..., Any], **defaults: Any
 ) -> Callable[..., Any]:
     """Returns a copy of `template`, named and documented as `wrapped`, to install in its place on a class.
@@ -82,7 +82,7 @@ def installed(
     return functools.update_wrapper(made, wrapped)
 
 
-def importable(model_globals: dict[str, Any]) -> bool:
+def is_importable(model_globals: dict[str, Any]) -> bool:
     """Returns whether Dynamo can reach the module of `model_globals` by its `__name__`.
 
     Globals without a name count as reachable; a name that `sys.modules` holds for other globals does not."""
@@ -92,13 +92,13 @@ def importable(model_globals: dict[str, Any]) -> bool:
     return getattr(sys.modules.get(name), "__dict__", None) is model_globals
 
 
-def unimportable(owner_globals: dict[str, Any] | None, classes: Iterable[type[nn.Module]]) -> str | None:
+def why_unimportable(owner_globals: dict[str, Any] | None, classes: Iterable[type[nn.Module]]) -> str | None:
     """Returns why the owner's frame cannot inline the `forward` of one of `classes`, or None where it can.
 
     The reason names the first class from other globals whose module is not importable by name."""
     for cls in classes:
         found = globals_of(cls.forward)
-        if found is not None and found is not owner_globals and not importable(found):
+        if found is not None and found is not owner_globals and not is_importable(found):
             module = found.get("__name__", "?")
             return f"{cls.__name__} is defined in module {module!r}, which is not importable by that name"
     return None
@@ -132,17 +132,17 @@ class OrEager:
         if self.cls not in process.warned:
             process.warned.add(self.cls)
             message = f"{self.cls.__name__} cannot be compiled ({why}); it runs eagerly"
-            warnings.warn(f"regionalize: {message}", stacklevel=caller())
+            warnings.warn(f"regionalize: {message}", stacklevel=caller_level())
         return self.eager(*args, **kwargs)
 
 
 def is_entry_failure(error: BaseException, code: types.CodeType) -> bool:
     """Returns whether compiling the frame of `code` raised `error` before the frame ran anything."""
     frames = traceback.walk_tb(error.__traceback__)
-    return compiling(error) and all(frame.f_code.co_name != code.co_name for frame, _ in frames)
+    return is_compile_error(error) and all(frame.f_code.co_name != code.co_name for frame, _ in frames)
 
 
-def caller() -> int:
+def caller_level() -> int:
     """Returns the `stacklevel` that points a warning at the line that called the model.
 
     That line is in the first frame that belongs neither to this runtime nor to torch."""
@@ -160,9 +160,9 @@ def torch_compile(fn: Callable[..., Any], kwargs: dict[str, Any], **more: Any) -
     """Returns `torch.compile(fn, **kwargs)` with `more` taking precedence, after keying caches on the CPU."""
     tag_caches()
     # torch.compile pops `guard_filter_fn` from the options it is handed, so it gets a copy of them.
-    return torch.compile(fn, **{**own_options(kwargs), **more})
+    return torch.compile(fn, **{**copy_options(kwargs), **more})
 
 
-def own_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+def copy_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Returns `kwargs` with a copy of their options, for a compile that may change them."""
     return {**kwargs, "options": dict(kwargs["options"])} if "options" in kwargs else kwargs

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .internals.hooks import global_hooks, module_hooks
+from .internals.hooks import has_global_hooks, module_hooks
 from .internals.tracer import tree_leaves, tree_map
-from .static import static_graphable
+from .static import is_static_graphable
 
 if TYPE_CHECKING:
     from .state import Args, Kwargs
@@ -35,11 +35,11 @@ def is_graphable(owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> bool:
     """Returns whether one CUDA graph can serve this call.
 
     The call must have no hooks and pass only CUDA tensors, plain values and graphable static caches."""
-    if any(module_hooks(owner, backward=False)) or global_hooks(backward=False):
+    if any(module_hooks(owner, backward=False)) or has_global_hooks(backward=False):
         return False
     leaves = tree_leaves((args, kwargs))
 
     def servable(x: object) -> bool:
-        return x.is_cuda if isinstance(x, torch.Tensor) else isinstance(x, plain) or static_graphable(x)
+        return x.is_cuda if isinstance(x, torch.Tensor) else isinstance(x, plain) or is_static_graphable(x)
 
     return all(map(servable, leaves)) and any(isinstance(x, torch.Tensor) for x in leaves)

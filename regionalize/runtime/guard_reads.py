@@ -2,7 +2,7 @@
 
 torch drops some kinds of guard from a saved frame (which function, class or module a name holds) and
 rebuilds the guards on globals at a load from the globals as they are then. Each such guard's place and
-what it read are recorded (`record_of`) and compared before a load (`changed`); `watch.py` checks the
+what it read are recorded (`record_of`) and compared before a load (`find_changed`); `watch.py` checks the
 dropped ones on every call (docs/saved-owners.md#never-stale-never-corrupt)."""
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _hash(code: types.CodeType) -> str:
     return digest.hexdigest()[:16]
 
 
-def unreadable(reads: list[Read], scope: Scope) -> str | None:
+def find_unreadable(reads: list[Read], scope: Scope) -> str | None:
     """Returns the first of `reads` that a later process could not check, or None where it can check all.
 
     A read fails the test where its path is not plain, does not lead back to the same object here, or reads
@@ -180,7 +180,7 @@ def records(reads: list[Read]) -> list[dict[str, Any]]:
     ]
 
 
-def changed(kept: object, scope: Scope) -> tuple[str | None, list[Read]]:
+def find_changed(kept: object, scope: Scope) -> tuple[str | None, list[Read]]:
     """Returns the first of the saved records (`kept`) that reads otherwise now, and the reads as they are.
 
     The changed read is named as the model's code names it ("the global helper.ACT"), or is None. A value

@@ -35,7 +35,7 @@ class LayerKV:
         if self.keys is None:
             # Copies, because a region's outputs must not alias each other or its inputs (GPT-2's keys and
             # values are views of one projection). Contiguous, as transformers' own update leaves them, so
-            # that the first token's frame has the layout of every later token's (`kv_growing`).
+            # that the first token's frame has the layout of every later token's (`mark_kv_growing`).
             self.keys, self.values = contiguous_copy(key_states), contiguous_copy(value_states)
             return key_states, value_states
         self.keys = torch.cat([self.keys, key_states], dim=-2)
@@ -126,7 +126,7 @@ def kv_length(past: Past) -> int:
     return 0 if past[0] is None else past[0].shape[-2]
 
 
-def kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
+def mark_kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
     """Marks as dynamic the length of the keys and values of a `DynamicCache` that the call hands over.
 
     The keys grow by one token per call; marked, the first token's frame serves every later token, one
@@ -182,7 +182,7 @@ def kv_store(layer: Any, keys: torch.Tensor, values: torch.Tensor, before: int, 
     layer.keys, layer.values = keys, values
 
 
-def kv_holds() -> Init | None:
+def check_kv() -> Init | None:
     """Checks once that transformers' cache layers update as `LayerKV` and `kv_store` assume.
 
     It returns the function that sets a layer up (`kv_init`, else `kv_lazy`), or None where neither fits,
@@ -245,7 +245,7 @@ def is_alike(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def kv_empty(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def is_kv_empty(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Returns whether the call hands over a `DynamicCache` whose layers hold nothing yet (a prompt's)."""
     utils: Any = sys.modules.get("transformers.cache_utils")
     dynamic = getattr(utils, "DynamicCache", None)

@@ -12,14 +12,14 @@ import torch
 from torch import nn
 
 from .internals.hooks import base
-from .internals.tracer import reuses, tree_leaves, tree_map_only
+from .internals.tracer import has_region_reuse, tree_leaves, tree_map_only
 from .state import process
 
 
 def nested_region(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Returns `fn` as a nested compile region that keeps a variant for each of up to 1024 blocks."""
     # torch's default of 8 would fail the ninth block that reads its own integer; torch 2.11 takes no limit.
-    limit: dict[str, Any] = {"max_reuse_entries": 1024} if reuses() else {}
+    limit: dict[str, Any] = {"max_reuse_entries": 1024} if has_region_reuse() else {}
     return torch.compiler.nested_compile_region(fn, **limit)  # type: ignore[no-any-return]  # untyped in torch
 
 

@@ -17,20 +17,20 @@ from .around import handoff, is_opaque, outside, owned
 from .bypass import Direct, guard_filter
 from .cpu_answers import start_cpu_check
 from .forms import WHOLE, Failure, next_form
-from .frames import caller, new_frame, torch_compile
+from .frames import caller_level, new_frame, torch_compile
 from .graphs import is_graphable
 from .internals.hooks import compiled_call, module_call, set_compiled_call, submodules
 from .internals.tracer import (
-    backend_failed,
-    compiling,
     counters,
+    has_region_reuse,
     is_aliasing,
+    is_backend_failure,
+    is_compile_error,
+    is_tracing,
     keep_device_guard,
-    reuses,
-    traced,
     why_failed,
 )
-from .kv import kv_growing, kv_holds, layer_idx
+from .kv import check_kv, layer_idx, mark_kv_growing
 from .nested import name_structures
 from .outer import has_inner_owners, has_mostly_stages, may_take, refuse, take
 from .per_block import graph_modes, per_block
@@ -39,8 +39,8 @@ from .regions import Region, region_of
 from .saved import Saved, wanted, why_not
 from .stack import fresh_stack
 from .state import Args, Config, Findings, Kwargs, OwnerState, Plan, Process, not_saved, process
-from .static import static_checked
-from .threads import locked, one_at_a_time, setup_lock, this_call, torch_warnings
+from .static import check_static
+from .threads import run_locked, run_one_at_a_time, setup_lock, this_call, torch_warnings
 
 Compiled = Callable[..., Any]  # the owner's compiled frame, bound to the owner
 
@@ -63,7 +63,8 @@ def register_block(
     frame, and `saved` saves the owner's compiled frame for a later process (`saved.py`)."""
     # Under the lock, models built in two threads at once make a class's `forward` a region only once.
     with setup_lock:
-        if not reuses():  # on torch 2.11, a trace crashes once a thread that traced before has ended
+        # On torch 2.11, a trace crashes once a thread that traced before has ended.
+        if not has_region_reuse():
             keep_device_guard()
         if guard_bypass == "filter":
             compile_kwargs["options"] = {**compile_kwargs.get("options", {}), "guard_filter_fn": guard_filter}
@@ -108,12 +109,12 @@ def registered(
     submodule: torch.nn.Module | None,
     process: Process = process,
     modules: Callable[[torch.nn.Module], dict[str, Any]] = submodules,
-    compiling: Callable[[], bool] = torch.compiler.is_compiling,
+    is_compile_error: Callable[[], bool] = torch.compiler.is_compiling,
 ) -> None:
     """Counts the submodule assignments that replace a submodule, as a global hook on every assignment."""
     # A replaced submodule, such as an adapter, can change a block's structure unseen by the owner's frame.
     # Dynamo traces this hook in every model, so it counts no new names and reads no globals.
-    if not compiling() and modules(module).get(name, submodule) is not submodule:
+    if not is_compile_error() and modules(module).get(name, submodule) is not submodule:
         process.replaced += 1
 
 
@@ -152,12 +153,12 @@ def entry(owner: torch.nn.Module, whole: Compiled | None) -> Compiled:
 
 
 def owner_call(owner: torch.nn.Module, whole: Compiled | None, *args: Any, **kwargs: Any) -> Any:
-    """Serves a call of `owner`, one thread at a time where torch needs it (`one_at_a_time`).
+    """Serves a call of `owner`, one thread at a time where torch needs it (`run_one_at_a_time`).
 
     A call that a compile around the model hands over (`handoff`) breaks that compile's graph here."""
     if handoff(owner, args, kwargs):
         return outside(owner, args, kwargs)
-    return one_at_a_time(serve_with_warnings, owner, whole, args, kwargs)
+    return run_one_at_a_time(serve_with_warnings, owner, whole, args, kwargs)
 
 
 def serve_with_warnings(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwargs: Kwargs) -> Any:
@@ -167,7 +168,7 @@ def serve_with_warnings(owner: torch.nn.Module, whole: Compiled | None, args: Ar
     warnings stay errors (docs/form-torch-versions.md#torch-versions)."""
     if not any(action == "error" for action, *_ in warnings.filters):
         return serve_call(owner, whole, args, kwargs)
-    if traced():  # Dynamo's trace takes `catch_warnings` but no lock
+    if is_tracing():  # Dynamo's trace takes `catch_warnings` but no lock
         with warnings.catch_warnings():
             warnings.filterwarnings("default", module=r"torch(\.|$)")
             return serve_call(owner, whole, args, kwargs)
@@ -183,7 +184,7 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
     """Serves a call of `owner` in its form, setting the owner up first where it needs it."""
     state = owner.__dict__["_regionalize_owner"]
     if state.inner and not state.settled and not has_mostly_stages(owner, state):
-        locked(refuse, owner, entry)  # a planned form, so no warning
+        run_locked(refuse, owner, entry)  # a planned form, so no warning
         state = owner.__dict__.get("_regionalize_owner")
         if state is None:  # without blocks of its own, each stage is compiled whole at its call
             return module_call(owner)(*args, **kwargs)
@@ -195,7 +196,7 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
         or (state.report.plan.form.keys_first_parameter and state.first != first_parameter(owner))
         or whole is None  # another thread's first call set the owner up while this call waited
     ):
-        whole = locked(set_up, owner, whole, graphs)
+        whole = run_locked(set_up, owner, whole, graphs)
         if "_regionalize_owner" not in owner.__dict__:  # stages given back and no blocks of its own
             return per_block(owner)(*args, **kwargs)
     report = state.report
@@ -205,7 +206,12 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
     elif per_call == "prompt":
         report.prompt_calls = True
     # Checked until a call hands over a cache that holds keys, or hands over no cache at all.
-    if not state.growing and per_call is None and not traced() and kv_growing(args, kwargs) is not False:
+    if (
+        not state.growing
+        and per_call is None
+        and not is_tracing()
+        and mark_kv_growing(args, kwargs) is not False
+    ):
         state.growing = True
     # Calls with autograd take the per-block path, because Inductor's backward of a graph of repeated
     # regions can return wrong gradients (docs/form-hierarchical.md). Under no_grad the owner runs whole.
@@ -239,7 +245,7 @@ def serve_whole(
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "
             "such calls run compiled without them",
-            stacklevel=caller(),
+            stacklevel=caller_level(),
         )
     return form.finish(out, graphs, args, kwargs)
 
@@ -250,7 +256,7 @@ def set_up(owner: torch.nn.Module, whole: Compiled | None, graphs: bool) -> Comp
     that the other thread compiled."""
     state = owner.__dict__["_regionalize_owner"]
     entry = compiled_call(owner)
-    if not traced() and isinstance(entry, functools.partial) and entry.args[0] is owner:
+    if not is_tracing() and isinstance(entry, functools.partial) and entry.args[0] is owner:
         whole = entry.args[1]
     if not state.settled:  # by the first call every module of the model is built and set up
         whole = settle(owner, state, graphs)
@@ -279,10 +285,10 @@ def settle(owner: torch.nn.Module, state: OwnerState, graphs: bool) -> Compiled:
     kv = bool(indexed) and all(a and r and r.name for (_, a), r in zip(indexed, regions, strict=True))
     if kv and not process.caches_checked:
         process.caches_checked = True
-        process.kv_init, process.static = kv_holds(), static_checked()
+        process.kv_init, process.static = check_kv(), check_static()
     for block, attribute in indexed if kv and process.kv_init is not None else ():
         block.__dict__["_regionalize_layer"] = layer_idx(block, cast(str, attribute))
-    process.reusing = reuses()
+    process.reusing = has_region_reuse()
     if state.report.plan.form.runs_whole:  # unless registration already chose per block
         state.report.plan = plan_for(owner, state, graphs, inductor)
     whole = compile_owner(owner, state)  # all its parameters are there by now
@@ -295,9 +301,9 @@ def warn_fallback(owner: torch.nn.Module, state: OwnerState) -> None:
     """Warns that `owner` takes a fallback form; per block, it gives its stages their blocks back."""
     plan = state.report.plan
     message = plan.form.warning(type(owner).__name__, plan.reason or "", bool(state.inner))
-    warnings.warn(f"regionalize: {message}", stacklevel=caller())
+    warnings.warn(f"regionalize: {message}", stacklevel=caller_level())
     if state.inner and not plan.form.runs_whole:
-        locked(refuse, owner, entry)
+        run_locked(refuse, owner, entry)
 
 
 def first_parameter(owner: torch.nn.Module) -> tuple[torch.dtype, torch.device] | tuple[()]:
@@ -320,9 +326,9 @@ def run_compiled(
         try:
             return whole(*args, **kwargs)
         except Exception as error:
-            if not compiling(error):
+            if not is_compile_error(error):
                 raise  # the compiled code raised it as it ran, so the original raises it too
-            failure = Failure(why_failed(error), backend_failed(error))
+            failure = Failure(why_failed(error), is_backend_failure(error))
             aliasing = is_aliasing(error)
         finally:
             this_call.tracing = this_call.graphing = False

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from .bypass import Direct
-from .frames import OrEager, globals_of, importable, new_frame, own_options, torch_compile
+from .frames import OrEager, copy_options, globals_of, is_importable, new_frame, torch_compile
 from .internals.hooks import compiled_call, module_call, set_compiled_call
-from .regions import block_compiled
+from .regions import compile_stood_in
 from .state import process
-from .threads import locked
+from .threads import run_locked
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -33,7 +33,7 @@ def per_block(owner: torch.nn.Module) -> Callable[..., Any]:
     An owner of owners that gave its stages back and has no blocks of its own runs as a plain module."""
     state = owner.__dict__.get("_regionalize_owner")
     if state is not None and state.compiled < len(state.blocks):  # once per block, not on every call
-        locked(compile_blocks, owner, state)
+        run_locked(compile_blocks, owner, state)
     return module_call(owner)
 
 
@@ -47,7 +47,7 @@ def compile_blocks(owner: torch.nn.Module, state: OwnerState) -> None:
             if block in process.block_frames:
                 continue
             if type(block.__dict__.get("_regionalize_layer")) is int:  # a stand-in serves its cache
-                block_compiled(block, static_options(block, kwargs, model))
+                compile_stood_in(block, static_options(block, kwargs, model))
             elif compiled_call(block) is None:
                 compile_block(block, static_options(block, kwargs, model), state.config.direct)
         state.compiled = len(state.blocks)
@@ -60,8 +60,8 @@ def compile_block(block: torch.nn.Module, kwargs: dict[str, Any], direct: bool) 
     the block eagerly where it cannot be compiled (docs/design.md#blocks-compiled-on-their-own)."""
     cls = type(block)
     model_globals = globals_of(cls.forward)
-    if model_globals is None or importable(model_globals):
-        block.compile(**own_options(kwargs))
+    if model_globals is None or is_importable(model_globals):
+        block.compile(**copy_options(kwargs))
         if direct:
             set_compiled_call(block, Direct(block, cast("Callable[..., Any]", compiled_call(block))))
         return

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from .internals.compiler import inductor_pieces, op_arguments, sym_expr, sym_hint
-from .internals.hooks import writes
-from .internals.tracer import counters, static_marked, tree_leaves
+from .internals.hooks import write_count
+from .internals.tracer import counters, is_static_marked, tree_leaves
 from .per_block import graph_modes
 from .state import PieceCounts
-from .static import on_graph_device
+from .static import is_on_graph_device
 from .threads import this_call
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def pieces_compiled(
         split.__dict__[target] = compiled
 
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    recorded = None if any(map(on_graph_device, tensors)) else recorded_inputs(split)
+    recorded = None if any(map(is_on_graph_device, tensors)) else recorded_inputs(split)
     if recorded is not None:  # off the GPU there is no CUDA graph, so the writes and ops do not matter
         for target, args in recorded:
             compile_piece(target, args)
@@ -154,7 +154,7 @@ def pieces_faked(
             if torch.Tag.nondeterministic_seeded in func.tags and draws(func, args, kwargs):
                 ungraphable.append(func)
             out = func(*args, **kwargs)
-            if any(isinstance(t, torch.Tensor) and not on_graph_device(t) for t in tree_leaves(out)):
+            if any(isinstance(t, torch.Tensor) and not is_on_graph_device(t) for t in tree_leaves(out)):
                 ungraphable.append(func)
             return out
 
@@ -168,9 +168,9 @@ def pieces_faked(
     with fake:
         real = [isinstance(x, torch.Tensor) and not isinstance(x, tools.fake_tensor) for x in example_inputs]
         inputs = [fake.from_tensor(x) if r else x for x, r in zip(example_inputs, real, strict=True)]
-        versions = [writes(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+        versions = [write_count(x) if isinstance(x, torch.Tensor) else None for x in inputs]
         Compiling(split).run(*inputs)
-    mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and writes(x) != versions[i]}
+    mutated = {i for i, x in enumerate(inputs) if versions[i] is not None and write_count(x) != versions[i]}
     return mutated, bool(ungraphable)
 
 
@@ -293,7 +293,7 @@ class Graphs:
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
         tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-        kept = [isinstance(x, torch.nn.Parameter) or static_marked(x) for x in example_inputs]
+        kept = [isinstance(x, torch.nn.Parameter) or is_static_marked(x) for x in example_inputs]
         self.fixed = [i for i in tensors if i in mutated or kept[i]]
         self.copied = [i for i in tensors if i not in self.fixed]
         self.mutated = sorted(mutated)
@@ -332,11 +332,11 @@ class Graphs:
     def servable(self, args: Args, written: set[int]) -> bool:
         """Returns whether the inputs to copy in are on the GPU and share no memory that the graph writes."""
         copied = [args[i] for i in self.copied]
-        return all(on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
+        return all(is_on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
 
     def captured(self, key: Key, args: Args) -> Graph | None:
         """Returns the graph for `key`, captured on its second call, or None when the call runs uncaptured."""
-        if not all(on_graph_device(args[i]) for i in self.fixed):
+        if not all(is_on_graph_device(args[i]) for i in self.fixed):
             return None
         written = {args[i].untyped_storage().data_ptr() for i in self.mutated}
         if not self.servable(args, written):

@@ -8,9 +8,9 @@ import torch
 
 from .constants import differing_constants
 from .forms import ALONE, PER_BLOCK, PIECES, WHOLE
-from .frames import globals_of, unimportable
+from .frames import globals_of, why_unimportable
 from .internals.compiler import inductor_pieces
-from .internals.tracer import imports_inlined_modules
+from .internals.tracer import has_inlined_module_imports
 from .state import Plan, process
 
 if TYPE_CHECKING:
@@ -35,8 +35,8 @@ def plan_for(owner: torch.nn.Module, state: OwnerState, graphs: bool, inductor: 
     if not plan.form.runs_whole:
         return plan
     inlined = {type(module) for module in (*state.blocks, *(stage for stage, _ in state.inner))}
-    why = unimportable(globals_of(type(owner).forward), inlined)
-    if why is None or not imports_inlined_modules():
+    why = why_unimportable(globals_of(type(owner).forward), inlined)
+    if why is None or not has_inlined_module_imports():
         return plan
     return Plan(PER_BLOCK, why, fallback=True)
 

@@ -1,6 +1,6 @@
 """Makes a block class's `forward` nested compile regions that Dynamo traces once for every block.
 
-It also compiles blocks of such a class one by one with a stand-in for their cache (`block_compiled`)."""
+It also compiles blocks of such a class one by one with a stand-in for their cache (`compile_stood_in`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .frames import OrEager, globals_of, in_globals, installed, torch_compile
-from .internals.tracer import compiling, traced, tree_map_only
+from .frames import OrEager, copy_for_class, globals_of, in_globals, torch_compile
+from .internals.tracer import is_compile_error, is_tracing, tree_map_only
 from .kv import LayerKV, kv_layer, kv_length, kv_pair, kv_past, kv_store
 from .nested import contiguous_copy, nested
 from .state import process
@@ -84,13 +84,13 @@ class Region:
             nested(self.static_setup, f"{label}_static_setup", extras=3),
             nested(self.static, f"{label}_static"),
         )
-        self.forward = installed(region_forward, plain, __region=self)
+        self.forward = copy_for_class(region_forward, plain, __region=self)
 
     def call(self, block: nn.Module, args: Args, kwargs: Kwargs) -> Any:
         """Serves a call of a block that an owner set up."""
         if this_call.tracing in (False, "flat"):
-            # A block compiled on its own (`block_compiled`) runs eagerly and calls its frames.
-            frames = None if traced() else process.block_frames.get(block)
+            # A block compiled on its own (`compile_stood_in`) runs eagerly and calls its frames.
+            frames = None if is_tracing() else process.block_frames.get(block)
             if frames is None:
                 if this_call.tracing:
                     return self.run_flat(block, args, kwargs)
@@ -209,7 +209,7 @@ class Region:
         except Exception as error:
             # A block's own frame that cannot be compiled with the stand-in has run nothing, so the block is
             # compiled as it is from now on. In the owner's frame, the owner's retry decides.
-            if this_call.tracing or not compiling(error):
+            if this_call.tracing or not is_compile_error(error):
                 raise
             block.__dict__["_regionalize_layer"] = False
             return as_is(block, *args, **kwargs)
@@ -278,7 +278,7 @@ class Region:
         return out
 
     def bodies(self) -> Bodies:
-        """Returns the regions' bodies and the block's own frame, which `block_compiled` compiles.
+        """Returns the regions' bodies and the block's own frame, which `compile_stood_in` compiles.
 
         Each has code of its own, because Dynamo keeps compiled code and its limits per code object. They
         are made once, so that the blocks of the class share their frames."""
@@ -299,7 +299,7 @@ def region_of(cls: type) -> Region | None:
     return cls.__dict__.get("_regionalize_region")
 
 
-def block_compiled(block: nn.Module, compile_kwargs: Kwargs) -> None:
+def compile_stood_in(block: nn.Module, compile_kwargs: Kwargs) -> None:
     """Compiles `block`, whose cache a stand-in serves, on its own, as one frame per call.
 
     The cache is read and written eagerly, outside the frame, which the blocks of the class share;

@@ -23,24 +23,24 @@ import torch
 
 from .cpu_keys import machine
 from .files import distrust, write_whole
-from .frames import caller
+from .frames import caller_level
 from .guard_paths import Scope
-from .guard_reads import changed, reads_of, records, unreadable
+from .guard_reads import find_changed, find_unreadable, reads_of, records
 from .internals.aot import (
-    aot_compiled,
-    aot_loaded,
-    caches_off,
+    aot_compile,
+    aot_load,
     changed_source,
     config_hash,
     install_modules,
     installed_modules,
-    loads_gradients,
+    is_cache_disabled,
+    is_gradient_load_supported,
     saving,
 )
-from .internals.tracer import traced, tree_leaves
+from .internals.tracer import is_tracing, tree_leaves
 from .per_block import graph_modes
 from .state import SaveOutcome, Saving, not_saved
-from .threads import locked
+from .threads import run_locked
 from .watch import Watch
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def why_not(owner: torch.nn.Module, state: OwnerState) -> str | None:
         return BYPASS_FILTER
     if kwargs.get("backend", "inductor") != "inductor":
         return "only Inductor's code is saved"
-    if caches_off():
+    if is_cache_disabled():
         return "Inductor's caches are off"
     classes = {type(owner), *(type(block) for block in state.blocks)}
     if any(not _module_file(cls) for cls in classes):
@@ -179,15 +179,15 @@ class Saved:
         self.jit, self.frame, self.state, self.aot, self.watch = jit, frame, state, None, None
 
     def __call__(self, owner: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if traced():
+        if is_tracing():
             return self.jit(owner, *args, **kwargs)
         aot = self.aot
         if aot is None:
-            aot = self.aot = locked(self.first, owner, args, kwargs)
+            aot = self.aot = run_locked(self.first, owner, args, kwargs)
         if (
             aot
             and aot.guard_check(owner, *args, **kwargs)
-            and (not self.watch or self.watch.holds(owner, args, kwargs))
+            and (not self.watch or self.watch.is_unchanged(owner, args, kwargs))
         ):
             return aot.fn(owner, *args, **kwargs)
         return self.jit(owner, *args, **kwargs)
@@ -210,19 +210,19 @@ class Saved:
             if loaded is not None:
                 self.state.report.saved = SaveOutcome(Saving.LOADED)
                 return loaded
-        if not loads_gradients() and any(p.grad is not None for p in owner.parameters()):
+        if not is_gradient_load_supported() and any(p.grad is not None for p in owner.parameters()):
             self.state.report.saved = not_saved("its parameters hold gradients, which this torch cannot load")
             remove(path)  # a file that cannot load would warn at every start
             return False
         try:
-            compiled, guards = aot_compiled(self.frame, self.state.config.kwargs, (owner, *args), kwargs)
+            compiled, guards = aot_compile(self.frame, self.state.config.kwargs, (owner, *args), kwargs)
             reads = reads_of(guards)
             self.watch = Watch(reads, self.frame)
         except Exception as error:  # for instance, a dropped guard that cannot be checked on each call
             self.state.report.saved = not_saved(_why(error))
             return False
         try:
-            unread = unreadable(reads, Scope(self.frame, owner, args, kwargs))
+            unread = find_unreadable(reads, Scope(self.frame, owner, args, kwargs))
         except TypeError:  # the frame's signature does not bind the arguments, so no path can be read
             unread = "the call's arguments"
         if unread is not None:  # served as compiled, but not saved
@@ -240,9 +240,9 @@ class Saved:
             with open(path, "rb") as file:
                 kept, frame = unpack(file.read())
             install_modules(kept["modules"], self.frame.__globals__)
-            loaded = aot_loaded(io.BytesIO(frame), self.frame.__globals__)
+            loaded = aot_load(io.BytesIO(frame), self.frame.__globals__)
             scope = Scope(self.frame, owner, args, kwargs)
-            edited, reads = changed(kept["reads"], scope)
+            edited, reads = find_changed(kept["reads"], scope)
             edited = changed_source(loaded, sys.modules) or edited
             why = f"{edited} changed since it was saved" if edited else None
             if why is None and not loaded.guard_check(owner, *args, **kwargs):
@@ -255,7 +255,7 @@ class Saved:
             return loaded
         name = type(owner).__name__
         warnings.warn(
-            f"regionalize: {name}'s saved compile not loaded ({why}); compiling it", stacklevel=caller()
+            f"regionalize: {name}'s saved compile not loaded ({why}); compiling it", stacklevel=caller_level()
         )
         return None
 
@@ -270,7 +270,7 @@ def _warn_untrusted(why: str) -> None:
         warnings.warn(
             f"regionalize: saved compiles not loaded or saved ({why}: whoever can write there could run code "
             "in this process); compiling as without saving",
-            stacklevel=caller(),
+            stacklevel=caller_level(),
         )
 
 
@@ -325,7 +325,7 @@ def write(
         with open(temp, "rb") as file:
             frame = file.read()
         try:
-            aot_loaded(io.BytesIO(frame), f_globals)
+            aot_load(io.BytesIO(frame), f_globals)
         except Exception as error:
             raise _Unloadable(_why(error)) from error
         with open(temp, "wb") as file:
@@ -339,7 +339,7 @@ def write(
         return not_saved(f"torch's load of it fails ({error})")
     except Exception as error:
         why = _why(error)
-        warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller())
+        warnings.warn(f"regionalize: {name}'s compile not saved ({why})", stacklevel=caller_level())
         return not_saved(why)
 
 

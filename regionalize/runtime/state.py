@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from types import FunctionType
 
     from .forms import OwnerForm
     from .kv import Init
@@ -119,17 +119,17 @@ class Process:
 
     Owners and regions read it while Dynamo traces them too, so it is one record rather than module flags."""
 
-    # Does torch reuse a traced region for another block (`reuses`)?
+    # Does torch reuse a traced region for another block (`has_region_reuse`)?
     reusing: bool = True
     # Whether transformers' caches were checked against the stand-ins, by the first owner that needs them.
     caches_checked: bool = False
     # How a cache layer is set up on its first update, where transformers' cache layers update as the
-    # cache-updating regions assume (`kv_holds`); None where they do not, or until checked.
+    # cache-updating regions assume (`check_kv`); None where they do not, or until checked.
     kv_init: Init | None = None
     # The class of the stand-ins for an `EncoderDecoderCache`, made eagerly as `kv_init` is checked (Dynamo
     # makes no class while it traces); None where transformers' cache is not as they assume.
     encoder_decoder: type | None = None
-    # A StaticCache's stand-ins, where they leave it as transformers' own update does (`static_checked`);
+    # A StaticCache's stand-ins, where they leave it as transformers' own update does (`check_static`);
     # None where they do not, or until checked.
     static: StandIns | None = None
     # Submodules replaced anywhere, counted by a global hook from the first block's set-up (`registered`).
@@ -137,11 +137,11 @@ class Process:
     counting: bool = False  # the hook that counts replaced submodules is registered
     # What the runtime compiled, kept for the process, weakly where keyed by a class or module:
     # An owner class -> its parameter shapes -> its frame's function.
-    owner_frames: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], Callable[..., Any]]] = field(
+    owner_frames: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], FunctionType]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     # A block class -> its frame, compiled on its own.
-    class_frames: weakref.WeakKeyDictionary[type, Callable[..., Any]] = field(
+    class_frames: weakref.WeakKeyDictionary[type, FunctionType] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     # A block compiled on its own, its cache stood in for -> its frames.

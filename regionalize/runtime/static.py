@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from .internals.tracer import static_marked
+from .internals.tracer import is_static_marked
 from .kv import is_alike
 from .state import process
 
@@ -104,7 +104,7 @@ def static_layer(cache: Any, index: int) -> tuple[Any, tuple[str, tuple[Any, ...
     return None if state is None else (layer, state)
 
 
-def static_handed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def is_static_handed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Returns whether the call hands over a `StaticCache` whose every layer a region can stand in for."""
     return any(
         is_static_cache(value) and all(static_class(layer) is not None for layer in value.layers)
@@ -112,12 +112,12 @@ def static_handed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     )
 
 
-def on_graph_device(tensor: torch.Tensor) -> bool:
+def is_on_graph_device(tensor: torch.Tensor) -> bool:
     """Returns whether `tensor` is on a CUDA device; a fake tensor reports its device too."""
     return tensor.device.type == "cuda"
 
 
-def static_graphable(cache: Any) -> bool:
+def is_static_graphable(cache: Any) -> bool:
     """Returns whether a CUDA graph can take `cache`, a `StaticCache` that the call hands over.
 
     Every layer must have a stand-in and be set up, with its tensors on the GPU at addresses marked static,
@@ -128,7 +128,7 @@ def static_graphable(cache: Any) -> bool:
     if any(static_class(layer) is None or not layer.is_initialized for layer in cache.layers):
         return False
     tensors = (getattr(layer, name) for layer in cache.layers for name in static_made_names)
-    return all(on_graph_device(tensor) and static_marked(tensor) for tensor in tensors)
+    return all(is_on_graph_device(tensor) and is_static_marked(tensor) for tensor in tensors)
 
 
 def set_up_static_layer(layer: Any, made: Sequence[torch.Tensor]) -> None:
@@ -144,7 +144,7 @@ def static_run(spec: str, values: tuple[Any, ...], run: Callable[[Any], T]) -> t
     The stand-in's layer updates with transformers' own code, which writes the layer's tensors in place."""
     made: type
     classes: dict[str, type]
-    made, classes = process.static  # type: ignore[misc]  # the stand-ins, checked (`static_checked`)
+    made, classes = process.static  # type: ignore[misc]  # the stand-ins, checked (`check_static`)
     name, _, spec = spec.partition(";")
     stand_in = made(classes[name](spec, values))
     out = run(stand_in)
@@ -153,7 +153,7 @@ def static_run(spec: str, values: tuple[Any, ...], run: Callable[[Any], T]) -> t
     return out, stand_in.static_layer
 
 
-def static_checked() -> StandIns | None:
+def check_static() -> StandIns | None:
     """Returns the stand-ins' classes where they leave a `StaticCache` as its own update does, else None.
 
     It checks once, eagerly, on small tensors: a prompt sets a layer up, and then tokens write it in place."""

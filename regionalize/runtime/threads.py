@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .internals.tracer import compiles_seen_in_every_thread, traced
+from .internals.tracer import compiles_seen_in_every_thread, is_tracing
 
 T = TypeVar("T")
 
@@ -39,22 +39,22 @@ this_call = Call()
 setup_lock = threading.RLock()
 
 
-def locked(run: Callable[..., T], *args: Any) -> T:
+def run_locked(run: Callable[..., T], *args: Any) -> T:
     """Runs `run(*args)` under the set-up lock, or without it while Dynamo traces the call.
 
     Dynamo holds its own compile lock then, and would break its graph at another lock."""
-    if traced():
+    if is_tracing():
         return run(*args)
     with setup_lock:
         return run(*args)
 
 
-def one_at_a_time(run: Callable[..., T], *args: Any) -> T:
+def run_one_at_a_time(run: Callable[..., T], *args: Any) -> T:
     """Runs `run(*args)`, an owner's call, under the set-up lock where torch needs it.
 
     Where torch cannot run one thread's call while another compiles (`compiles_seen_in_every_thread`), the
     owner's calls run one at a time, since any call may compile. While Dynamo traces, it takes no lock."""
-    if traced() or compiles_seen_in_every_thread():
+    if is_tracing() or compiles_seen_in_every_thread():
         return run(*args)
     with setup_lock:
         return run(*args)

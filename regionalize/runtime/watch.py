@@ -20,7 +20,7 @@ from .internals.aot import is_installed_global
 
 
 class Watch:
-    """Checks, on each call, the reads whose guards torch dropped (`holds`)."""
+    """Checks, on each call, the reads whose guards torch dropped (`is_unchanged`)."""
 
     __slots__ = ("check",)
 
@@ -37,7 +37,7 @@ class Watch:
             build.check(read.path, read.how, read.seen)
         self.check = build.function()
 
-    def holds(self, owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def is_unchanged(self, owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Returns whether every dropped read finds what it found before, for this call of `owner`."""
         return self.check((owner, args, kwargs))
 

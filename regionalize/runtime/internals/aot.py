@@ -43,7 +43,7 @@ def _saved() -> types.SimpleNamespace:
 
 
 @probe("a saved frame of parameters holding gradients", "such an owner is not saved", fallback=False)
-def loads_gradients() -> bool:
+def is_gradient_load_supported() -> bool:
     """Probe: returns whether torch can load a saved frame whose parameters held gradients at the save.
 
     Some torch versions fail to assign the pickled gradient back, so every restart would warn and compile
@@ -64,7 +64,7 @@ def loads_gradients() -> bool:
     return True
 
 
-def aot_compiled(
+def aot_compile(
     frame: Callable[..., Any], compile_kwargs: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, list[GuardRead]]:
     """Compiles `frame` ahead of a call with `args` and `kwargs`, running nothing, and returns it.
@@ -132,7 +132,7 @@ _READS = {
 }
 
 
-def aot_loaded(file: BinaryIO, f_globals: dict[str, Any]) -> Any:
+def aot_load(file: BinaryIO, f_globals: dict[str, Any]) -> Any:
     """Loads the compiled function saved in `file`, its code run in `f_globals`."""
     # Inside a tracing context, because torch 2.13 asks for one as it rebuilds a guard on an imported module.
     # With the garbage collector paused, because unpickling the guards' state for every parameter would
@@ -165,7 +165,7 @@ def changed_source(loaded: Any, modules: dict[str, types.ModuleType]) -> str | N
     return None
 
 
-def caches_off() -> bool:
+def is_cache_disabled() -> bool:
     """Returns whether Inductor's caches are off, in which case `aot_compile` refuses to compile."""
     return torch._inductor.config.force_disable_caches
 

@@ -26,7 +26,7 @@ def hook_dicts() -> tuple[Hooks, ...]:
     return found
 
 
-def global_hooks(backward: bool = True) -> bool:
+def has_global_hooks(backward: bool = True) -> bool:
     """Returns whether a global module hook applies to a call, counting backward hooks unless told not to."""
     hooks = hook_dicts()
     return hooks is None or any(hooks[: 4 if backward else 2])
@@ -53,7 +53,7 @@ def base(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor._base is None else tensor._base
 
 
-def writes(tensor: torch.Tensor) -> int:
+def write_count(tensor: torch.Tensor) -> int:
     """Returns how many times `tensor`'s memory was written in place (its version counter)."""
     return tensor._version
 

@@ -35,7 +35,7 @@ tree_map_only = torch.utils._pytree.tree_map_only
 dynamo_module = "torch._dynamo.convert_frame"
 
 
-@probe("traced", "a compile in any thread is taken as this one's")
+@probe("is_tracing", "a compile in any thread is taken as this one's")
 def tracing_context() -> Callable[[], TracingContext | None]:
     """Probe: returns Dynamo's reader of this thread's tracing context (`TracingContext.try_get`)."""
     return torch._guards.TracingContext.try_get
@@ -48,14 +48,14 @@ def is_compiling_here() -> bool:
     return context is None or context() is not None
 
 
-def traced() -> bool:
+def is_tracing() -> bool:
     """Returns whether Dynamo is tracing the calling code in this thread."""
     # From torch 2.13 `is_compiling()` is true in every thread while any thread compiles.
     return torch.compiler.is_compiling() and is_compiling_here()
 
 
-@probe("reuses", "regions are taken as not reused", False)
-def reuses() -> bool:
+@probe("has_region_reuse", "regions are taken as not reused", False)
+def has_region_reuse() -> bool:
     """Probe: returns whether Dynamo reuses a nested region traced for one block for the other blocks."""
     # Without reuse (torch 2.11) an owner compiled whole traces every block, as a full compile does.
     region = getattr(torch.compiler, "nested_compile_region", None)
@@ -66,7 +66,7 @@ def reuses() -> bool:
 def compiles_seen_in_every_thread() -> bool:
     """Probe: returns whether torch holds `is_compiling()` true in every thread for a whole compile."""
     # Where it does not (torch 2.11 and 2.12), a call beside another thread's compile raises, so owners'
-    # calls run one at a time (`threads.one_at_a_time`); False there is an answer, not a failed probe.
+    # calls run one at a time (`threads.run_one_at_a_time`); False there is an answer, not a failed probe.
     return callable(getattr(torch.compiler, "_compile_session_context", None))
 
 
@@ -137,13 +137,13 @@ def counters() -> collections.defaultdict[str, collections.Counter[str]]:
     return counters
 
 
-@probe("compiling", "compile errors are told by their traceback", ())
+@probe("is_compile_error", "compile errors are told by their traceback", ())
 def dynamo_errors() -> tuple[type[Exception], ...]:
     """Probe: returns the types of the errors that Dynamo raises as it compiles."""
     return (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
-def compiling(error: BaseException) -> bool:
+def is_compile_error(error: BaseException) -> bool:
     """Returns whether `error` was raised while Dynamo compiled a frame, which then ran nothing."""
     if isinstance(error, dynamo_errors()):
         return True
@@ -152,13 +152,13 @@ def compiling(error: BaseException) -> bool:
     return any(frame.f_globals.get("__name__") == dynamo_module for frame, _ in frames)
 
 
-@probe("backend_failed", "told by the error it wraps")
+@probe("is_backend_failure", "told by the error it wraps")
 def backend_error() -> type[Exception]:
     """Probe: returns the type that Dynamo raises where the backend fails (`BackendCompilerFailed`)."""
     return torch._dynamo.exc.BackendCompilerFailed
 
 
-def backend_failed(error: BaseException) -> bool:
+def is_backend_failure(error: BaseException) -> bool:
     """Returns whether the backend failed on the graph that Dynamo traced, rather than the trace itself."""
     kind = backend_error()
     return (
@@ -184,7 +184,7 @@ def why_failed(error: BaseException) -> str:
     return f"{type(error).__name__}: {(text or '?').splitlines()[0][:200]}"
 
 
-@probe("kv_growing", "cache lengths are not marked dynamic")
+@probe("mark_kv_growing", "cache lengths are not marked dynamic")
 def mark_dynamic_probe() -> Callable[[torch.Tensor, int], None]:
     """Probe: returns Dynamo's `maybe_mark_dynamic`, which marks a size as dynamic ahead of a change."""
     return cast(Callable[[torch.Tensor, int], None], torch._dynamo.maybe_mark_dynamic)  # untyped in torch
@@ -209,20 +209,20 @@ def static_attribute() -> str:
     return "_dynamo_static_input_type"
 
 
-def static_marked(tensor: torch.Tensor) -> bool:
+def is_static_marked(tensor: torch.Tensor) -> bool:
     """Returns whether `tensor` is at an address marked static (Dynamo's `mark_static_address`)."""
     name = static_attribute()
     return name is not None and getattr(tensor, name, None) is not None
 
 
 @functools.cache
-def imports_inlined_modules() -> bool:
+def has_inlined_module_imports() -> bool:
     """Probe: returns whether Dynamo imports an inlined function's module by name (pytorch/pytorch#181243).
 
     Such a torch fails on a module that is not registered under its name. The probe compiles a small
     function with the eager backend, and only for a model that has such a module. It answers True while
     another compile traces, so that the blocks are compiled one by one, which works on any torch."""
-    if traced():
+    if is_tracing():
         return True
     module = types.ModuleType("regionalize_unregistered_probe")
     exec("import torch\n\ndef inner(x):\n    return torch.sin(x)\n", vars(module))
