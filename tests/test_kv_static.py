@@ -257,7 +257,7 @@ def test_a_cuda_graph_takes_a_static_cache_once_every_layer_is_set_up_at_static_
     not where a layer holds a tensor at an unmarked address, nor for another cache."""
     model, _ = pair()
     runtime = runtime_of(model)
-    monkeypatch.setattr(runtime.process, "static", runtime.check_static())
+    monkeypatch.setattr(runtime.process, "static_stand_ins", runtime.check_static())
     cache = static_cache(early=True)
     assert not runtime.is_static_graphable(cache)  # on the CPU: no CUDA graph
     runtime.patch(monkeypatch, "is_on_graph_device", lambda tensor: True)

@@ -285,7 +285,7 @@ def settle(owner: torch.nn.Module, state: OwnerState, graphs: bool) -> Compiled:
     kv = bool(indexed) and all(a and r and r.name for (_, a), r in zip(indexed, regions, strict=True))
     if kv and not process.caches_checked:
         process.caches_checked = True
-        process.kv_init, process.static = check_kv(), check_static()
+        process.kv_init, process.static_stand_ins = check_kv(), check_static()
     for block, attribute in indexed if kv and process.kv_init is not None else ():
         block.__dict__["_regionalize_layer"] = layer_idx(block, cast(str, attribute))
     process.reusing = has_region_reuse()

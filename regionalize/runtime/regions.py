@@ -67,8 +67,9 @@ class Region:
     """Runs a block class's `forward` (`plain`) as nested compile regions while an owner is traced whole.
 
     A cache that the parameter `name` takes is stood in for, and the regions take its layer's tensors
-    (`keyed`, `writing`, `static_setup` and `static`). With `copies`, the region returns copies of all its
-    tensors, which the owner's retry sets where outputs alias in a way that `copy_aliased` cannot see."""
+    (`run_keyed`, `run_writing`, `run_static_setup` and `run_static`). With `copies`, the region returns
+    copies of all its tensors, which the owner's retry sets where outputs alias in a way that
+    `copy_aliased` cannot see."""
 
     made: Bodies | None
 
@@ -77,12 +78,12 @@ class Region:
         self.name, self.position = kv_name(plain)
         self.label = label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
         self.region = nested(plain, label)
-        self.region_copied = nested(self.copied, f"{label}_copied")
+        self.region_copied = nested(self.run_copied, f"{label}_copied")
         self.regions = (
-            nested(self.keyed, f"{label}_keyed", extras=2),
-            nested(self.writing, f"{label}_writing", extras=4),
-            nested(self.static_setup, f"{label}_static_setup", extras=3),
-            nested(self.static, f"{label}_static"),
+            nested(self.run_keyed, f"{label}_keyed", extras=2),
+            nested(self.run_writing, f"{label}_writing", extras=4),
+            nested(self.run_static_setup, f"{label}_static_setup", extras=3),
+            nested(self.run_static, f"{label}_static"),
         )
         self.forward = copy_for_class(region_forward, plain, __region=self)
 
@@ -104,7 +105,7 @@ class Region:
         """Runs, as a region, a block's call that has no cache to stand in for."""
         return (self.region_copied if self.copies else self.region)(block, *args, **kwargs)
 
-    def copied(self, block: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    def run_copied(self, block: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return tree_map_only(torch.Tensor, contiguous_copy, self.plain(block, *args, **kwargs))
 
     def handed(self, args: Args, kwargs: Kwargs) -> tuple[int | None, Any]:
@@ -135,9 +136,9 @@ class Region:
     def run(self, block: nn.Module, cache: Any, slot: int | None, args: Args, kwargs: Kwargs) -> Any:
         """Runs the block's own code with `cache`, a stand-in, where the call handed over its cache."""
         args, kwargs = self.given(cache, slot, args, kwargs)
-        return (self.copied if self.copies else self.plain)(block, *args, **kwargs)
+        return (self.run_copied if self.copies else self.plain)(block, *args, **kwargs)
 
-    def keyed(
+    def run_keyed(
         self, block: nn.Module, keys: Any, values: Any, slot: int | None, *args: Any, **kwargs: Any
     ) -> Any:
         cache = LayerKV(keys, values)
@@ -145,7 +146,7 @@ class Region:
         expect(cache.updates == 1, f"updated its cache {cache.updates} times, not once")
         return cache.keys, cache.values, out
 
-    def writing(
+    def run_writing(
         self,
         block: nn.Module,
         keys: Any,
@@ -164,13 +165,13 @@ class Region:
         expect(flags and all(flag is True for flag in flags), "did not set its cross-attention flag")
         return own.keys, own.values, cross.keys, cross.values, out
 
-    def static(
+    def run_static(
         self, block: nn.Module, spec: str, slot: int | None, *args: Any, layer_state: Any, **kwargs: Any
     ) -> Any:
         """Runs the block with a `StaticCache`'s layer, which it writes in place (`static_run`)."""
         return static_run(spec, layer_state, lambda cache: self.run(block, cache, slot, args, kwargs))[0]
 
-    def static_setup(
+    def run_static_setup(
         self, block: nn.Module, spec: str, slot: int | None, *args: Any, layer_state: Any, **kwargs: Any
     ) -> Any:
         """Runs the block on a `StaticCache` layer's first update and returns what sets the layer up."""

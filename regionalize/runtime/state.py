@@ -131,7 +131,7 @@ class Process:
     encoder_decoder: type | None = None
     # A StaticCache's stand-ins, where they leave it as transformers' own update does (`check_static`);
     # None where they do not, or until checked.
-    static: StandIns | None = None
+    static_stand_ins: StandIns | None = None
     # Submodules replaced anywhere, counted by a global hook from the first block's set-up (`registered`).
     replaced: int = 0
     counting: bool = False  # the hook that counts replaced submodules is registered

@@ -82,13 +82,13 @@ def is_static_cache(cache: Any) -> bool:
     return (
         type(cache) is getattr(utils, "StaticCache", None)
         and not cache.offloading
-        and process.static is not None
+        and process.static_stand_ins is not None
     )
 
 
 def static_class(layer: Any) -> type | None:
     """Returns the class of the stand-ins for `layer`, or None where a region cannot stand in for it."""
-    stand_in = process.static[1].get(type(layer).__qualname__)  # type: ignore[index]  # checked: not None
+    stand_in = process.static_stand_ins[1].get(type(layer).__qualname__)  # type: ignore[index]  # checked: not None
     return stand_in if stand_in is not None and stand_in.__base__ is type(layer) else None
 
 
@@ -144,7 +144,7 @@ def static_run(spec: str, values: tuple[Any, ...], run: Callable[[Any], T]) -> t
     The stand-in's layer updates with transformers' own code, which writes the layer's tensors in place."""
     made: type
     classes: dict[str, type]
-    made, classes = process.static  # type: ignore[misc]  # the stand-ins, checked (`check_static`)
+    made, classes = process.static_stand_ins  # type: ignore[misc]  # the stand-ins, checked (`check_static`)
     name, _, spec = spec.partition(";")
     stand_in = made(classes[name](spec, values))
     out = run(stand_in)
@@ -159,7 +159,7 @@ def check_static() -> StandIns | None:
     It checks once, eagerly, on small tensors: a prompt sets a layer up, and then tokens write it in place."""
     utils: Any = sys.modules.get("transformers.cache_utils")
     try:
-        process.static = made = make_static_kv(utils)
+        process.static_stand_ins = made = make_static_kv(utils)
         for made_class in made[1].values():
             base: Any = made_class.__base__
             real, mine = base(max_cache_len=6), base(max_cache_len=6)
@@ -182,5 +182,5 @@ def check_static() -> StandIns | None:
     except Exception:  # no transformers, or one whose cache differs
         return None
     finally:
-        process.static = None
+        process.static_stand_ins = None
     return made
