@@ -24,7 +24,7 @@ from regionalize.runtime.internals import aot, tracer
 from regionalize.runtime.state import Config, Findings, Plan
 
 # Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
-SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.reuses()
+SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.has_region_reuse()
 
 HELPER = """
 import torch
@@ -343,7 +343,7 @@ def test_where_it_cannot_save_it_says_why(project: Path) -> None:
     said = done.stdout.strip().splitlines()[-1]
     if aot.saving() is None:
         assert said == "not saved: this torch cannot save a compiled frame"
-    elif hasattr(torch.compiler, "nested_compile_region") and tracer.reuses():
+    elif hasattr(torch.compiler, "nested_compile_region") and tracer.has_region_reuse():
         assert said == "not saved: its code is not in a module imported by name"
     else:
         assert said.startswith("not saved: it is compiled ")
