@@ -286,9 +286,9 @@ def test_hierarchical_decoder_updates_its_cache_in_one_frame_without_regions() -
 
 
 def test_fixes_inside_a_rewritten_region_are_compiled_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two statements on a line make the whole file one region, so the fixes lie inside the rewritten
-    region and the containers are compiled again in the fixed text; elsewhere the fixes and the regions
-    are edits of the original side by side. Both write the same code and sites."""
+    """Two statements on a line make the whole file one piece, so the fixes lie inside the rewritten
+    piece and its editor writes them with the sites' edits; elsewhere the fixes are pieces of their own,
+    beside the regions. Both write the same code and sites, and compile the containers once."""
     from regionalize.codemod import transform
 
     passes: list[int] = []
@@ -307,7 +307,7 @@ def test_fixes_inside_a_rewritten_region_are_compiled_with_it(monkeypatch: pytes
         apart = transform_source(DECODER, options)
         assert len(passes) == 1  # the fixes beside the regions
         together = transform_source(joined, options)
-        assert len(passes) == 3  # the regions compiled again in the fixed text
+        assert len(passes) == 2  # the fixes in the regions' piece
         assert together.status == apart.status == "success"
         assert together.code == apart.code.replace(apart_imports, joined_imports)
         below = [(s.line - (s.line > 2), s.col, s.code, s.reason) for s in apart.sites]

@@ -2,7 +2,7 @@
 its public API (`regionalize/runtime/api.py`), one import line a file, so that a fix reaches a rewritten
 model by upgrading the package, not by running the codemod again.
 
-The codemod's passes write the public calls themselves (`patterns/emit.py`, `int_fixes.py`); this module
+The codemod's passes write the public calls themselves (`patterns/emit.py`, `int_edits.py`); this module
 places the one line that binds `regionalize` where isort would put it, a line inserted in the text. LibCST's
 `AddImportsVisitor` would do it on a tree of the whole file, which the passes never build (they parse only
 the pieces that hold sites): measured on every third `modeling_*.py` of transformers 5.23's models (177

@@ -6,8 +6,9 @@ Dynamo specializes on integer attributes of modules, so each block compiles its 
 `recompile_limit` (8) the rest run eager. Measured on transformers decoders generating with a
 `DynamicCache`: `past_key_values.update(k, v, self.layer_idx)` recompiles every layer.
 
-Two source-level fixes, planned here from the class definitions in the same file (Python's `ast`; the
-edits are insertions at exact positions, so everything else in the file stays byte for byte):
+Two source-level fixes, planned here from the class definitions in the same file (Python's `ast`), each
+at the position of the node it edits; `int_edits.py` writes them as LibCST edits of those nodes in the
+piece that holds them, so everything else in the file stays byte for byte:
 
 - a call or subscript that hands the integer to something other than the module itself or torch
   (`past_key_values.update(.., self.layer_idx)`, `cache.layers[self.layer_idx]`) runs outside the
@@ -26,12 +27,11 @@ that indexes an assignment target, a class with no forward of its own to decorat
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from regionalize.codemod import cache_stand_in, class_graph, prescan
-from regionalize.codemod.nodes import segment, split_lines, walk
+from regionalize.codemod.nodes import walk
 from regionalize.shared import helpers
 from regionalize.shared.sites import Site
 
@@ -58,12 +58,24 @@ class IntArgs:
 Position = tuple[int, int]  # line (1-based), column in UTF-8 bytes: what `ast` gives
 
 
+@dataclass(frozen=True)
+class Fix:
+    """One planned edit, at the position of the node it edits, which `int_edits.py` finds in the piece's
+    LibCST tree: "eager" runs the call or subscript at `start`..`end` outside the compiled region,
+    "setitem" makes the assignment there a `__setitem__` call run the same way, "decorate" puts the
+    decorator above the method whose `def` is at `start`; `end` is then on the method's first line (its
+    first decorator's, or the `def`'s)."""
+
+    kind: str
+    start: Position
+    end: Position
+
+
 @dataclass
 class Plan:
-    """Edits of the original source (spans replaced, empty spans for insertions), and their sites."""
+    """The edits, and their sites."""
 
-    edits: list[tuple[Position, Position, str]] = field(default_factory=list)
-    decorate: set[int] = field(default_factory=set)  # lines of `def forward` (or its first decorator)
+    edits: list[Fix] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
     # Classes whose reads are planned, with what could not be fixed: a class reached from several blocks
     # (an attention in encoder and decoder layers) is edited once.
@@ -80,62 +92,35 @@ class Plan:
     cache_blocks: dict[str, str | None] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.edits or self.decorate)
+        return bool(self.edits)
 
-    def touches(self, first: int, last: int) -> bool:
-        """Whether an edit falls within lines `first`..`last`."""
-        spans = [(start[0], end[0]) for start, end, _ in self.edits]
-        spans += [(line, line) for line in self.decorate]
-        return any(start <= last and end >= first for start, end in spans)
-
-    def first_line(self) -> int:
-        return min([start[0] for start, _, _ in self.edits] + list(self.decorate), default=0)
-
-    def apply(self, lines: list[str], replaced: Sequence[tuple[int, int, str]] = ()) -> str:
-        """The edited text; `replaced` are other edits, whole lines `first`..`last` each made a text."""
-        starts = [0]
-        for line in lines:
-            starts.append(starts[-1] + len(line.encode("utf-8")))
-        edits = list(self.edits) + [((first, 0), (last + 1, 0), text) for first, last, text in replaced]
-        for line in self.decorate:
-            text = lines[line - 1]
-            indent = text[: len(text) - len(text.lstrip())]
-            newline = "\r\n" if text.endswith("\r\n") else "\n"
-            edits.append(((line, 0), (line, 0), f"{indent}@{SYMBOLIC}{newline}"))
-        raw = "".join(lines).encode("utf-8")
-        at = lambda position: starts[position[0] - 1] + position[1]  # noqa: E731
-        for start, end, text in sorted(edits, key=lambda e: (at(e[0]), at(e[1])), reverse=True):
-            raw = raw[: at(start)] + text.encode("utf-8") + raw[at(end) :]  # from the end: offsets hold
-        return raw.decode("utf-8")
+    def lines(self) -> list[int]:
+        """The first lines of the edited nodes, sorted."""
+        return sorted({fix.start[0] for fix in self.edits})
 
 
 @dataclass(frozen=True)
 class _File:
     """What every step reads of the file."""
 
-    source: str
     classes: dict[str, ast.ClassDef]
     names: set[str]  # bound at module level (imports, functions, classes): a call on them is not a cache's
     imports: dict[str, str]  # imported name -> what it imports
     tables: dict[str, list[ast.ClassDef]]  # module-level dicts of classes (class_graph.class_tables)
 
     @classmethod
-    def read(cls, tree: ast.Module, source: str, imports: dict[str, str]) -> _File:
+    def read(cls, tree: ast.Module, imports: dict[str, str]) -> _File:
         classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         tables = class_graph.class_tables(tree, classes)
-        return cls(source, classes, class_graph.module_names(tree), imports, tables)
-
-    @cached_property
-    def lines(self) -> list[str]:
-        return split_lines(self.source)
+        return cls(classes, class_graph.module_names(tree), imports, tables)
 
 
-def plan(tree: ast.Module, source: str, imports: dict[str, str], found: list[IntArgs]) -> Plan:
+def plan(tree: ast.Module, imports: dict[str, str], found: list[IntArgs]) -> Plan:
     """What to move out of the compiled region and what to unspecialize, for every call in `found`.
 
     `imports` is prescan's map of the file's imported names, already read for the containers.
     """
-    file = _File.read(tree, source, imports)
+    file = _File.read(tree, imports)
     classes = file.classes
     result = Plan()
     done: dict[tuple[str, frozenset[str]], tuple[list[str], set[str]]] = {}
@@ -273,10 +258,10 @@ def _move_out(cls: ast.ClassDef, carrier: ast.expr, attrs: set[str], file: _File
     attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
     start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
     if isinstance(carrier, ast.Assign):
-        result.edits.append((start, end, _setitem_call(carrier, file.lines)))  # type: ignore[arg-type]
+        result.edits.append(Fix("setitem", start, end))  # type: ignore[arg-type]
         what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
     else:
-        result.edits += [(start, start, f"{EAGER}(lambda: "), (end, end, ")")]  # type: ignore[list-item]
+        result.edits.append(Fix("eager", start, end))  # type: ignore[arg-type]
         what = ast.unparse(carrier.func if isinstance(carrier, ast.Call) else carrier.value)
     reason = f"`{what}` takes per-block integer `self.{attr}`"
     result.sites.append(_site(carrier, "RGZ003", cls.name, reason))
@@ -291,7 +276,7 @@ def _decorate_forward(cls: ast.ClassDef, attrs: set[str], file: _File, result: P
     if not any(_is_unspec_decorator(d) for d in forward.decorator_list):
         # The new decorator goes above the others: the outermost, on its own line.
         line = forward.decorator_list[0].lineno if forward.decorator_list else forward.lineno
-        result.decorate.add(line)
+        result.edits.append(Fix("decorate", (forward.lineno, forward.col_offset), (line, 0)))
         names = ", ".join(f"`self.{a}`" for a in sorted(attrs))
         reason = f"{names} read in traced code: a branch on it compiles a graph per outcome, not per block"
         result.sites.append(_site(forward, "RGZ004", cls.name, reason))
@@ -367,7 +352,7 @@ def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) ->
         not isinstance(statement, ast.Assign)
         or statement.targets != [target]
         or not isinstance(target.ctx, ast.Store)
-        or isinstance(target.slice, ast.Slice)
+        or not _plain_key(target.slice)
         or not isinstance(statement.value, (ast.Constant, ast.Name))
     ):
         return None
@@ -375,13 +360,11 @@ def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) ->
     return statement if root is not None and root != "self" and root not in names else None
 
 
-def _setitem_call(statement: ast.Assign, lines: list[str]) -> str:
-    target = statement.targets[0]
-    assert isinstance(target, ast.Subscript)
-    key = segment(lines, target.slice)
-    key = f"({key})" if isinstance(target.slice, ast.Tuple) and not key.startswith("(") else key
-    value = segment(lines, statement.value)
-    return f"{EAGER}(lambda: {segment(lines, target.value)}.__setitem__({key}, {value}))"
+def _plain_key(key: ast.expr) -> bool:
+    """A key that can be the argument of `__setitem__`: no slice, and a starred item beside others."""
+    items = key.elts if isinstance(key, ast.Tuple) else [key]
+    starred = any(isinstance(item, ast.Starred) for item in items)
+    return not any(isinstance(item, ast.Slice) for item in items) and not (starred and len(items) == 1)
 
 
 def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | None:

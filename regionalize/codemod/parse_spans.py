@@ -43,8 +43,13 @@ def pieces(
     `nn.Sequential(*xs)`), and two statements on one line cannot be cut apart: both take the whole file.
     A class falls back to one piece when a site sits outside its methods or a method cannot be dedented.
     """
+    return holding(tree, lines, _candidate_lines(walked or Walked(tree), containers))
+
+
+def holding(tree: ast.Module, lines: list[str], marked: list[int]) -> list[Span]:
+    """The pieces, cut as `pieces` cuts them, that hold the lines `marked` (sorted)."""
     found: list[Span] = []
-    candidates = _Candidates(walked or Walked(tree), containers)
+    candidates = _Candidates(marked)
     for statement, start, end in _spans(tree.body):
         if start is None:
             return [Span(1, len(lines))]
@@ -88,21 +93,24 @@ def _spans(body: list[ast.stmt]) -> Iterator[tuple[ast.stmt, int | None, int]]:
         previous_end = end
 
 
+def _candidate_lines(walked: Walked, containers: set[str]) -> list[int]:
+    """The lines of the calls that can make a site, from one walk of the file, sorted."""
+    return sorted(
+        node.lineno for node in walked.nodes if isinstance(node, ast.Call) and _is_candidate(node, containers)
+    )
+
+
 class _Candidates:
-    """The lines of the calls that can make a site, from one walk of the file.
+    """The marked lines (where a site can be, or an edit is) and the statements that hold them.
 
     A statement holds one when one sits within its lines. Where no two statements of a body share a
-    line, a call within a statement's lines is inside it; where two do, the whole file (or class) is
+    line, a line within a statement's lines is inside it; where two do, the whole file (or class) is
     one piece whatever the answers were. Walking each statement, then each method of a class again,
     was a twelfth of a bulk run.
     """
 
-    def __init__(self, walked: Walked, containers: set[str]) -> None:
-        self.lines = sorted(
-            node.lineno
-            for node in walked.nodes
-            if isinstance(node, ast.Call) and _is_candidate(node, containers)
-        )
+    def __init__(self, lines: list[int]) -> None:
+        self.lines = lines
 
     def between(self, start: int, end: int) -> bool:
         return any_within(self.lines, start, end)

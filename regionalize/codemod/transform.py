@@ -4,8 +4,9 @@ Analysis and editing are separate passes. `_Finder` walks each piece once, decid
 or skip, with a reason) and records the edits as plain data keyed by the original nodes; `emit.Editor` then
 applies them. Nothing is rewritten unless the finder proved the site, so a skipped site is never touched.
 The patterns, the block/leaf judgement and the emitted code live in `regionalize.codemod.patterns`; this
-module runs them over a file: its pieces, the second pass after `int_fixes`; `placement.py` adds the
-lines outside its sites.
+module runs them over a file's pieces, places `int_fixes`' fixes in the pieces that hold them
+(`int_edits.py`), and writes each piece with edits through the one editor, its code back in the file's
+lines; `placement.py` adds the lines outside its sites.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import libcst as cst
 
 from regionalize.codemod import (
     collisions,
+    int_edits,
     int_fixes,
     legacy_calls,
     package,
@@ -115,37 +117,27 @@ def _transform(source: str, options: Options, path: str | None, legacy: frozense
         return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
     except (ValueError, MemoryError, RecursionError) as exc:
         return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
-    original, lines = tree, split_lines(source)
+    lines = split_lines(source)
     outside = _packages(options).lookup(path) if path else prescan.nothing
     declared = partial(_packages(options).declared, path) if path else _undeclared
     found = _compile_containers(tree, lines, options, outside, declared)
     if isinstance(found, TransformResult):
         return found
-    fixes = int_fixes.plan(tree, source, found.facts.imports, found.int_args)
+    fixes = int_fixes.plan(tree, found.facts.imports, found.int_args)
     sites = sorted(found.sites + fixes.sites, key=lambda s: (s.line, s.col, s.code))
-    if fixes:
-        # The forwards get their insertions first; the containers are then compiled in that text (the
-        # same decisions: a forward holds no container site), and the sites keep the original lines.
-        merged = _with_fixes(found, fixes, lines, options)
-        if merged is None:  # a fix inside a rewritten piece: the containers are compiled in the fixed text
-            lines = split_lines(fixes.apply(lines))
-            try:
-                tree = ast.parse("".join(lines))
-            except SyntaxError as exc:  # a bug of ours, as below
-                return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {exc.msg}")
-            merged = _compile_containers(tree, lines, options, outside, declared, fixes.cache_blocks)
-            assert not isinstance(merged, TransformResult)
-        found = merged
+    if fixes.cache_blocks:
+        found = _with_caches(found, fixes.cache_blocks, lines, options)
         sites = [_without_regions(site, fixes.cache_blocks) for site in sites]
+    written = _write(found, fixes, tree, lines, options)
+    if isinstance(written, TransformResult):
+        return written
+    code, first_changed = written
     torch_line = found.needs_torch and not found.facts.torch_bound
-    code = "".join(found.lines)
-    code, placed, moved = placement.add_helpers(
-        code, tree, found.first_changed, torch_line, path, options, legacy
-    )
+    code, placed, moved = placement.add_helpers(code, tree, first_changed, torch_line, path, options, legacy)
     runtime = placed.module if placed else None
     if moved is not None:
         sites = sorted([*sites, moved], key=lambda s: (s.line, s.col, s.code))
-    if placed and (taken := collisions.clash(original, source, placed, path)):
+    if placed and (taken := collisions.clash(tree, source, placed, path)):
         # Nothing is written: a rewrite that called or imported the wrong helper would claim a compile
         # that never runs.
         sites = [_not_placed(site, taken.hint) for site in sites]
@@ -153,7 +145,7 @@ def _transform(source: str, options: Options, path: str | None, legacy: frozense
     if code == source:
         return TransformResult("skip", source, sites, reason="nothing to rewrite", runtime=runtime)
     # A bug of ours: refuse to hand out code that fails.
-    if (error := rewrite_check.syntax_error(code, source, original)) is not None:
+    if (error := rewrite_check.syntax_error(code, source, tree)) is not None:
         return TransformResult("failure", source, sites, reason=f"rewrite does not parse: {error}")
     return TransformResult("success", code, sites, runtime=runtime)
 
@@ -179,20 +171,22 @@ def _without_regions(site: Site, cache_blocks: dict[str, str | None]) -> Site:
 
 @dataclass
 class _Pass:
-    """The containers of one file compiled: its lines with every rewritten piece replaced."""
+    """The containers of one file decided: their sites, and the edits of each piece that has some."""
 
-    lines: list[str]
     facts: prescan.FileFacts
     sites: list[Site]
     int_args: list[int_fixes.IntArgs]
-    first_changed: int  # first line of the first rewritten piece; 0 when none was
-    needs_torch: bool = False
+    edits: dict[parse_spans.Span, Edits] = field(default_factory=dict)
     holders: frozenset[str] = frozenset()  # classes of the file holding blocks compiled (or skipped RGZ108)
     regional: frozenset[str] = frozenset()  # those of them that own their blocks as nested regions
-    replaced: list[tuple[parse_spans.Span, str]] = field(default_factory=list)  # each with its new text
-    # The pieces and their LibCST trees, for a pass again with the blocks that update caches known.
+    # The pieces and their LibCST trees, for a pass again with the blocks that update caches known, and for
+    # the fixes of the per-block integers.
     pieces: list[parse_spans.Span] = field(default_factory=list)
     parsed: dict[parse_spans.Span, Positioned] = field(default_factory=dict)
+
+    @property
+    def needs_torch(self) -> bool:
+        return any(edits.needs_torch for edits in self.edits.values())
 
 
 def _undeclared(own: list[Declaration]) -> list[Declaration]:
@@ -245,23 +239,64 @@ def _classes_at(classes: list[tuple[str, int, int]], lines: list[int]) -> frozen
     return frozenset(name for name, start, end in classes if any(start <= line <= end for line in lines))
 
 
-def _with_fixes(found: _Pass, fixes: int_fixes.Plan, lines: list[str], options: Options) -> _Pass | None:
-    """The fixes and the rewritten pieces as edits of the original lines, the pieces compiled again from
-    the first pass's trees where blocks update caches of their own (which changes only their calls'
-    arguments); None where a fix lies inside a rewritten piece. Parsing and compiling the fixed text
-    again was an eighth of a bulk run."""
-    if any(fixes.touches(span.start, span.end) for span, _ in found.replaced):
-        return None
-    if fixes.cache_blocks:
-        found.facts.cache_blocks = fixes.cache_blocks
-        rewritten = [span for span, _ in found.replaced]  # the others hold no edit either way
-        again = _container_pass(rewritten, found.parsed, lines, options, found.facts)
-        assert not isinstance(again, TransformResult)  # the same trees parsed before
-        kept = {"holders": found.holders, "regional": found.regional, "pieces": found.pieces}
-        found = dataclasses.replace(again, **kept, parsed=found.parsed)
-    code = fixes.apply(lines, [(span.start, span.end, text) for span, text in found.replaced])
-    changed = [line for line in (found.first_changed, fixes.first_line()) if line]
-    return dataclasses.replace(found, lines=split_lines(code), first_changed=min(changed))
+def _with_caches(
+    found: _Pass, cache_blocks: dict[str, str | None], lines: list[str], options: Options
+) -> _Pass:
+    """The pieces with edits walked again with the blocks that update caches of their own known, which
+    changes only their calls' arguments; the others hold no edit either way."""
+    found.facts.cache_blocks = cache_blocks
+    again = _container_pass(list(found.edits), found.parsed, lines, options, found.facts)
+    assert not isinstance(again, TransformResult)  # the same trees parsed before
+    return dataclasses.replace(found, edits=again.edits)
+
+
+def _write(
+    found: _Pass, fixes: int_fixes.Plan, tree: ast.Module, lines: list[str], options: Options
+) -> tuple[str, int] | TransformResult:
+    """The file with each piece that has edits (the sites', the fixes') written by the editor, and the
+    first line of the first such piece (0 when none)."""
+    edits = dict(found.edits)
+    if fixes and (failed := _place_fixes(found, fixes, tree, lines, options, edits)) is not None:
+        return failed
+    out = list(lines)
+    spans = sorted(edits, key=lambda span: span.start)
+    for span in reversed(spans):
+        module = found.parsed[span].module
+        out[span.start - 1 : span.end] = [span.restore(module.visit(emit.Editor(edits[span])).code)]
+    return "".join(out), spans[0].start if spans else 0
+
+
+def _place_fixes(
+    found: _Pass,
+    fixes: int_fixes.Plan,
+    tree: ast.Module,
+    lines: list[str],
+    options: Options,
+    edits: dict[parse_spans.Span, Edits],
+) -> TransformResult | None:
+    """Add the fixes to `edits`, each in the walked piece that holds it or in a piece of its own (its
+    method), parsed now. A piece of its own that holds walked pieces (a class cut whole) is walked for
+    their edits, which it takes over; a failure to parse is returned."""
+    targets: list[parse_spans.Span] = []
+    for span in parse_spans.holding(tree, lines, fixes.lines()):
+        outer = next((p for p in found.pieces if p.start <= span.start and span.end <= p.end), span)
+        inner = [p for p in edits if span.start <= p.start and p.end <= span.end and p != span]
+        if outer is span and inner:
+            again = _container_pass([span], found.parsed, lines, options, found.facts)
+            if isinstance(again, TransformResult):
+                return again
+            for piece in inner:
+                del edits[piece]
+            edits.update(again.edits)
+        if outer not in targets:
+            targets.append(outer)
+    for span in targets:
+        wrapper = _parse(span, found.parsed, lines)
+        if isinstance(wrapper, TransformResult):
+            return wrapper
+        inside = [fix for fix in fixes.edits if span.start <= fix.start[0] <= span.end]
+        edits.setdefault(span, Edits()).fixes = int_edits.place(inside, wrapper, span, lines)
+    return None
 
 
 _MAX_LEVELS = 6
@@ -275,33 +310,33 @@ def _container_pass(
     options: Options,
     facts: prescan.FileFacts,
 ) -> _Pass | TransformResult:
-    result = _Pass(list(lines), facts, [], [], 0)
-    replaced: list[tuple[parse_spans.Span, str]] = []
+    result = _Pass(facts, [], [])
     for span in pieces:
-        text = span.extract(lines)
-        if span not in parsed:
-            try:
-                # Wrapped once: the positions it resolves serve every pass.
-                parsed[span] = Positioned(cst.parse_module(text))
-            except cst.ParserSyntaxError as exc:
-                line = exc.raw_line + span.start - 1
-                return TransformResult(
-                    "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
-                )
-        wrapper = parsed[span]
-        module = wrapper.module
-        finder = _Finder(module, options, facts, span, text)
+        wrapper = _parse(span, parsed, lines)
+        if isinstance(wrapper, TransformResult):
+            return wrapper
+        finder = _Finder(wrapper.module, options, facts, span, span.extract(lines))
         wrapper.read(finder)
         result.sites += finder.sites
         result.int_args += finder.int_args
         if finder.edits:
-            replaced.append((span, span.restore(module.visit(emit.Editor(finder.edits)).code)))
-            result.needs_torch |= finder.edits.needs_torch
-    for span, text in reversed(replaced):
-        result.lines[span.start - 1 : span.end] = [text]
-    result.first_changed = replaced[0][0].start if replaced else 0
-    result.replaced = replaced
+            result.edits[span] = finder.edits
     return result
+
+
+def _parse(
+    span: parse_spans.Span, parsed: dict[parse_spans.Span, Positioned], lines: list[str]
+) -> Positioned | TransformResult:
+    """The piece's LibCST tree, parsed once: the positions it resolves serve every pass."""
+    if span not in parsed:
+        try:
+            parsed[span] = Positioned(cst.parse_module(span.extract(lines)))
+        except cst.ParserSyntaxError as exc:
+            line = exc.raw_line + span.start - 1
+            return TransformResult(
+                "failure", "".join(lines), reason=f"cannot parse: line {line}: {exc.message}"
+            )
+    return parsed[span]
 
 
 _PACKAGES: dict[Options, package.Packages] = {}
@@ -349,7 +384,7 @@ class _Finder(Context):
         span: parse_spans.Span,
         text: str,
     ) -> None:
-        edits = Edits(kwargs=emit.kwargs_source(options), options=options)
+        edits = Edits(options=options)
         super().__init__(module, options, facts, span, text, edits)
         self.container_sites = ContainerSites(self)
         self.loop_sites = LoopSites(self, self.container_sites.judge)

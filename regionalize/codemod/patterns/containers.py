@@ -104,7 +104,7 @@ class ContainerSites:
         if target is None and returned is None:
             return site("RGZ104", "skip", "use --style wrap, or bind the container to a name first")
         name = ctx.scopes[-1].fresh("blocks") if returned is not None else ""
-        loop = emit.compile_loop(ctx, found, name or ctx.code(target))
+        loop = emit.compile_loop(ctx, found, cst.Name(name) if name else target)
         if loop is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
         if returned is not None:

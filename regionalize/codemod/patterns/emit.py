@@ -1,8 +1,9 @@
 """The code written for a site: compile statements in place, wrapped or through the guard bypass, the loops
 that compile a container's blocks, and the editor that applies the planned edits.
 
-The calls are the public API's, built as LibCST nodes (`regionalize.compile_region(*self.layers,
-owner=self)`); the vendored form differs only by the line that binds `regionalize` (`placement.py`). A loop
+The calls are the public API's (`regionalize.compile_region(*self.layers, owner=self)`), built as LibCST
+nodes from the finder's own nodes and from templates parsed once; the vendored form differs only by the line
+that binds `regionalize` (`placement.py`). A loop
 over a container's blocks whose body would be one call of their owner's is that call, with the blocks
 starred (`_one_call`).
 
@@ -17,23 +18,55 @@ import dataclasses
 import json
 import re
 from collections.abc import Sequence
+from functools import cache
 
 import libcst as cst
 
+from regionalize.codemod import int_edits
 from regionalize.codemod.nodes import FastDispatch
 from regionalize.codemod.patterns.context import Context
-from regionalize.codemod.patterns.model import COMPILED, Container, Edits, Element, blocks_of
+from regionalize.codemod.patterns.model import COMPILED, Container, Edits, Element, blocks_of, dotted_name
 from regionalize.shared import helpers
 from regionalize.shared.options import CUDA_GRAPH_MODES, Options
 
+_REGION = cst.parse_expression(helpers.COMPILE_REGION)
+_DIRECT = cst.parse_expression(helpers.COMPILE_DIRECT)
+_TORCH_COMPILE = cst.parse_expression("torch.compile")
+_FILTER = cst.ensure_type(
+    cst.parse_expression(f'f(options={{"guard_filter_fn": {helpers.public(helpers.GUARD_FILTER)}}})'),
+    cst.Call,
+).args[0]
+_LAST = cst.ensure_type(cst.parse_expression("xs[-1]"), cst.Subscript)
+_NO_SPACE = cst.SimpleWhitespace("")
 
-def kwargs_source(options: Options) -> str:
-    """`mode="max-autotune", fullgraph=True`: Python literals, double-quoted as Black writes them."""
-    items = options.compile_kwargs().items()
-    return ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in items)
+
+def _keyword(name: str, value: object) -> cst.Arg:
+    """`name=value`: a node as it is, a string double-quoted as Black writes it, others as `repr`."""
+    if isinstance(value, cst.BaseExpression):
+        literal = value
+    else:
+        literal = cst.SimpleString(json.dumps(value)) if isinstance(value, str) else cst.Name(repr(value))
+    return cst.Arg(literal, keyword=cst.Name(name), equal=cst.AssignEqual(_NO_SPACE, _NO_SPACE))
 
 
-def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> str:
+@cache
+def compile_kwargs(options: Options) -> tuple[cst.Arg, ...]:
+    """`mode="max-autotune", fullgraph=True`: torch.compile's arguments the options ask for."""
+    return tuple(_keyword(k, v) for k, v in options.compile_kwargs().items())
+
+
+def _call(func: cst.BaseExpression, *args: cst.Arg) -> cst.Call:
+    return cst.Call(func, list(args))
+
+
+def last_of(receiver: cst.BaseExpression) -> cst.Subscript:
+    """`receiver[-1]`: the block an append just added."""
+    return _LAST.with_changes(value=receiver)
+
+
+def compile_statement(ctx: Context, var: cst.BaseExpression, classes: Sequence[str] = ()) -> cst.Call:
+    """The call that compiles the module `var`: its owner's region, or the module on its own."""
+    kwargs = compile_kwargs(ctx.options)
     if ctx.owned():
         # A block that updates a cache of its own is traced again for every layer inside a plain region:
         # the runtime stands in for its layer of a transformers cache, found by the attribute the update
@@ -41,117 +74,120 @@ def compile_statement(ctx: Context, var: str, classes: Sequence[str] = ()) -> st
         blocks = ctx.facts.cache_blocks
         cached = [blocks[n] for n in (name.rsplit(".", 1)[-1] for name in classes) if n in blocks]
         index = cached[0] if cached and all(cached) and len(set(cached)) == 1 else None
-        cache = f"cache_index={json.dumps(index)}" if index else "nested=False" if cached else ""
+        cache = [_keyword("cache_index", index)] if index else [_keyword("nested", False)] if cached else []
         bypass = ctx.options.guard_bypass
-        bypass = f"guard_bypass={json.dumps(bypass)}" if bypass != "none" else ""
+        bypass_arg = [_keyword("guard_bypass", bypass)] if bypass != "none" else []
         saved = ctx.options.saved_owners
-        saved = f"saved={saved}" if saved is not None else ""
-        parts = (var, f"{helpers.OWNER}=self", cache, bypass, saved, ctx.edits.kwargs)
-        return f"{helpers.COMPILE_REGION}({', '.join(p for p in parts if p)})"
+        saved_arg = [_keyword("saved", saved)] if saved is not None else []
+        owner = _keyword(helpers.OWNER, cst.Name("self"))
+        return _call(_REGION, cst.Arg(var), owner, *cache, *bypass_arg, *saved_arg, *kwargs)
     mode = ctx.options.guard_bypass
     if mode == "none":
         # Per-block CUDA graphs overwrite each other's outputs: with no owner, blocks compile without them.
         options = ctx.options
         if options.mode in CUDA_GRAPH_MODES:
             options = dataclasses.replace(options, mode="default")
-        return f"{var}.compile({kwargs_source(options)})"
-    return _bypass_statement(mode, var, ctx.edits.kwargs)
-
-
-def _bypass_statement(mode: str, var: str, kwargs_src: str) -> str:
-    """One statement that compiles module `var` in place with the guard bypass."""
+        return _call(cst.Attribute(var, cst.Name("compile")), *compile_kwargs(options))
     if mode == "filter":
-        return f"{var}.compile({_join(kwargs_src, _FILTER_OPTION)})"
-    return f"{helpers.COMPILE_DIRECT}({_join(var, kwargs_src)})"
+        return _call(cst.Attribute(var, cst.Name("compile")), *kwargs, _FILTER)
+    return _call(_DIRECT, cst.Arg(var), *kwargs)
 
 
-def _bypass_expression(mode: str, expr_src: str, kwargs_src: str) -> str:
-    """`torch.compile(Block(..))` with the guard bypass, for --style wrap (filter mode only)."""
+def _wrapped(mode: str, expr: cst.BaseExpression, kwargs: tuple[cst.Arg, ...]) -> cst.Call:
+    """`torch.compile(Block(..))`, with the guard bypass where asked, for --style wrap (filter mode only)."""
+    if mode == "none":
+        return _call(_TORCH_COMPILE, cst.Arg(expr), *kwargs)
     if mode != "filter":
         raise ValueError(f"--guard-bypass {mode} compiles in place: it needs --style inplace")
-    return f"torch.compile({_join(expr_src, kwargs_src, _FILTER_OPTION)})"
+    return _call(_TORCH_COMPILE, cst.Arg(expr), *kwargs, _FILTER)
 
 
-_FILTER_OPTION = f'options={{"guard_filter_fn": {helpers.public(helpers.GUARD_FILTER)}}}'
-
-
-def _join(*parts: str) -> str:
-    return ", ".join(p for p in parts if p)
-
-
-def guarded_compile(ctx: Context, var: str, blocks: list[Element], mixed: bool) -> str | None:
+def guarded_compile(
+    ctx: Context, var: cst.BaseExpression, blocks: list[Element], mixed: bool
+) -> cst.BaseStatement | None:
     """The compile statement, behind an isinstance test when other modules share the container."""
-    statement = compile_statement(ctx, var, [e.label for e in blocks])
+    statement = cst.SimpleStatementLine([cst.Expr(compile_statement(ctx, var, [e.label for e in blocks]))])
     if not mixed:
         return statement
-    if any(e.call is None or ctx.dotted(e.call.func) == "copy.deepcopy" for e in blocks):
+    if any(e.call is None or e.func is None or ctx.dotted(e.call.func) == "copy.deepcopy" for e in blocks):
         return None  # no class to test against
-    names = list(dict.fromkeys(e.label for e in blocks))
-    test = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
-    return f"if isinstance({var}, {test}):\n{ctx.module.default_indent}{statement}"
+    classes = list({e.label: e.func for e in blocks if e.func is not None}.values())
+    test = classes[0] if len(classes) == 1 else _tuple(classes)
+    check = _call(cst.Name("isinstance"), cst.Arg(var), cst.Arg(test))
+    return cst.If(check, cst.IndentedBlock([statement]))
+
+
+def _tuple(items: list[cst.BaseExpression]) -> cst.Tuple:
+    return cst.Tuple([cst.Element(item) for item in items], lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def compile_element(
-    ctx: Context, var: str, elements: list[Element], blocks: list[Element]
+    ctx: Context, var: cst.BaseExpression, elements: list[Element], blocks: list[Element]
 ) -> cst.BaseStatement | None:
     """Compile the module held in `var`: one block, or the blocks of a ModuleList written out."""
     if any(e.kind == "nested" for e in elements):
         inner = elements[0].inner
         return compile_loop(ctx, inner, var) if len(elements) == 1 and inner is not None else None
-    statement = guarded_compile(ctx, var, blocks, any(e.kind not in COMPILED for e in elements))
-    return None if statement is None else cst.parse_statement(statement + "\n", ctx.module.config_for_parsing)
+    return guarded_compile(ctx, var, blocks, any(e.kind not in COMPILED for e in elements))
 
 
-def compile_loop(ctx: Context, found: Container, iterable: str) -> cst.BaseStatement | None:
+def compile_loop(ctx: Context, found: Container, iterable: cst.BaseExpression) -> cst.BaseStatement | None:
     """`for block in <iterable>: block.compile()`, descending into nested containers."""
     scope = ctx.scopes[-1]
     mixed = any(e.kind not in COMPILED for e in found.repeated + found.single)
     nested = [e for e in found.repeated if e.kind == "nested"]
-    var = scope.fresh("stage" if nested else "block", avoid=iterable)
-    source = f"{iterable}.values()" if found.dict_like else iterable
+    plain = isinstance(iterable, cst.Name) and not iterable.lpar
+    var = scope.fresh("stage" if nested else "block", avoid=iterable.value if plain else "")  # type: ignore[attr-defined]
+    source = _call(cst.Attribute(iterable, cst.Name("values"))) if found.dict_like else iterable
     if nested:
         if mixed and len(nested) != len(found.repeated + found.single):
             return None
         inner = nested[0].inner
         assert inner is not None
-        body = compile_loop(ctx, inner, var)
+        body = compile_loop(ctx, inner, cst.Name(var))
         if body is None:
             return None
-        return cst.For(
-            target=cst.Name(var),
-            iter=cst.parse_expression(source),
-            body=cst.IndentedBlock([body]),
-        )
-    statement = guarded_compile(ctx, var, blocks_of(found), mixed)
+        return cst.For(target=cst.Name(var), iter=source, body=cst.IndentedBlock([body]))
+    statement = guarded_compile(ctx, cst.Name(var), blocks_of(found), mixed)
     if statement is None:
         return None
-    if (one := _one_call(statement, var, source)) is not None:
-        return cst.parse_statement(one, config=ctx.module.config_for_parsing)
-    indent = ctx.module.default_indent
-    text = f"for {var} in {source}:\n" + "".join(indent + line + "\n" for line in statement.splitlines())
-    return cst.parse_statement(text, config=ctx.module.config_for_parsing)
+    if (one := _one_call(ctx, statement, var, source)) is not None:
+        return one
+    return cst.For(target=cst.Name(var), iter=source, body=cst.IndentedBlock([statement]))
 
 
-def _one_call(statement: str, var: str, source: str) -> str | None:
+def _one_call(
+    ctx: Context, statement: cst.BaseStatement, var: str, source: cst.BaseExpression
+) -> cst.BaseStatement | None:
     """`regionalize.compile_region(*SOURCE, owner=self, ...)` for the loop `for VAR in SOURCE: STATEMENT`
     where the statement is `compile_region(VAR, owner=self, ...)`; None for any other loop, and for one
     that the call would not say as well on one line: a source over lines, or holding `#` or `\\`, or
     arguments that read the block."""
-    head = f"{helpers.COMPILE_REGION}({var}, "
-    if not statement.startswith(head) or "\n" in source or "#" in source or "\\" in source:
+    call = _only_call(statement)
+    if call is None or dotted_name(call.func) != helpers.COMPILE_REGION or len(call.args) < 2:
         return None
-    rest = statement[len(head) :]
-    if "#" in rest or "\\" in rest or re.search(rf"\b{re.escape(var)}\b", rest):
+    first = call.args[0].value
+    written = ctx.code(source)
+    if not isinstance(first, cst.Name) or first.value != var or any(c in written for c in "\n#\\"):
         return None
-    try:
-        iterable = cst.parse_expression(source)
-    except cst.ParserSyntaxError:
+    reads = re.compile(rf"\b{re.escape(var)}\b")
+    if any("#" in text or "\\" in text or reads.search(text) for text in map(ctx.code, call.args[1:])):
         return None
-    if iterable.lpar:  # a parenthesized source reads as it is inside its parentheses
-        source = cst.Module([]).code_for_node(iterable.with_changes(lpar=[], rpar=[]))
-    if not isinstance(iterable, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
-        source = f"({source})"
-    return f"{helpers.COMPILE_REGION}(*{source}, {rest}"
+    if source.lpar:  # a parenthesized source reads as it is inside its parentheses
+        source = source.with_changes(lpar=[], rpar=[])
+    if not isinstance(source, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+        source = source.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    starred = call.with_changes(args=[cst.Arg(source, star="*"), *call.args[1:]])
+    return statement.with_changes(body=[cst.Expr(starred)])
+
+
+def _only_call(statement: cst.BaseStatement) -> cst.Call | None:
+    """The call a statement of one expression makes."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            return small.value
+    return None
 
 
 def wrap(ctx: Context, element: Element) -> None:
@@ -171,18 +207,25 @@ class Editor(FastDispatch, cst.CSTTransformer):
         self.edits = edits
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if original_node in self.edits.fixes.eager:
+            return int_edits.eager(updated_node)
         if original_node not in self.edits.wrap:
             return updated_node
-        options = self.edits.options
-        if options.guard_bypass != "none":
-            source = _bypass_expression(
-                options.guard_bypass, cst.Module([]).code_for_node(updated_node), self.edits.kwargs
-            )
-            return cst.parse_expression(source)
-        kwargs = f", {self.edits.kwargs}" if self.edits.kwargs else ""
-        call = cst.parse_expression(f"torch.compile(block{kwargs})")
-        assert isinstance(call, cst.Call)
-        return call.with_changes(args=[call.args[0].with_changes(value=updated_node), *call.args[1:]])
+        return _wrapped(self.edits.options.guard_bypass, updated_node, compile_kwargs(self.edits.options))
+
+    def leave_Subscript(
+        self, original_node: cst.Subscript, updated_node: cst.Subscript
+    ) -> cst.BaseExpression:
+        return int_edits.eager(updated_node) if original_node in self.edits.fixes.eager else updated_node
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.BaseSmallStatement:
+        return int_edits.setitem(updated_node) if original_node in self.edits.fixes.setitem else updated_node
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        newline = self.edits.fixes.decorate.get(original_node)
+        return updated_node if newline is None else int_edits.decorated(updated_node, newline)
 
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock

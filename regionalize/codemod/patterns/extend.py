@@ -77,13 +77,13 @@ class ExtendSites:
         if not isinstance(ctx.blocks[-1], (cst.IndentedBlock, cst.Module)):
             return site("RGZ106", "skip")
         if isinstance(added, cst.Name):  # `xs.extend(layers)`: compile them just before
-            loop = emit.compile_loop(ctx, found, added.value)
+            loop = emit.compile_loop(ctx, found, cst.Name(added.value))
             new_statements = [statement]
         else:
             name = ctx.scopes[-1].fresh("blocks")
             # Its own name per site: a second pass must find the one list each name is bound to.
             ctx.scopes[-1].names.add(name)
-            loop = emit.compile_loop(ctx, found, name)
+            loop = emit.compile_loop(ctx, found, cst.Name(name))
             value = added
             if isinstance(added, cst.GeneratorExp):  # the loop would exhaust a generator
                 value = cst.ListComp(elt=added.elt, for_in=added.for_in)

@@ -55,6 +55,7 @@ class Judge:
         label = self.ctx.code(expr.func)
         element = self._classify_call(expr, label, int_vars)
         element.int_vars = frozenset(int_vars)
+        element.func = expr.func
         return [element]
 
     def _classify_call(self, expr: cst.Call, label: str, int_vars: set[str]) -> Element:

@@ -60,12 +60,8 @@ class LoopSites:
         site = ctx.site_maker(call, pattern, labels(leaves_of(found)))
         # `xs.append(Block(..))` stays as written, and the block it appended is compiled on the next line
         # (`xs[-1].compile()`): one line added, the user's statement untouched.
-        last = (
-            f"{ctx.code(call.func.value)}[-1]"
-            if method == "append" and dotted_name(call.func.value)
-            else None
-        )
-        compiled = last is not None and _compiles_next(ctx, statement, last)
+        last = emit.last_of(call.func.value) if method == "append" and dotted_name(call.func.value) else None
+        compiled = last is not None and _compiles_next(ctx, statement, ctx.code(last))
         if triage(ctx, site, call, leaves_of(found), blocks, pattern, compiled=compiled):
             return
         if not isinstance(ctx.blocks[-1], cst.IndentedBlock):
@@ -92,7 +88,7 @@ class LoopSites:
         ctx = self.ctx
         element = arg.value
         var = ctx.scopes[-1].fresh("block")
-        compile_stmt = emit.compile_element(ctx, var, elements, blocks)
+        compile_stmt = emit.compile_element(ctx, cst.Name(var), elements, blocks)
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
         if "\n" in ctx.code(element) and not isinstance(element, cst.Call) and not element.lpar:
@@ -142,7 +138,7 @@ class LoopSites:
         compiled_here = any(_compiles_name(s, name.value) for s in body.body)
         if triage(ctx, site, call, leaves, blocks, pattern, compiled_here):
             return
-        compile_stmt = emit.compile_element(ctx, name.value, elements, blocks)
+        compile_stmt = emit.compile_element(ctx, cst.Name(name.value), elements, blocks)
         if compile_stmt is None:
             return site("RGZ104", "skip", "blocks cannot be told apart from the other elements")
         ctx.edits.after.setdefault(bound_stmt, []).append(compile_stmt)

@@ -9,6 +9,7 @@ from functools import cache, cached_property
 import libcst as cst
 
 from regionalize.codemod.declarations import Declaration
+from regionalize.codemod.int_edits import FixNodes
 from regionalize.shared.options import Options
 
 
@@ -17,12 +18,12 @@ class Edits:
     wrap: set[cst.Call] = field(default_factory=set)  # element calls to wrap in torch.compile(...)
     after: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=dict)
     split: dict[cst.BaseStatement, list[cst.BaseStatement]] = field(default_factory=dict)
+    fixes: FixNodes = field(default_factory=FixNodes)  # the per-block integer fixes in the piece
     needs_torch: bool = False
-    kwargs: str = ""
     options: Options = field(default_factory=Options)
 
     def __bool__(self) -> bool:
-        return bool(self.wrap or self.after or self.split)
+        return bool(self.wrap or self.after or self.split or self.fixes)
 
 
 @dataclass
@@ -38,6 +39,9 @@ class Element:
     int_vars: frozenset[str] = frozenset()  # integer loop variables in scope where it is built
     rate_vars: frozenset[str] = frozenset()  # its comprehension's variables that take a rate (`for r in dpr`)
     declared: Declaration | None = None  # of an "undeclared" element
+    func: cst.BaseExpression | None = (
+        None  # the callee its label is the code of: what a mixed container tests
+    )
     returns: tuple[str, ...] = ()  # what the factory function that builds the element returns
 
 
