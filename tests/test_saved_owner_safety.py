@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,11 +143,33 @@ print(json.dumps({
 """
 
 
+def write_project(folder: Path) -> Path:
+    """The model's modules and the start script in `folder`: a project no process has started on yet."""
+    (folder / "helper.py").write_text(HELPER)
+    (folder / "model.py").write_text(MODEL)
+    (folder / "start.py").write_text(START)
+    return folder
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "helper.py").write_text(HELPER)
-    (tmp_path / "model.py").write_text(MODEL)
-    (tmp_path / "start.py").write_text(START)
+    return write_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def first_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project after its first start (SCALE 1), which compiled the owner and saved it. Several tests begin
+    there, and each takes a copy (`started`) rather than compiling the same model in a process of its own."""
+    folder = write_project(tmp_path_factory.mktemp("first-start"))
+    first = start(folder)
+    assert (first["saved"], first["same"], first["warnings"]) == ("saved", True, []), first
+    return folder
+
+
+@pytest.fixture
+def started(first_start: Path, tmp_path: Path) -> Path:
+    """A copy of the project after its first start: its modules, torch's cache and the saved owner."""
+    shutil.copytree(first_start, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
@@ -186,37 +209,35 @@ def test_a_function_rebound_after_the_first_call_is_called(project: Path, rebind
 
 
 @needs_saving
-def test_one_bytecode_with_another_constant_is_told_apart(project: Path) -> None:
+def test_one_bytecode_with_another_constant_is_told_apart(started: Path) -> None:
     """A function built by `exec` from one text with another constant has the same bytecode: its constants
     are part of what the file records of it."""
-    assert start(project, env={"SCALE": "1"})["saved"] == "saved"
-    other = start(project, env={"SCALE": "2"})
+    other = start(started, env={"SCALE": "2"})
     assert other["same"] and other["saved"] == "saved" and other["traced"] == 1, other
     [warning] = other["warnings"]
     assert "(the global helper.scale changed since it was saved)" in warning
-    assert start(project, env={"SCALE": "2"})["saved"] == "loaded"
+    assert start(started, env={"SCALE": "2"})["saved"] == "loaded"
 
 
 @needs_saving
 @pytest.mark.parametrize("fault", ["write=fail", "write=kill"])
-def test_a_write_that_fails_part_way_leaves_the_file_before_it(project: Path, fault: str) -> None:
+def test_a_write_that_fails_part_way_leaves_the_file_before_it(started: Path, fault: str) -> None:
     """The records and the frame are one file, renamed into place whole: a write that fails (the disk
     full) or a process killed while writing leaves the file as it was, which a later start loads."""
-    assert start(project, env={"SCALE": "1"})["saved"] == "saved"
-    [path] = owner_files(project)
+    [path] = owner_files(started)
     before = path.read_bytes()
     environ = {k: v for k, v in os.environ.items() if k != "REGIONALIZE_SAVED_OWNERS"}
-    environ.update(TORCHINDUCTOR_CACHE_DIR=str(project / "cache"), SCALE="2")
-    command = [sys.executable, str(project / "start.py"), str(project), fault]
+    environ.update(TORCHINDUCTOR_CACHE_DIR=str(started / "cache"), SCALE="2")
+    command = [sys.executable, str(started / "start.py"), str(started), fault]
     done = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=600)
     if fault == "write=kill":
         assert done.returncode == -9, done.stderr[-3000:]
     else:
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["same"] and result["saved"].startswith("not saved: OSError"), result
-    assert owner_files(project) == [path] and path.read_bytes() == before
-    assert start(project, env={"SCALE": "1"})["saved"] == "loaded"
-    redone = start(project, env={"SCALE": "2"})
+    assert owner_files(started) == [path] and path.read_bytes() == before
+    assert start(started, env={"SCALE": "1"})["saved"] == "loaded"
+    redone = start(started, env={"SCALE": "2"})
     assert redone["same"] and redone["saved"] == "saved"
 
 
@@ -244,19 +265,18 @@ class _Payload:
 
 
 @needs_saving
-def test_a_folder_others_can_write_is_never_loaded_from(project: Path) -> None:
+def test_a_folder_others_can_write_is_never_loaded_from(started: Path) -> None:
     """A file in a folder that another user could write is not unpickled: one warning, and the owner
     compiles as without saving."""
-    assert start(project)["saved"] == "saved"
-    [path] = owner_files(project)
-    marker = project / "ran"
+    [path] = owner_files(started)
+    marker = started / "ran"
     kept, _ = saved_owners.unpack(path.read_bytes())
     payload = pickle.dumps(_Payload(marker))
     del kept["format"], kept["frame"]
     path.write_bytes(saved_owners.pack(kept, payload))
-    cache = project / "cache"
+    cache = started / "cache"
     cache.chmod(0o777)
-    result = start(project)
+    result = start(started)
     assert result["same"] and result["traced"] == 1 and not marker.exists()
     why = f"{cache} can be written by others"
     assert result["saved"] == f"not saved: {why}"
@@ -265,17 +285,16 @@ def test_a_folder_others_can_write_is_never_loaded_from(project: Path) -> None:
 
 
 @needs_saving
-def test_records_are_data_never_evaluated(project: Path) -> None:
+def test_records_are_data_never_evaluated(started: Path) -> None:
     """A record's path is looked up, never evaluated: a file whose records hold code runs none of it."""
-    assert start(project)["saved"] == "saved"
-    [path] = owner_files(project)
-    marker = project / "ran"
+    [path] = owner_files(started)
+    marker = started / "ran"
     kept, frame = saved_owners.unpack(path.read_bytes())
     code = f"__import__('pathlib').Path({str(marker)!r}).touch()"
     kept["reads"][0]["path"] = [["global", code]]
     del kept["format"], kept["frame"]
     path.write_bytes(saved_owners.pack(kept, frame))
-    result = start(project)
+    result = start(started)
     assert result["same"] and not marker.exists()
     [warning] = result["warnings"]
     assert "saved compile not loaded" in warning

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -131,11 +132,32 @@ print(json.dumps({
 """
 
 
+def write_project(folder: Path) -> Path:
+    """The model's modules and the start script in `folder`: a project no process has started on yet."""
+    (folder / "helper.py").write_text(HELPER)
+    (folder / "model.py").write_text(MODEL)
+    (folder / "start.py").write_text(START)
+    return folder
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "helper.py").write_text(HELPER)
-    (tmp_path / "model.py").write_text(MODEL)
-    (tmp_path / "start.py").write_text(START)
+    return write_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def first_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project after its first start, which compiled the owner and saved it. Most tests begin there, and
+    each takes a copy (`started`) rather than compiling the same model in a fresh process of its own."""
+    folder = write_project(tmp_path_factory.mktemp("first-start"))
+    assert start(folder) == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    return folder
+
+
+@pytest.fixture
+def started(first_start: Path, tmp_path: Path) -> Path:
+    """A copy of the project after its first start: its modules, torch's cache and the saved owner."""
+    shutil.copytree(first_start, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
@@ -162,11 +184,10 @@ def files(project: Path, suffix: str = saved_owners.SUFFIX) -> list[Path]:
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-def test_a_restart_loads_the_saved_frame_and_traces_nothing(project: Path) -> None:
-    first = start(project)
-    assert first == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
-    assert [path.suffix for path in files(project, "")] == [saved_owners.SUFFIX]
-    again = start(project)
+def test_a_restart_loads_the_saved_frame_and_traces_nothing(started: Path) -> None:
+    # The first start saved one file and traced one frame (`first_start` checks its answer).
+    assert [path.suffix for path in files(started, "")] == [saved_owners.SUFFIX]
+    again = start(started)
     assert again == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}
 
 
@@ -216,20 +237,19 @@ def test_on_unless_turned_off(project: Path) -> None:
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-def test_an_edit_runs_the_edited_code(project: Path) -> None:
-    start(project)
+def test_an_edit_runs_the_edited_code(started: Path) -> None:
     # The model's own module keys the file: an edit saves another.
-    model = project / "model.py"
+    model = started / "model.py"
     model.write_text(MODEL.replace("return x + SCALE * self.fc2", "return x + 2 * SCALE * self.fc2"))
-    assert start(project) == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
-    assert len(files(project)) == 2
+    assert start(started) == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    assert len(files(started)) == 2
     # A helper in another module is checked line for line on load: compiled again, and saved over.
-    (project / "helper.py").write_text(HELPER.replace("torch.relu(x)", "torch.tanh(x)"))
-    edited = start(project)
+    (started / "helper.py").write_text(HELPER.replace("torch.relu(x)", "torch.tanh(x)"))
+    edited = start(started)
     assert edited["saved"] == "saved" and edited["same"] and edited["traced"] == 1
     [warning] = edited["warnings"]
     assert "Net's saved compile not loaded (helper:" in warning and "changed since it was saved" in warning
-    assert start(project)["saved"] == "loaded"
+    assert start(started)["saved"] == "loaded"
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
@@ -243,32 +263,29 @@ def test_an_edit_runs_the_edited_code(project: Path) -> None:
         ("attribute=tanh", "self._modules['blocks']._modules['0'].act"),
     ],
 )
-def test_a_global_set_at_start_up_is_checked(project: Path, setting: str, name: str) -> None:
+def test_a_global_set_at_start_up_is_checked(started: Path, setting: str, name: str) -> None:
     """torch's `aot_compile` drops the guards it cannot save (which function an attribute or a global
     holds), and rebuilds those on globals from the globals as they are at the load: a frame saved with one
     value of a module's flag, or one function of two, would compute with it after a load where the process
     set another."""
-    start(project)
-    other = start(project, "on", setting)
+    other = start(started, "on", setting)
     assert other["saved"] == "saved" and other["same"] and other["traced"] == 1
     [warning] = other["warnings"]
     assert f"({name} changed since it was saved)" in warning
-    assert start(project, "on", setting)["saved"] == "loaded"
+    assert start(started, "on", setting)["saved"] == "loaded"
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-def test_another_torch_loads_nothing(project: Path) -> None:
-    start(project)
-    other = start(project, "on", "other-torch")
+def test_another_torch_loads_nothing(started: Path) -> None:
+    other = start(started, "on", "other-torch")
     assert other == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
-    assert len(files(project)) == 2
+    assert len(files(started)) == 2
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-def test_a_damaged_file_is_compiled_again_and_rewritten(project: Path) -> None:
-    start(project)
+def test_a_damaged_file_is_compiled_again_and_rewritten(started: Path) -> None:
     for damage in ("truncated", "garbage", "empty", "another frame", "records edited"):  # each rewritten
-        [path] = files(project)
+        [path] = files(started)
         data = path.read_bytes()
         damaged = {
             "truncated": data[: len(data) // 2],
@@ -279,13 +296,13 @@ def test_a_damaged_file_is_compiled_again_and_rewritten(project: Path) -> None:
         }[damage]
         assert damaged != data, damage
         path.write_bytes(damaged)
-        again = start(project)
+        again = start(started)
         assert again["saved"] == "saved" and again["same"] and again["traced"] == 1, damage
         [warning] = again["warnings"]
         assert (
             warning.startswith("regionalize: Net's saved compile not loaded (") and "compiling it" in warning
         )
-    assert start(project)["saved"] == "loaded"
+    assert start(started)["saved"] == "loaded"
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
@@ -311,9 +328,8 @@ def test_a_cache_directory_that_cannot_be_written(project: Path) -> None:
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
-def test_a_call_its_guards_do_not_hold_compiles_as_today(project: Path) -> None:
-    start(project)
-    result = start(project, "on", "other-batch")
+def test_a_call_its_guards_do_not_hold_compiles_as_today(started: Path) -> None:
+    result = start(started, "on", "other-batch")
     assert result == {"saved": "loaded", "same": True, "traced": 1, "warnings": []}
 
 
