@@ -67,7 +67,7 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
     found = {probe.__name__: probed(probe) for probe in PROBES}
     assert not [warned for _, warned in found.values() if warned]
     signature = inspect.signature(torch.compiler.nested_compile_region)
-    assert found["reuses"][0] is ("max_reuse_entries" in signature.parameters)
+    assert found["has_region_reuse"][0] is ("max_reuse_entries" in signature.parameters)
     assert callable(found["cache_entries"][0])
     assert callable(found["config_patch"][0])
     assert found["counters"][0] is torch._dynamo.utils.counters
@@ -384,7 +384,7 @@ def test_an_owner_that_cannot_be_compiled_in_pieces_compiles_its_blocks_one_by_o
 ) -> None:
     """On a torch that reuses no region and lacks what the pieces need, the owner takes the form of a
     backend other than Inductor: its blocks compiled one by one, the original's outputs."""
-    monkeypatch.setattr(owner, "reuses", lambda: False)
+    monkeypatch.setattr(owner, "has_region_reuse", lambda: False)
     for part in (forms, plan):  # where the plan is made, and where its retries are
         monkeypatch.setattr(part, "inductor_pieces", lambda: None)
     torch.manual_seed(0)

@@ -286,7 +286,7 @@ class Region:
         if self.made is None:
             names = ("keyed", "writing", "static_setup", "static")
             bodies = tuple(
-                in_globals(body_template, globals(), f"{self.label}_{n}", __body=getattr(self, n))
+                in_globals(body_template, globals(), f"{self.label}_{n}", __body=getattr(self, f"run_{n}"))
                 for n in names
             )
             model_globals = globals_of(self.plain) or globals()

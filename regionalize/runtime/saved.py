@@ -171,40 +171,45 @@ class Saved:
     (`watch`) hold. Other calls, calls that Dynamo traces, and every call once compiling ahead failed, run
     `jit`, the frame as `torch.compile` compiles it at its call."""
 
-    __slots__ = ("aot", "frame", "jit", "state", "watch")
-    aot: Any  # the frame loaded or compiled ahead, False where that failed; None before the first call
+    __slots__ = ("aot", "frame", "jit", "state", "tried", "watch")
+    aot: Any  # the frame loaded or compiled ahead; None before the first call, and where that failed
+    tried: bool  # the first call has loaded or compiled it, or failed to
     watch: Watch | None
 
     def __init__(self, jit: Callable[..., Any], frame: FunctionType, state: OwnerState) -> None:
-        self.jit, self.frame, self.state, self.aot, self.watch = jit, frame, state, None, None
+        self.jit, self.frame, self.state = jit, frame, state
+        self.aot, self.tried, self.watch = None, False, None
 
     def __call__(self, owner: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if is_tracing():
             return self.jit(owner, *args, **kwargs)
+        if not self.tried:
+            run_locked(self.first, owner, args, kwargs)
         aot = self.aot
-        if aot is None:
-            aot = self.aot = run_locked(self.first, owner, args, kwargs)
         if (
-            aot
+            aot is not None
             and aot.guard_check(owner, *args, **kwargs)
             and (not self.watch or self.watch.is_unchanged(owner, args, kwargs))
         ):
             return aot.fn(owner, *args, **kwargs)
         return self.jit(owner, *args, **kwargs)
 
-    def first(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Any:
-        """Returns the frame, loaded or compiled ahead of this call and saved, or False where that fails.
+    def first(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> None:
+        """Loads the frame, or compiles it ahead of this call and saves it, once; `aot` stays None on failure.
 
-        After a failure, `jit` compiles the frame at its call, and the owner's retries handle any error of
-        the frame's own."""
-        if self.aot is not None:  # another thread's first call set it while this one waited
-            return self.aot
+        After a failure, `jit` compiles the frame at its call, and the owner's retries handle its errors."""
+        if not self.tried:  # another thread's first call may have done it while this one waited
+            self.aot = self.ahead(owner, args, kwargs)
+            self.tried = True
+
+    def ahead(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Any:
+        """Returns the frame, loaded or compiled ahead of this call and saved, or None where that fails."""
         path = os.path.join(folder(), key(owner, self.state, args, kwargs) + SUFFIX)
         unsafe = distrust(path)
         if unsafe is not None:
             self.state.report.saved = not_saved(unsafe)
             _warn_untrusted(unsafe)
-            return False
+            return None
         if os.path.exists(path):
             loaded = self.load(path, owner, args, kwargs)
             if loaded is not None:
@@ -213,14 +218,14 @@ class Saved:
         if not is_gradient_load_supported() and any(p.grad is not None for p in owner.parameters()):
             self.state.report.saved = not_saved("its parameters hold gradients, which this torch cannot load")
             remove(path)  # a file that cannot load would warn at every start
-            return False
+            return None
         try:
             compiled, guards = aot_compile(self.frame, self.state.config.kwargs, (owner, *args), kwargs)
             reads = reads_of(guards)
             self.watch = Watch(reads, self.frame)
         except Exception as error:  # for instance, a dropped guard that cannot be checked on each call
             self.state.report.saved = not_saved(_why(error))
-            return False
+            return None
         try:
             unread = find_unreadable(reads, Scope(self.frame, owner, args, kwargs))
         except TypeError:  # the frame's signature does not bind the arguments, so no path can be read
