@@ -22,7 +22,11 @@ from regionalize.runtime import saved as saved_owners
 from regionalize.runtime.guard_paths import is_valid, parse, render
 from regionalize.runtime.internals import aot, tracer
 
-SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.has_region_reuse()
+SAVES = (
+    aot.saving() is not None
+    and hasattr(torch.compiler, "nested_compile_region")
+    and tracer.has_region_reuse()
+)
 needs_saving = pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 
 HELPER = """

@@ -25,7 +25,11 @@ from regionalize.runtime.internals import aot, tracer
 from regionalize.runtime.state import Config, Findings, Plan
 
 # Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
-SAVES = aot.saving() is not None and hasattr(torch.compiler, "nested_compile_region") and tracer.has_region_reuse()
+SAVES = (
+    aot.saving() is not None
+    and hasattr(torch.compiler, "nested_compile_region")
+    and tracer.has_region_reuse()
+)
 
 HELPER = """
 import torch
