@@ -10,8 +10,7 @@ cache of its own (a restart's, in `tmp_path`) still do.
 
 The folder:
 - `REGIONALIZE_TEST_CACHE_DIR` set: that folder (made where missing), kept after the session. A second
-  session given the same folder runs on the cache the first one left: CI runs the saved-owner tests so a
-  second time, on a warm cache.
+  session given the same folder runs on the cache the first one left.
 - otherwise: a new temporary folder, removed when the session ends. A `TORCHINDUCTOR_CACHE_DIR` of the
   caller's is not used: the tests would read and write that cache.
 """
