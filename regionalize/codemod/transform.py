@@ -262,7 +262,7 @@ def _write(
     spans = sorted(edits, key=lambda span: span.start)
     for span in reversed(spans):
         module = found.parsed[span].module
-        out[span.start - 1 : span.end] = [span.restore(module.visit(emit.Editor(edits[span])).code)]
+        out[span.start - 1 : span.end] = [span.restore(module.visit(emit.Editor(edits[span], module)).code)]
     return "".join(out), spans[0].start if spans else 0
 
 

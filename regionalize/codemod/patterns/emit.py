@@ -25,7 +25,15 @@ import libcst as cst
 from regionalize.codemod import int_edits
 from regionalize.codemod.nodes import FastDispatch
 from regionalize.codemod.patterns.context import Context
-from regionalize.codemod.patterns.model import COMPILED, Container, Edits, Element, blocks_of, dotted_name
+from regionalize.codemod.patterns.model import (
+    COMPILED,
+    Container,
+    Edits,
+    Element,
+    blocks_of,
+    dotted_name,
+    holding,
+)
 from regionalize.shared import helpers
 from regionalize.shared.options import CUDA_GRAPH_MODES, Options
 
@@ -201,10 +209,19 @@ def wrap(ctx: Context, element: Element) -> None:
 
 
 class Editor(FastDispatch, cst.CSTTransformer):
-    """Applies the edits the finder planned, keyed by the original nodes; nothing else is touched."""
+    """Applies the edits planned for `module`, keyed by its nodes; nothing else is touched.
 
-    def __init__(self, edits: Edits) -> None:
+    The walk goes down only into the nodes that hold an edited one: LibCST rebuilds every node it passes,
+    and an edit or two in a method is the common case."""
+
+    def __init__(self, edits: Edits, module: cst.Module) -> None:
         self.edits = edits
+        fixes = edits.fixes
+        edited = {*edits.wrap, *edits.after, *edits.split, *fixes.eager, *fixes.setitem, *fixes.decorate}
+        self.path = holding(module, edited)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self.path and super().on_visit(node)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if original_node in self.edits.fixes.eager:

@@ -152,6 +152,28 @@ def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 stack.extend(item for item in value if isinstance(item, cst.CSTNode))
 
 
+def holding(node: cst.CSTNode, targets: set[cst.CSTNode]) -> set[cst.CSTNode]:
+    """The nodes of `node`'s tree that are one of `targets` or hold one, read from the nodes' fields."""
+    found: set[cst.CSTNode] = set()
+
+    def mark(current: cst.CSTNode) -> bool:
+        held = current in targets
+        for name in _child_fields(type(current)):
+            value = getattr(current, name)
+            if isinstance(value, cst.CSTNode):
+                held = mark(value) or held
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        held = mark(item) or held
+        if held:
+            found.add(current)
+        return held
+
+    mark(node)
+    return found
+
+
 @cache
 def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(kind))
