@@ -69,6 +69,8 @@ class Fix:
     kind: str
     start: Position
     end: Position
+    # The innermost statement that holds the edit, from its start to its end: the least a piece can be.
+    statement: tuple[Position, Position] | None = None
 
 
 @dataclass
@@ -93,10 +95,6 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.edits)
-
-    def lines(self) -> list[int]:
-        """The first lines of the edited nodes, sorted."""
-        return sorted({fix.start[0] for fix in self.edits})
 
 
 @dataclass(frozen=True)
@@ -207,7 +205,7 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
         if moved:
             result.moved.add(cls.name)
         for carrier in _outermost(moved, parents):
-            _move_out(cls, carrier, attrs, file, result)
+            _move_out(cls, carrier, attrs, result, parents)
     if remaining:
         problems += _decorate_forward(cls, attrs, file, result)
     return problems
@@ -253,15 +251,19 @@ def _read_carriers(
     return moved, remaining
 
 
-def _move_out(cls: ast.ClassDef, carrier: ast.expr, attrs: set[str], file: _File, result: Plan) -> None:
+def _move_out(
+    cls: ast.ClassDef, carrier: ast.expr, attrs: set[str], result: Plan, parents: dict[ast.AST, ast.AST]
+) -> None:
     """Plan the edit that runs `carrier` outside the compiled region, and its site (RGZ003)."""
     attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
     start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
+    held = carrier if isinstance(carrier, ast.stmt) else next(_statements(carrier, parents))
+    statement = ((held.lineno, held.col_offset), (held.end_lineno, held.end_col_offset))
     if isinstance(carrier, ast.Assign):
-        result.edits.append(Fix("setitem", start, end))  # type: ignore[arg-type]
+        result.edits.append(Fix("setitem", start, end, statement))  # type: ignore[arg-type]
         what = f"{ast.unparse(carrier.targets[0].value)}[..] = .."  # type: ignore[attr-defined]
     else:
-        result.edits.append(Fix("eager", start, end))  # type: ignore[arg-type]
+        result.edits.append(Fix("eager", start, end, statement))  # type: ignore[arg-type]
         what = ast.unparse(carrier.func if isinstance(carrier, ast.Call) else carrier.value)
     reason = f"`{what}` takes per-block integer `self.{attr}`"
     result.sites.append(_site(carrier, "RGZ003", cls.name, reason))
@@ -302,6 +304,10 @@ def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.A
     while node in parents:
         node = parents[node]
         yield node
+
+
+def _statements(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.stmt]:
+    return (a for a in _ancestors(node, parents) if isinstance(a, ast.stmt))
 
 
 def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) -> ast.expr | None:

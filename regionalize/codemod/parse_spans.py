@@ -83,6 +83,19 @@ def _methods(cls: ast.ClassDef, lines: list[str], candidates: _Candidates) -> li
     return found
 
 
+def statement(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> Span | None:
+    """The statement at `start`..`end` (`ast` positions) as a piece, where it has its lines to itself and
+    every line of it starts with its indentation; else None."""
+    first, last = lines[start[0] - 1], lines[end[0] - 1]
+    indent = first.encode("utf-8")[: start[1]].decode("utf-8")
+    after = last.encode("utf-8")[end[1] :].decode("utf-8").strip()
+    if indent.strip() or (after and not after.startswith("#")):
+        return None
+    if not all(line.startswith(indent) or not line.strip() for line in lines[start[0] - 1 : end[0]]):
+        return None
+    return Span(start[0], end[0], indent)
+
+
 def _spans(body: list[ast.stmt]) -> Iterator[tuple[ast.stmt, int | None, int]]:
     """Each statement with its first line (decorators included) and last line; None when two share a line."""
     previous_end = 0

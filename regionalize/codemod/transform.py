@@ -275,10 +275,10 @@ def _place_fixes(
     edits: dict[parse_spans.Span, Edits],
 ) -> TransformResult | None:
     """Add the fixes to `edits`, each in the walked piece that holds it or in a piece of its own (its
-    method), parsed now. A piece of its own that holds walked pieces (a class cut whole) is walked for
+    statement, or its method), parsed now. A piece of its own that holds walked pieces (a class cut whole) is walked for
     their edits, which it takes over; a failure to parse is returned."""
     targets: list[parse_spans.Span] = []
-    for span in parse_spans.holding(tree, lines, fixes.lines()):
+    for span in _fix_spans(fixes, tree, lines):
         outer = next((p for p in found.pieces if p.start <= span.start and span.end <= p.end), span)
         inner = [p for p in edits if span.start <= p.start and p.end <= span.end and p != span]
         if outer is span and inner:
@@ -301,6 +301,24 @@ def _place_fixes(
 
 _MAX_LEVELS = 6
 _HOLDING = ("RGZ001", "RGZ002", "RGZ006", "RGZ108")
+
+
+def _fix_spans(fixes: int_fixes.Plan, tree: ast.Module, lines: list[str]) -> list[parse_spans.Span]:
+    """The pieces that hold the fixes: the statement of each where it can be cut out on its own (most
+    fixes are one call on a line of its own), else its method; none inside another."""
+    cut = {
+        fix: parse_spans.statement(lines, *fix.statement) if fix.statement else None for fix in fixes.edits
+    }
+    spans = [span for span in cut.values() if span is not None]
+    spans += parse_spans.holding(
+        tree, lines, sorted({fix.start[0] for fix, span in cut.items() if span is None})
+    )
+    spans.sort(key=lambda span: (span.start, -span.end))
+    kept: list[parse_spans.Span] = []
+    for span in spans:
+        if not kept or span.start > kept[-1].end:
+            kept.append(span)
+    return kept
 
 
 def _container_pass(
