@@ -275,8 +275,8 @@ def _place_fixes(
     edits: dict[parse_spans.Span, Edits],
 ) -> TransformResult | None:
     """Add the fixes to `edits`, each in the walked piece that holds it or in a piece of its own (its
-    statement, or its method), parsed now. A piece of its own that holds walked pieces (a class cut whole) is walked for
-    their edits, which it takes over; a failure to parse is returned."""
+    statement, or its method), parsed now. A piece of its own that holds walked pieces (a class cut whole)
+    is walked for their edits, which it takes over; a failure to parse is returned."""
     targets: list[parse_spans.Span] = []
     for span in _fix_spans(fixes, tree, lines):
         outer = next((p for p in found.pieces if p.start <= span.start and span.end <= p.end), span)
