@@ -555,3 +555,25 @@ def test_the_key_names_the_runtime_whose_region_a_block_class_runs(monkeypatch: 
     region = type("Region", (), {"__module__": "runtime_copy_1.regions"})()  # as another copy installs it
     monkeypatch.setattr(_Block, "_regionalize_region", region, raising=False)
     assert saved.key(model, state, (x,), {}) != first
+
+
+def test_the_key_covers_the_calls_keyword_inputs_and_the_compile_options() -> None:
+    """A call's keyword names and inputs, and the owner's compile options, each name a file of their own."""
+    from regionalize.runtime import saved
+
+    model, x = _Net(), torch.randn(2, 4)
+
+    def key(options: dict[str, object], kwargs: dict[str, object]) -> str:
+        state = types.SimpleNamespace(
+            report=Findings(Plan(WHOLE)), config=Config(options, direct=False, save=True), blocks=model.blocks
+        )
+        return saved.key(model, state, (x,), kwargs)
+
+    keys = {
+        key({}, {}),
+        key({}, {"y": x}),
+        key({}, {"y": x[:1]}),
+        key({}, {"z": x}),
+        key({"dynamic": False}, {}),
+    }
+    assert len(keys) == 5
