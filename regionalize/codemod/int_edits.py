@@ -1,5 +1,5 @@
-"""The per-block integer fixes (`int_fixes.py`) as LibCST edits: the nodes they fall on in a piece's tree,
-and the nodes that take their place.
+"""The per-block integer fixes (`int_fixes.py`) as LibCST edits: the pieces that hold them, the nodes they
+fall on in a piece's tree, and the nodes that take their place.
 
 `int_fixes.py` plans each fix at the `ast` position of the node it edits; the node with that position in the
 piece is the one edited, so a fix and the sites' edits in one piece go through the one editor
@@ -14,15 +14,16 @@ piece is the one edited, so a fix and the sites' edits in one piece go through t
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from regionalize.codemod.int_fixes import EAGER, SYMBOLIC, Fix, Position
+from regionalize.codemod.int_fixes import EAGER, SYMBOLIC, Fix, Plan, Position
 from regionalize.codemod.nodes import Positioned
-from regionalize.codemod.parse_spans import Span
+from regionalize.codemod.parse_spans import Span, holding, statement
 
 _EAGER = cst.ensure_type(cst.parse_expression(f"{EAGER}(lambda: body)"), cst.Call)
 _SETITEM = cst.ensure_type(cst.parse_expression("target.__setitem__(key, value)"), cst.Call)
@@ -46,6 +47,20 @@ class FixNodes:
 
     def __bool__(self) -> bool:
         return bool(self.eager or self.setitem or self.decorate)
+
+
+def fix_spans(fixes: Plan, tree: ast.Module, lines: list[str]) -> list[Span]:
+    """The pieces that hold the fixes: the statement of each where it can be cut out on its own (most
+    fixes are one call on a line of its own), else its method; none inside another."""
+    cut = {fix: statement(lines, *fix.statement) if fix.statement else None for fix in fixes.edits}
+    spans = [span for span in cut.values() if span is not None]
+    spans += holding(tree, lines, sorted({fix.start[0] for fix, span in cut.items() if span is None}))
+    spans.sort(key=lambda span: (span.start, -span.end))
+    kept: list[Span] = []
+    for span in spans:
+        if not kept or span.start > kept[-1].end:
+            kept.append(span)
+    return kept
 
 
 def place(fixes: list[Fix], wrapper: Positioned, span: Span, lines: list[str]) -> FixNodes:

@@ -27,10 +27,9 @@ that indexes an assignment target, a class with no forward of its own to decorat
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from regionalize.codemod import cache_stand_in, class_graph, prescan
+from regionalize.codemod import cache_stand_in, class_graph, int_reads, prescan
 from regionalize.codemod.nodes import walk
 from regionalize.shared import helpers
 from regionalize.shared.sites import Site
@@ -199,12 +198,12 @@ def _fix_reads(cls: ast.ClassDef, attrs: set[str], file: _File, result: Plan) ->
     problems: list[str] = []
     remaining = False
     for method in class_graph.traced_methods(cls, file.classes):
-        parents = _parents(method)
+        parents = int_reads.parents_of(method)
         moved, left = _read_carriers(cls, method, attrs, file, result, parents, problems)
         remaining |= left
         if moved:
             result.moved.add(cls.name)
-        for carrier in _outermost(moved, parents):
+        for carrier in int_reads.outermost(moved, parents):
             _move_out(cls, carrier, attrs, result, parents)
     if remaining:
         problems += _decorate_forward(cls, attrs, file, result)
@@ -234,9 +233,11 @@ def _read_carriers(
                 cache_stand_in.index_of(node, parents, None, asked)
             )
             continue
-        carrier = _carrier(node, parents, file.names) or _setitem(node, parents, file.names)
+        carrier = int_reads.carrier_of(node, parents, file.names) or int_reads.setitem_of(
+            node, parents, file.names
+        )
         if carrier is None:
-            store = _stored_into(node, parents)
+            store = int_reads.stored_into(node, parents)
             if store is not None:
                 problems.append(
                     f"`self.{node.attr}` indexes an assignment at line {store.lineno} whose value is "
@@ -257,7 +258,7 @@ def _move_out(
     """Plan the edit that runs `carrier` outside the compiled region, and its site (RGZ003)."""
     attr = next(n.attr for n in walk(carrier) if class_graph.is_self_attr(n, attrs))
     start, end = (carrier.lineno, carrier.col_offset), (carrier.end_lineno, carrier.end_col_offset)
-    held = carrier if isinstance(carrier, ast.stmt) else next(_statements(carrier, parents))
+    held = carrier if isinstance(carrier, ast.stmt) else next(int_reads.statements_above(carrier, parents))
     statement = ((held.lineno, held.col_offset), (held.end_lineno, held.end_col_offset))
     if isinstance(carrier, ast.Assign):
         result.edits.append(Fix("setitem", start, end, statement))  # type: ignore[arg-type]
@@ -295,106 +296,13 @@ def _unfollowed(init: ast.FunctionDef | None, name: str) -> str:
     return f"{name}.__init__ takes it through *args or **kwargs, which are not followed"
 
 
-# -- reads of the integer -----------------------------------------------------------------------------
-def _parents(root: ast.AST) -> dict[ast.AST, ast.AST]:
-    return {child: node for node in walk(root) for child in ast.iter_child_nodes(node)}
-
-
-def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.AST]:
-    while node in parents:
-        node = parents[node]
-        yield node
-
-
-def _statements(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> Iterator[ast.stmt]:
-    return (a for a in _ancestors(node, parents) if isinstance(a, ast.stmt))
-
-
-def _carrier(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) -> ast.expr | None:
-    """The innermost call or subscript that hands `read` to an object other than self or a module.
-
-    `past_key_values.update(k, v, self.layer_idx)` -> that call; `cache.layers[self.layer_idx]` -> that
-    subscript; `torch.roll(x, self.shift)`, `self.proj(..)` or a plain `if self.layer_idx == 0` -> None.
-    """
-    child = read
-    for node in _ancestors(read, parents):
-        if isinstance(node, (ast.stmt, ast.Lambda, ast.comprehension)):
-            return None
-        if (isinstance(node, ast.Call) and child is not node.func) or (
-            isinstance(node, ast.Subscript) and child is node.slice
-        ):
-            root = class_graph.root_name(node.func if isinstance(node, ast.Call) else node.value)
-            if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
-                return None
-            if root is not None and root != "self" and root not in names and _movable(node):
-                return node
-        child = node
-    return None
-
-
-def _movable(node: ast.expr) -> bool:
-    """Can `node` become the body of a lambda with the same meaning?"""
-    for inner in walk(node):
-        if isinstance(inner, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
-            return False
-        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "super":
-            return False  # zero-argument super() needs the method's frame
-    return True
-
-
-def _setitem(read: ast.AST, parents: dict[ast.AST, ast.AST], names: set[str]) -> ast.Assign | None:
-    """`cache.is_updated[self.layer_idx] = True`: an assignment that can become a `__setitem__` call.
-
-    Only with a constant or a name as the value: Python evaluates the value before the target, the call
-    after it, so anything that could have a side effect keeps its place (and its RGZ201).
-    """
-    target = parents.get(read)
-    while target is not None and not isinstance(target, ast.Subscript):
-        if isinstance(target, ast.stmt):
-            return None
-        target = parents.get(target)
-    statement = parents.get(target) if target is not None else None
-    if (
-        not isinstance(statement, ast.Assign)
-        or statement.targets != [target]
-        or not isinstance(target.ctx, ast.Store)
-        or not _plain_key(target.slice)
-        or not isinstance(statement.value, (ast.Constant, ast.Name))
-    ):
-        return None
-    root = class_graph.root_name(target.value)
-    return statement if root is not None and root != "self" and root not in names else None
-
-
-def _plain_key(key: ast.expr) -> bool:
-    """A key that can be the argument of `__setitem__`: no slice, and a starred item beside others."""
-    items = key.elts if isinstance(key, ast.Tuple) else [key]
-    starred = any(isinstance(item, ast.Starred) for item in items)
-    return not any(isinstance(item, ast.Slice) for item in items) and not (starred and len(items) == 1)
-
-
-def _stored_into(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> ast.AST | None:
-    for node in _ancestors(read, parents):
-        if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
-            return node
-        if isinstance(node, ast.stmt):
-            return None
-    return None
-
-
 def _already_eager(read: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     """Inside `regionalize.eager(lambda: ..)`, as an earlier run wrote it."""
-    for node in _ancestors(read, parents):
+    for node in int_reads.ancestors(read, parents):
         if isinstance(node, ast.Lambda):
             call = parents.get(node)
             return isinstance(call, ast.Call) and prescan.dotted_name(call.func) == EAGER
     return False
-
-
-def _outermost(nodes: list[ast.expr], parents: dict[ast.AST, ast.AST]) -> list[ast.expr]:
-    """Drop carriers inside other carriers: the outer lambda already takes them out."""
-    chosen = set(nodes)
-    return [n for n in nodes if not any(a in chosen for a in _ancestors(n, parents))]
 
 
 def _is_unspec_decorator(node: ast.expr) -> bool:

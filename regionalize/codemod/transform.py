@@ -116,7 +116,7 @@ def _transform(source: str, options: Options, path: str | None, legacy: frozense
     except SyntaxError as exc:
         return TransformResult("failure", source, reason=f"cannot parse: line {exc.lineno}: {exc.msg}")
     except (ValueError, MemoryError, RecursionError) as exc:
-        return TransformResult("failure", source, reason=f"cannot parse: {_one_line(exc)}")
+        return TransformResult("failure", source, reason=f"cannot parse: {' '.join(str(exc).split())}")
     lines = split_lines(source)
     outside = _packages(options).lookup(path) if path else prescan.nothing
     declared = partial(_packages(options).declared, path) if path else _undeclared
@@ -278,7 +278,7 @@ def _place_fixes(
     statement, or its method), parsed now. A piece of its own that holds walked pieces (a class cut whole)
     is walked for their edits, which it takes over; a failure to parse is returned."""
     targets: list[parse_spans.Span] = []
-    for span in _fix_spans(fixes, tree, lines):
+    for span in int_edits.fix_spans(fixes, tree, lines):
         outer = next((p for p in found.pieces if p.start <= span.start and span.end <= p.end), span)
         inner = [p for p in edits if span.start <= p.start and p.end <= span.end and p != span]
         if outer is span and inner:
@@ -301,24 +301,6 @@ def _place_fixes(
 
 _MAX_LEVELS = 6
 _HOLDING = ("RGZ001", "RGZ002", "RGZ006", "RGZ108")
-
-
-def _fix_spans(fixes: int_fixes.Plan, tree: ast.Module, lines: list[str]) -> list[parse_spans.Span]:
-    """The pieces that hold the fixes: the statement of each where it can be cut out on its own (most
-    fixes are one call on a line of its own), else its method; none inside another."""
-    cut = {
-        fix: parse_spans.statement(lines, *fix.statement) if fix.statement else None for fix in fixes.edits
-    }
-    spans = [span for span in cut.values() if span is not None]
-    spans += parse_spans.holding(
-        tree, lines, sorted({fix.start[0] for fix, span in cut.items() if span is None})
-    )
-    spans.sort(key=lambda span: (span.start, -span.end))
-    kept: list[parse_spans.Span] = []
-    for span in spans:
-        if not kept or span.start > kept[-1].end:
-            kept.append(span)
-    return kept
 
 
 def _container_pass(
@@ -385,10 +367,6 @@ def _holders_of(options: Options, file: Path) -> Mapping[str, bool]:
     if isinstance(found, TransformResult):
         return {}
     return {name: name in found.regional for name in found.holders}
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
 
 
 class _Finder(Context):
