@@ -9,7 +9,8 @@ Each module has one job:
 - `plan.py` picks the form that an owner takes at its first call.
 - `state.py` holds what the runtime keeps for each owner and for the process.
 - `describe.py` describes each owner of a model as a record: its form, why, and its saved frame.
-- `regions.py` makes a block class's `forward` a nested compile region, with a stand-in for its cache.
+- `regions.py` makes a block class's `forward` a nested compile region.
+- `stand_in.py` runs a block in regions with a stand-in for its cache's layer.
 - `nested.py` wraps a function as a nested compile region with flat arguments and packed outputs.
 - `outer.py` lets a module that holds stages take their blocks and be compiled as one owner.
 - `pieces.py` splits an owner's graph at its blocks and compiles each distinct piece once.

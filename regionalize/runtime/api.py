@@ -19,7 +19,7 @@ from .describe import describe
 from .fixes import eager, symbolic_ints
 from .kv import layer_idx
 from .owner import register_block
-from .regions import kv_name
+from .stand_in import kv_name
 
 __all__ = [
     "compile_direct",
