@@ -121,32 +121,36 @@ def against_twin(
 
 
 def test_a_dynamic_caches_length_is_marked_dynamic_once_it_holds_keys() -> None:
-    """What the owner marks before compiling a call: nothing without a `DynamicCache` (None, and it stops
-    looking) or while its layers hold nothing (False, the prompt); then the length of every layer's keys
-    and values (an `EncoderDecoderCache`'s own, not its cross-attention's) and the last size of a tensor
-    argument one longer than them (the attention mask), and nothing else."""
+    """What the owner marks before compiling a call: nothing without a `DynamicCache` (and it stops
+    looking), while its layers hold nothing (the prompt) or one token each; then the length of every layer's
+    keys and values (an `EncoderDecoderCache`'s own, not its cross-attention's) and the last size of a
+    tensor argument one longer than them (the attention mask), and nothing else."""
     from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
-    from regionalize.runtime.kv import mark_kv_growing
+    from regionalize.runtime.kv import Handed, mark_kv_growing
 
     def marked(tensor: Any) -> set[int]:
         return set(getattr(tensor, "_dynamo_weak_dynamic_indices", ()))
 
     new = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4)  # a layer's first keys and values, 5 long
-    assert mark_kv_growing((torch.zeros(3),), {"past_key_values": None}) is None
+    assert mark_kv_growing((torch.zeros(3),), {"past_key_values": None}) is Handed.NONE
     config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=2)
-    assert mark_kv_growing((), {"cache": StaticCache(config=config, max_cache_len=4)}) is None
+    assert mark_kv_growing((), {"cache": StaticCache(config=config, max_cache_len=4)}) is Handed.NONE
     cache = DynamicCache()
-    assert mark_kv_growing((), {"past_key_values": cache}) is False
+    assert mark_kv_growing((), {"past_key_values": cache}) is Handed.EMPTY
+    one = DynamicCache()
+    one.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4), 0)
+    assert mark_kv_growing((), {"past_key_values": one}) is Handed.ONE
+    assert not marked(one.layers[0].keys)
     cache.update(*new, 0)
     mask, positions, ids = torch.ones(1, 6), torch.zeros(1, 1), torch.zeros(1, 1)
-    assert mark_kv_growing((cache, ids), {"attention_mask": mask, "position_ids": positions}) is True
+    assert mark_kv_growing((cache, ids), {"attention_mask": mask, "position_ids": positions}) is Handed.MARKED
     assert marked(cache.layers[0].keys) == marked(cache.layers[0].values) == {2}
     assert marked(mask) == {1} and not marked(positions) and not marked(ids)  # the mask: one token longer
     own, cross = DynamicCache(), DynamicCache()
     own.update(*new, 0)
     cross.update(*new, 0)
-    assert mark_kv_growing((), {"past_key_values": EncoderDecoderCache(own, cross)}) is True
+    assert mark_kv_growing((), {"past_key_values": EncoderDecoderCache(own, cross)}) is Handed.MARKED
     assert marked(own.layers[0].keys) == {2} and not marked(cross.layers[0].keys)
 
 
@@ -187,6 +191,22 @@ def test_one_trace_serves_every_layer_and_the_cache_holds_the_originals(make: An
     # The prompt, then the tokens, the cache's length symbolic from the first (marked so): a trace each.
     assert account.regions_traced == 2 and account.regions_stamped == 2 * 5
     assert account.recompiles == 1
+    assert not account.fell_back_to_eager
+
+
+@needs_reuse
+def test_a_call_whose_cache_holds_one_token_runs_uncompiled() -> None:
+    """A prompt of one token (an encoder-decoder's decoder starts so): the next call's cache holds one token,
+    a size Dynamo specializes, so it runs as the original does and the call after it compiles the frame
+    that serves every later token, in this sequence and the next."""
+    model, twin = pair()
+    lengths = (1, 1, 1, 1, 1)
+    expected = steps(twin, DynamicCache(), lengths) + steps(twin, DynamicCache(), lengths)
+    with recording() as account:
+        actual = steps(model, DynamicCache(), lengths) + steps(model, DynamicCache(), lengths)
+    torch.testing.assert_close(actual, expected)
+    assert served_forms(model) == {"Decoder": "whole"}
+    assert account.regions_traced == 2 and account.recompiles == 1
     assert not account.fell_back_to_eager
 
 

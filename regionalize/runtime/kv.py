@@ -5,6 +5,7 @@ trace serves every layer (docs/form-caches.md)."""
 
 from __future__ import annotations
 
+import enum
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -126,34 +127,63 @@ def kv_length(past: Past) -> int:
     return 0 if past[0] is None else past[0].shape[-2]
 
 
-def mark_kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool | None:
+def dynamic_caches(values: tuple[Any, ...]) -> list[Any]:
+    """Returns the `DynamicCache`s among `values`; of an `EncoderDecoderCache`, its self-attention's."""
+    utils: Any = sys.modules.get("transformers.cache_utils")  # None without transformers: no cache is found
+    wrapper, dynamic = getattr(utils, "EncoderDecoderCache", None), getattr(utils, "DynamicCache", None)
+    caches = (value.self_attention_cache if type(value) is wrapper else value for value in values)
+    return [cache for cache in caches if dynamic is not None and type(cache) is dynamic]
+
+
+def held_layers(caches: list[Any]) -> list[Any]:
+    """Returns the layers of `caches` that hold keys."""
+    utils: Any = sys.modules["transformers.cache_utils"]
+    kinds = (utils.DynamicLayer, utils.DynamicSlidingWindowLayer)
+    return [
+        layer for cache in caches for layer in cache.layers if type(layer) in kinds and layer.is_initialized
+    ]
+
+
+def is_one_token(values: tuple[Any, ...]) -> bool:
+    """Returns whether a `DynamicCache` among `values` holds one token, as after a prompt of one token."""
+    caches = dynamic_caches(values)
+    layer = caches[0].layers[0] if caches and caches[0].layers else None
+    return layer is not None and layer.is_initialized and layer.get_seq_length() == 1
+
+
+class Handed(enum.Enum):
+    """What a call hands over of a `DynamicCache`, as `mark_kv_growing` finds it."""
+
+    NONE = "no cache"
+    EMPTY = "a cache that holds nothing yet, a prompt's"
+    ONE = "a cache that holds one token"
+    MARKED = "a cache whose length is now marked dynamic"
+
+
+def mark_kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handed:
     """Marks as dynamic the length of the keys and values of a `DynamicCache` that the call hands over.
 
     The keys grow by one token per call; marked, the first token's frame serves every later token, one
     compile fewer (docs/form-torch-versions.md#torch-versions). A tensor whose last size is one longer, the
-    attention mask, is marked too. It returns None where the call hands no such cache, False where the
-    cache holds nothing yet (a prompt), and True otherwise."""
-    utils: Any = sys.modules.get("transformers.cache_utils")  # None without transformers: no cache is found
-    found: bool | None
-    lengths: set[int]
-    found, lengths = None, set()
-    for value in (*args, *kwargs.values()):
-        if type(value) is getattr(utils, "EncoderDecoderCache", None):
-            value = value.self_attention_cache
-        if type(value) is not getattr(utils, "DynamicCache", None):
-            continue
-        found = bool(found)
-        for layer in value.layers:
-            if type(layer) in (utils.DynamicLayer, utils.DynamicSlidingWindowLayer) and layer.is_initialized:
-                for tensor in (layer.keys, layer.values):
-                    if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
-                        mark_dynamic(tensor, tensor.dim() - 2)
-                        lengths.add(tensor.shape[-2] + 1)
-                        found = True
+    attention mask, is marked too. A cache that holds one token is left unmarked: Dynamo specializes a
+    size of 1, so no later call could use a frame compiled for it (docs/form-caches.md)."""
+    caches = dynamic_caches((*args, *kwargs.values()))
+    if not caches:
+        return Handed.NONE
+    held = held_layers(caches)
+    if not held:
+        return Handed.EMPTY
+    if is_one_token((*args, *kwargs.values())):
+        return Handed.ONE
+    lengths = set()
+    for tensor in (t for layer in held for t in (layer.keys, layer.values)):
+        if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
+            mark_dynamic(tensor, tensor.dim() - 2)
+            lengths.add(tensor.shape[-2] + 1)
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor) and value.dim() and value.shape[-1] in lengths:
             mark_dynamic(value, value.dim() - 1)
-    return found
+    return Handed.MARKED
 
 
 def kv_init(layer: Any, keys: torch.Tensor, values: torch.Tensor) -> None:

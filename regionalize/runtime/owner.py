@@ -30,7 +30,7 @@ from .internals.tracer import (
     keep_device_guard,
     why_failed,
 )
-from .kv import check_kv, layer_idx, mark_kv_growing
+from .kv import Handed, check_kv, is_one_token, layer_idx, mark_kv_growing
 from .nested import name_structures
 from .outer import has_inner_owners, has_mostly_stages, may_take, refuse, take
 from .per_block import graph_modes, per_block
@@ -206,13 +206,8 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
     elif per_call == "prompt":
         report.prompt_calls = True
     # Checked until a call hands over a cache that holds keys, or hands over no cache at all.
-    if (
-        not state.growing
-        and per_call is None
-        and not is_tracing()
-        and mark_kv_growing(args, kwargs) is not False
-    ):
-        state.growing = True
+    if not state.growing and per_call is None and not is_tracing():
+        state.growing = mark_kv_growing(args, kwargs) in (Handed.NONE, Handed.MARKED)
     # Calls with autograd take the per-block path, because Inductor's backward of a graph of repeated
     # regions can return wrong gradients (docs/form-hierarchical.md). Under no_grad the owner runs whole.
     if (
@@ -222,6 +217,8 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
         or (graphs and not is_graphable(owner, args, kwargs))
     ):
         return per_block(owner)(*args, **kwargs)
+    if is_one_token((*args, *kwargs.values())):  # a frame compiled for it serves no later call
+        return module_call(owner)(*args, **kwargs)
     return serve_whole(owner, state, whole, graphs, args, kwargs)
 
 
