@@ -13,7 +13,7 @@ variants are verify's: eager, full `torch.compile`, full with Dynamo's graph ded
                                    [--repeats 1] [--device auto|cpu|cuda] [--cold] [--hot] [--cache static]
                                    [--out FOLDER]
 
-`--families bart t5` measures encoder-decoders (an EncoderDecoderCache) the same way.
+`--families bart marian t5` measures encoder-decoders (an EncoderDecoderCache) the same way.
 
 `--cache static` generates with transformers' fixed-size cache (`cache_implementation="static"`) instead of a
 `DynamicCache`, and writes docs/results/decode-static.md and .json. `--hot` also times restarts: the first
@@ -68,6 +68,19 @@ ENCODER_DECODERS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         },
         ("encoder_layers", "decoder_layers"),
     ),
+    "marian": (
+        "MarianMTModel",
+        {
+            "d_model": 64,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128,
+            "decoder_start_token_id": 0,
+            "forced_eos_token_id": None,
+        },
+        ("encoder_layers", "decoder_layers"),
+    ),
     "t5": (
         "T5ForConditionalGeneration",
         {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "decoder_start_token_id": 0},
@@ -75,7 +88,9 @@ ENCODER_DECODERS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     ),
 }
 FAMILIES.update(
-    bart=("Bart", "transformers.models.bart.modeling_bart"), t5=("T5", "transformers.models.t5.modeling_t5")
+    bart=("Bart", "transformers.models.bart.modeling_bart"),
+    marian=("Marian", "transformers.models.marian.modeling_marian"),
+    t5=("T5", "transformers.models.t5.modeling_t5"),
 )
 DEFAULT_FAMILIES = ("llama", "qwen2", "mistral", "phi3")
 DEPTHS = (12, 32)
@@ -270,9 +285,9 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
         f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
         f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "
-        f"{meta['tokens']} tokens with {CACHES[meta.get('cache', 'dynamic')]} (encoder-decoders: BART and T5 "
-        "at d_model 64, 4 heads, feed-forward 128, the depth on each side, an EncoderDecoderCache), verified "
-        "by `regionalize verify "
+        f"{meta['tokens']} tokens with {CACHES[meta.get('cache', 'dynamic')]} (encoder-decoders: BART, "
+        "Marian and T5 at d_model 64, 4 heads, feed-forward 128, the depth on each side, an "
+        "EncoderDecoderCache), verified by `regionalize verify "
         "<modeling_<family>.py> --workload generate`. *Hierarchical* is the codemod's default rewrite of "
         "transformers' own file (the decoder stack compiled whole, each layer a nested region), *per-block* "
         "its `--form per-block` (each layer compiled on its own), *full* `torch.compile` of the whole "
