@@ -268,11 +268,25 @@ RESTARTS = (("hot TTFT", "compile_hot_s"), ("hot first generate", "first_generat
 LABELS = {"full": "full", "full_dedup": "full + dedup", "per_block": "per-block", "regional": "hierarchical"}
 
 
+def _encoder_decoders(results: list[dict[str, Any]]) -> str:
+    """What the header says of the encoder-decoders among `results`: nothing where there are none."""
+    names = [{"bart": "BART"}.get(r["family"], FAMILIES[r["family"]][0]) for r in results]
+    names = [name for name, r in zip(names, results, strict=True) if r["family"] in ENCODER_DECODERS]
+    if not names:
+        return ""
+    listed = " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else names[0]
+    return (
+        f" (encoder-decoders: {listed} at d_model 64, 4 heads, feed-forward 128, the depth on each side, an "
+        "EncoderDecoderCache)"
+    )
+
+
 def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     from regionalize.bench.served import regions_text
     from regionalize.bench.zoo_report import against_full, form, measured
 
     device = meta["device"] + (f" ({meta['gpu']})" if meta["gpu"] and meta["device"] == "cuda" else "")
+    encoder_decoders = _encoder_decoders(results)
     restarts = measured(RESTARTS, results)
     names = " / ".join(LABELS[v] for v in VARIANTS)
     lines = [
@@ -285,9 +299,8 @@ def markdown(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         "",
         f"Each model: a small config (hidden 64, 4 heads, 2 KV heads, head_dim 16, intermediate 128, vocab "
         f"{VOCAB}), random weights, a {meta['prompt_len']}-token prompt, greedy generation of "
-        f"{meta['tokens']} tokens with {CACHES[meta.get('cache', 'dynamic')]} (encoder-decoders: BART, "
-        "Marian and T5 at d_model 64, 4 heads, feed-forward 128, the depth on each side, an "
-        "EncoderDecoderCache), verified by `regionalize verify "
+        f"{meta['tokens']} tokens with {CACHES[meta.get('cache', 'dynamic')]}{encoder_decoders}, verified by "
+        "`regionalize verify "
         "<modeling_<family>.py> --workload generate`. *Hierarchical* is the codemod's default rewrite of "
         "transformers' own file (the decoder stack compiled whole, each layer a nested region), *per-block* "
         "its `--form per-block` (each layer compiled on its own), *full* `torch.compile` of the whole "
