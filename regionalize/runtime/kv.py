@@ -146,7 +146,10 @@ def held_layers(caches: list[Any]) -> list[Any]:
 
 def is_one_token(values: tuple[Any, ...]) -> bool:
     """Returns whether a `DynamicCache` among `values` holds one token, as after a prompt of one token."""
-    caches = dynamic_caches(values)
+    return holds_one_token(dynamic_caches(values))
+
+
+def holds_one_token(caches: list[Any]) -> bool:
     layer = caches[0].layers[0] if caches and caches[0].layers else None
     return layer is not None and layer.is_initialized and layer.get_seq_length() == 1
 
@@ -173,7 +176,7 @@ def mark_kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handed:
     held = held_layers(caches)
     if not held:
         return Handed.EMPTY
-    if is_one_token((*args, *kwargs.values())):
+    if holds_one_token(caches):
         return Handed.ONE
     lengths = set()
     for tensor in (t for layer in held for t in (layer.keys, layer.values)):
