@@ -16,7 +16,10 @@ mode after mode, depth after depth; the page gives medians. Every start checks i
 copy of the model built in the same process after the timed part.
 
     python scripts/bench_restart.py [--depths 12 16 24 32 64] [--modes ...] [--rounds 2] [--python PY]
-        [--out docs/results/restart]          # writes OUT.json and OUT.md; --render rewrites the page
+        [--drop-path RATE] [--out docs/results/restart]  # writes OUT.json and OUT.md; --render rewrites it
+
+`--drop-path 0.1` gives each block a stochastic-depth rate of its own, spaced over depth
+(docs/results/restart-stochastic-depth.md).
 
 `--child MODE` runs one start (depth from RESTART_DEPTH) and prints its JSON record.
 """
@@ -58,11 +61,11 @@ PER_CALL_RUNS = 21
 
 
 class Block(nn.Module):
-    """Pre-norm attention and MLP."""
+    """Pre-norm attention and MLP, each branch dropped at the block's stochastic-depth rate in training."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, drop_path=0.0):
         super().__init__()
-        self.heads = heads
+        self.heads, self.drop_path = heads, drop_path
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
@@ -71,19 +74,26 @@ class Block(nn.Module):
         b, n, c = x.shape
         q, k, v = self.qkv(self.norm1(x)).reshape(b, n, 3, self.heads, c // self.heads).unbind(2)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        x = x + self.proj(a.transpose(1, 2).reshape(b, n, c))
-        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+        x = x + self.dropped(self.proj(a.transpose(1, 2).reshape(b, n, c)))
+        return x + self.dropped(self.fc2(F.gelu(self.fc1(self.norm2(x)))))
+
+    def dropped(self, y):
+        if self.drop_path == 0.0 or not self.training:
+            return y
+        keep = 1 - self.drop_path
+        return y * y.new_empty(y.shape[0], 1, 1).bernoulli_(keep) / keep
 
 
 class ViT(nn.Module):
     """A ViT-like encoder of `depth` blocks. At module level: torch saves no class of a local scope."""
 
-    def __init__(self, depth):
+    def __init__(self, depth, drop_path=0.0):
         super().__init__()
+        rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]  # spaced over depth, as timm's
         self.embed = nn.Linear(PATCH, WIDTH)
         self.cls = nn.Parameter(torch.zeros(1, 1, WIDTH))
         self.pos = nn.Parameter(torch.randn(1, TOKENS + 1, WIDTH) * 0.02)
-        self.blocks = nn.ModuleList(Block(WIDTH, HEADS) for _ in range(depth))
+        self.blocks = nn.ModuleList(Block(WIDTH, HEADS, rate) for rate in rates)
         self.norm, self.head = nn.LayerNorm(WIDTH), nn.Linear(WIDTH, 10)
 
     def forward(self, patches):
@@ -114,9 +124,9 @@ def anchor(model, patches):
 
 
 def child(mode):
-    depth = int(os.environ["RESTART_DEPTH"])
+    depth, drop_path = int(os.environ["RESTART_DEPTH"]), float(os.environ.get("RESTART_DROP_PATH", 0))
     torch.manual_seed(0)
-    model = ViT(depth).eval()
+    model = ViT(depth, drop_path).eval()
     patches = torch.randn(BATCH, TOKENS, PATCH, generator=torch.Generator().manual_seed(1))
     record = {"mode": mode, "depth": depth}
     built = time.perf_counter()
@@ -150,7 +160,7 @@ def child(mode):
             call()
             times.append(time.perf_counter() - began)
         torch.manual_seed(0)
-        expected = ViT(depth).eval()(patches)
+        expected = ViT(depth, drop_path).eval()(patches)
     record.update(
         import_s=_IMPORTED - _START,
         compiler_imports_s=clock - built,
@@ -162,9 +172,10 @@ def child(mode):
     print("RESULT " + json.dumps(record))
 
 
-def start(python, mode, depth, cache):
+def start(python, mode, depth, cache, drop_path):
     """One fresh process of `mode` at `depth` on `cache`, under the timing lock; its record."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, RESTART_DEPTH=str(depth))
+    env["RESTART_DROP_PATH"] = str(drop_path)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     cmd = ["flock", LOCK, python, os.path.abspath(__file__), "--child", mode]
@@ -183,7 +194,7 @@ def drive(args, meta):
             for mode in args.modes:
                 cache = os.path.join(root, f"{mode}-{depth}-{round_}")
                 for kind in ("cold", "hot"):
-                    record = start(args.python, mode, depth, cache)
+                    record = start(args.python, mode, depth, cache, args.drop_path)
                     record.update(kind=kind, round=round_)
                     runs.append(record)
                     write(
@@ -221,9 +232,9 @@ def markdown(meta, summary, runs, data):
         "# Restarts: the first call of a fresh process, cold and hot, by depth",
         "",
         f"`python scripts/bench_restart.py` on {meta['date']}, {meta['machine']}; torch {meta['torch']}. "
-        f"Model: a ViT-like encoder (width {WIDTH}, {HEADS} heads, {TOKENS + 1} "
-        f"tokens, batch {BATCH}) built in the script, `torch.no_grad()`. Each start is a fresh process "
-        f"under the timing lock; modes interleaved, medians of {meta['rounds']} rounds. *Cold*: an empty "
+        f"Model: a ViT-like encoder (width {WIDTH}, {HEADS} heads, {TOKENS + 1} tokens, batch {BATCH}) "
+        f"built in the script, `torch.no_grad()`{_stochastic(meta)}. Each start is a fresh process under "
+        f"the timing lock; modes interleaved, medians of {meta['rounds']} rounds. *Cold*: an empty "
         "`TORCHINDUCTOR_CACHE_DIR`; *hot*: the directory the cold start left, as a restarted service finds "
         "it. Seconds from the end of torch's imports (`import torch`, and its compiler's, Dynamo and "
         "Inductor, which every mode pays before the clock starts, as `regionalize verify` times a first "
@@ -258,6 +269,17 @@ def markdown(meta, summary, runs, data):
         f"Failed starts: {len(errors)}. Every start: [{data}]({data}) (`runs`).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _stochastic(meta):
+    """The model's stochastic depth, as the page names it: none, or its rates."""
+    rate = meta.get("drop_path", 0.0)
+    if not rate:
+        return ""
+    return (
+        f", with stochastic depth: each block's drop-path rate a float of its own, 0 to {rate} over depth "
+        "(the runtime compiles such an owner [in pieces](../glossary.md#in-pieces))"
+    )
 
 
 def _targets(meta, summary):
@@ -317,6 +339,9 @@ def main():
     parser.add_argument("--depths", nargs="+", type=int, default=[12, 16, 24, 32, 64])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default="docs/results/restart")
+    parser.add_argument(
+        "--drop-path", type=float, default=0.0, help="the last block's stochastic-depth rate (0: none)"
+    )
     parser.add_argument("--render", action="store_true", help="rewrite the .md from the .json only")
     args = parser.parse_args()
     if args.child:
@@ -334,6 +359,7 @@ def main():
         "rounds": args.rounds,
         "modes": args.modes,
         "depths": args.depths,
+        "drop_path": args.drop_path,
     }
     print(write(args.out, meta, drive(args, meta)))
 

@@ -259,6 +259,9 @@ def hierarchical_quotes() -> list[Quote]:
         assert found is not None, f"{model}'s report names no pieces"
         return found[1]
 
+    restarts_in_pieces = "restart-stochastic-depth.json"
+    in_pieces = results(restarts_in_pieces)
+    saved_hot, full_hot = (in_pieces["summary"][f"24 {m} hot"]["first_call_s"] for m in ("saved", "full"))
     unet = _library("unet")
     ours, helper, measured = unet["regionalize"], unet["helper"], unet["measured"]
     return [
@@ -271,6 +274,13 @@ def hierarchical_quotes() -> list[Quote]:
             f"the per-block form starts {x(sooner(beit, 'compile_s', 'per_block'), 1)} sooner but takes "
             f"{x(per_call(beit, 'per_block'))} a full compile's time per call.",
             stochastic,
+        ),
+        Quote(
+            page,
+            "a restart in pieces, loaded",
+            f"a hot restart took {saved_hot:.2f} s after torch's imports, {x(full_hot / saved_hot)} sooner "
+            f"than a full compile's ({in_pieces['meta']['date'][:10]}, torch {in_pieces['meta']['torch']})",
+            restarts_in_pieces,
         ),
         Quote(
             page,

@@ -20,7 +20,7 @@ from torch_support import emulated, stand_in_gpu  # noqa: E402
 from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 
 from regionalize.bench.accounting import served_forms  # noqa: E402
-from regionalize.runtime import pieces  # noqa: E402
+from regionalize.runtime import pieces, pieces_frame  # noqa: E402
 from regionalize.runtime.forms import PIECES  # noqa: E402
 from regionalize.runtime.internals import compiler  # noqa: E402
 from regionalize.runtime.state import Findings, Plan  # noqa: E402
@@ -138,8 +138,9 @@ def on_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> A
     """Where CUDA graphs run: the GPU, or the CPU standing in for it (every tensor where CUDA graphs run,
     captures `emulated`). Yields the device and the runtime's counts of the graphs captured and replayed."""
     if request.param == "stood in":
-        monkeypatch.setattr(pieces, "is_on_graph_device", lambda tensor: True)
-        monkeypatch.setattr(pieces, "capture", emulated)
+        for module in (pieces, pieces_frame):
+            monkeypatch.setattr(module, "is_on_graph_device", lambda tensor: True)
+        monkeypatch.setattr(pieces_frame, "capture", emulated)
     counts = torch._dynamo.utils.counters["regionalize"]
     counts.clear()
     return torch.device("cpu" if request.param == "stood in" else "cuda"), counts
@@ -225,7 +226,7 @@ def test_a_written_input_at_another_address_is_a_new_graph_the_least_recently_re
     before: past the limit the graph replayed least recently gives way, and is captured again when its
     input comes back. Every call computes the original's result."""
     device, counts = on_gpu
-    monkeypatch.setattr(pieces, "graph_limit", 2)
+    monkeypatch.setattr(pieces_frame, "graph_limit", 2)
     torch.manual_seed(0)
     model = Stack().eval().to(device)
     whole, _ = compiled(model)
@@ -254,7 +255,7 @@ def test_a_new_written_input_every_few_calls_is_graphed_however_long_the_run(on_
     model = Stack().eval().to(device)
     whole, _ = compiled(model)
     x = torch.randn(2, 3, 4, device=device)
-    requests = 10 * pieces.graph_limit
+    requests = 10 * pieces_frame.graph_limit
     kept = []  # each request's cache at an address of its own, none freed for the next to take
     with torch.no_grad():
         for _ in range(requests):
@@ -307,8 +308,9 @@ def test_no_graph_for_work_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """A capture would run the CPU's work once only, and every replay would reuse what it made then: a
     frame that makes a tensor off the GPU is never captured (float64 tensors stand for the CPU's here,
     every other tensor where CUDA graphs run)."""
-    monkeypatch.setattr(pieces, "is_on_graph_device", lambda tensor: tensor.dtype != torch.float64)
-    monkeypatch.setattr(pieces, "capture", emulated)
+    for module in (pieces, pieces_frame):
+        monkeypatch.setattr(module, "is_on_graph_device", lambda tensor: tensor.dtype != torch.float64)
+    monkeypatch.setattr(pieces_frame, "capture", emulated)
     counts = torch._dynamo.utils.counters["regionalize"]
     counts.clear()
     torch.manual_seed(0)
@@ -341,7 +343,7 @@ def test_no_graph_with_autograd_or_random_numbers_and_none_after_a_failed_captur
     def failing(run: Any, inputs: list[Any], graphs: Any) -> Any:
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(pieces, "capture", failing)
+    monkeypatch.setattr(pieces_frame, "capture", failing)
     skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
     whole, _ = compiled(Stack().eval().to(device))
     with torch.no_grad():

@@ -21,7 +21,7 @@ import torch
 
 from regionalize.runtime import saved as saved_owners
 from regionalize.runtime.forms import WHOLE
-from regionalize.runtime.internals import aot, tracer
+from regionalize.runtime.internals import aot, compiler, tracer
 from regionalize.runtime.state import Config, Findings, Plan
 
 # Saving needs torch's ahead-of-time compile on by default (2.13 and later); 2.11 says why not.
@@ -193,6 +193,30 @@ def test_a_restart_loads_the_saved_frame_and_traces_nothing(started: Path) -> No
     assert [path.suffix for path in files(started, "")] == [saved_owners.SUFFIX]
     again = start(started)
     assert again == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}
+
+
+# Blocks that differ in a drop-path rate, as stochastic depth spaces them: the owner is compiled in pieces.
+STOCHASTIC_DEPTH = MODEL.replace(
+    "    def __init__(self):\n        super().__init__()\n        self.fc1",
+    "    def __init__(self, rate=0.0):\n        super().__init__()\n        self.rate = rate\n"
+    "        self.fc1",
+).replace("[Block() for _ in range(4)]", "[Block(i / 10) for i in range(4)]")
+
+
+@pytest.mark.skipif(
+    not SAVES or compiler.inductor_pieces() is None, reason="this torch cannot save a frame in pieces"
+)
+def test_an_owner_compiled_in_pieces_is_saved_and_a_restart_traces_nothing(project: Path) -> None:
+    """The saved frame holds each distinct compiled piece once; a restart loads it and runs the pieces with
+    no frame traced and nothing compiled, its outputs eager's."""
+    assert STOCHASTIC_DEPTH != MODEL
+    (project / "model.py").write_text(STOCHASTIC_DEPTH)
+    assert start(project) == {"saved": "saved", "same": True, "traced": 1, "warnings": []}
+    assert start(project) == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}
+    # An edit of the block's module is seen as for any saved owner.
+    (project / "model.py").write_text(STOCHASTIC_DEPTH.replace("SCALE * ", "2 * SCALE * "))
+    edited = start(project)
+    assert edited["same"] and edited["traced"] == 1 and edited["saved"] == "saved"
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")

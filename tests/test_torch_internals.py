@@ -39,6 +39,7 @@ PROBES = (
     cpu.cpu_check,
     cpu.remember_builds,
     aot.saving,
+    aot.piece_saving,
     aot.is_gradient_load_supported,
 )
 
@@ -82,8 +83,10 @@ def test_every_probe_finds_what_it_looks_for_on_this_torch_without_a_warning() -
     # torch 2.11 keeps `aot_compile` behind a flag, off: nothing is saved there (runtime/saved.py).
     saves = getattr(torch._dynamo.config, "enable_aot_compile", True)
     assert (found["saving"][0] is None) is not saves
+    assert (found["piece_saving"][0] is None) is not saves
     if saves:
         assert found["saving"][0].load is torch.compiler.load_compiled_function
+        assert isinstance(found["piece_saving"][0].interface, type)
     # torch 2.15 drops a gradient its guard state could not save; 2.11 to 2.14 fail to assign it back.
     version = tuple(int(part) for part in torch.__version__.split(".")[:2])
     assert found["is_gradient_load_supported"][0] is (version >= (2, 15))
@@ -263,6 +266,16 @@ def test_without_inductors_pieces_the_probe_says_so(monkeypatch: pytest.MonkeyPa
     compiler.inductor_pieces.cache_clear()
     monkeypatch.setitem(sys.modules, "torch._inductor.compile_fx", None)
     fallback(compiler.inductor_pieces, None, "compiling in pieces")
+
+
+def test_without_a_saved_form_of_a_backends_output_a_frame_in_pieces_is_not_saved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if aot.saving() is None:
+        pytest.skip("this torch saves no compiled frame at all")
+    monkeypatch.setitem(sys.modules, "torch._dynamo.aot_compile_types", None)
+    fallback(aot.piece_saving, None, "saving an owner compiled in pieces")
+    assert forms.PIECES.why_not_saved() == "this torch cannot save a frame compiled in pieces"
 
 
 def test_the_cpu_check_runs_inductors_in_a_thread_which_leaves_it_cached() -> None:

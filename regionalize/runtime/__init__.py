@@ -14,6 +14,7 @@ Each module has one job:
 - `nested.py` wraps a function as a nested compile region with flat arguments and packed outputs.
 - `outer.py` lets a module that holds stages take their blocks and be compiled as one owner.
 - `pieces.py` splits an owner's graph at its blocks and compiles each distinct piece once.
+- `pieces_frame.py` runs a frame compiled in pieces, in CUDA graphs where it can, and saves it.
 - `per_block.py` compiles each block on its own, the fallback form.
 - `kv.py` stands in for a block's layer of a transformers `DynamicCache` or `EncoderDecoderCache`.
 - `static.py` stands in for a block's layer of a transformers `StaticCache`.

@@ -15,6 +15,7 @@ from .graphs import keep_outputs
 from .internals.compiler import inductor_pieces
 from .kv import is_kv_empty
 from .pieces import pieces_backend
+from .pieces_frame import register_saving
 from .static import is_on_graph_device, is_static_handed
 
 if TYPE_CHECKING:
@@ -112,6 +113,9 @@ class Pieces(OwnerForm):
         classes = {type(block) for block in state.blocks}
         kwargs["backend"] = pieces_backend(classes, state.report, given.get("mode"), options)
         return kwargs
+
+    def why_not_saved(self) -> str | None:
+        return None if register_saving() else "this torch cannot save a frame compiled in pieces"
 
     def per_call_reason(self, state: OwnerState, args: Args, kwargs: Kwargs) -> str | None:
         """Returns "static" for a call that hands over a `StaticCache`, "prompt" for an empty `DynamicCache`.

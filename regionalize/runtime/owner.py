@@ -133,11 +133,12 @@ def compile_owner(owner: torch.nn.Module, state: OwnerState) -> Compiled:
     form = state.report.plan.form
     if form.keys_first_parameter:
         state.first = first_parameter(owner)
-    whole = torch_compile(frame, form.options(state), fullgraph=True)
+    options = form.options(state)
+    whole = torch_compile(frame, options, fullgraph=True)
     if state.config.save:  # saved where it can be
         why = why_not(owner, state)
         state.report.saved = None if why is None else not_saved(why)
-        whole = whole if why else Saved(whole, frame, state)
+        whole = whole if why else Saved(whole, frame, state, options)
     whole = functools.partial(whole, owner)
     if state.config.direct:
         whole = Direct(owner, whole, frame)

@@ -6,7 +6,6 @@ in CUDA graphs, each call replays one graph of all the pieces (docs/form-torch-v
 from __future__ import annotations
 
 import operator
-import threading
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -15,28 +14,23 @@ import torch
 
 from .internals.compiler import inductor_pieces, op_arguments, sym_expr, sym_hint
 from .internals.hooks import write_count
-from .internals.tracer import counters, is_static_marked, tree_leaves
+from .internals.tracer import tree_leaves
 from .per_block import graph_modes
+from .pieces_frame import SINGLE_OUTPUT, Graphs, inputs_of
 from .state import PieceCounts
 from .static import is_on_graph_device
-from .threads import this_call
 
 if TYPE_CHECKING:
     from torch.fx import GraphModule
 
     from .state import Args, Findings, Kwargs
 
-# The number of CUDA graphs kept for one compiled frame, one for each set of fixed-input addresses and
-# sizes. The least recently replayed gives way, since transformers' `generate` makes a new cache each call.
-graph_limit = 8
 # The most ops that a stretch between blocks may hold to run as traced rather than compiled, enough for an
 # embedding or a final norm (docs/form-cuda-graphs.md).
 traced_ops = 8
 
 Symbols = dict[Any, "torch.SymInt | None"]  # a piece's sympy symbols, each with the `SymInt` that is it alone
 Compiled = tuple[Any, Symbols, Callable[..., Any]]  # a frame's `ShapeEnv`, a piece's symbols, its compile
-Key = tuple[tuple[int, ...], tuple[Any, ...]]  # a CUDA graph's fixed-input addresses and plain values
-Graph = tuple[Callable[[], None], dict[int, torch.Tensor], list[tuple[Any, bool]], set[int]]  # `captured`
 
 
 def pieces_backend(
@@ -58,7 +52,7 @@ def pieces_backend(
         a_call = len(list(split.children()))  # counted before the pieces replace the split's modules
         mutated, ungraphable, traced = pieces_compiled(split, blocks, example_inputs, pieces, mode, options)
         report.pieces = PieceCounts(a_call, sum(map(len, pieces.values())), traced)
-        return Graphs(split, example_inputs, mutated, not ungraphable, mode in graph_modes)
+        return Graphs(split, inputs_of(example_inputs, mutated), not ungraphable, mode in graph_modes)
 
     return backend
 
@@ -110,6 +104,8 @@ def pieces_compiled(
             traced.append(target)
             compiled = piece.forward
         else:
+            if not tools.returns_tuple(piece):  # Inductor's piece then returns its one output unwrapped
+                split.meta.setdefault(SINGLE_OUTPUT, set()).add(target)
             key, symbols = piece_key(piece, args)
             compiled = alike(pieces.get(key, ()), symbols, fake.shape_env)
             if compiled is None:
@@ -264,117 +260,3 @@ def alike(candidates: Iterable[Compiled], symbols: Symbols, sizes: Any) -> Calla
         ):
             return compiled
     return None
-
-
-class Graphs:
-    """Serves a compiled frame's graph as one CUDA graph per call.
-
-    A graph is captured on the second call with each set of fixed-input addresses and sizes, so that
-    Triton's tuning happens outside a capture. Fixed inputs (parameters, tensors at static addresses and
-    inputs the graph writes to) stay in place, and other inputs are copied in before each replay. The frame
-    keeps `graph_limit` graphs and copies outputs out of the graph's memory. Calls with autograd, off the
-    GPU, or with ops a graph cannot hold run without a graph. Dynamo's guards on the frame stand for the
-    Python that the capture ran
-    (docs/form-cuda-graphs.md#cuda-graphs-where-torch-reuses-no-traced-region-in-pieces)."""
-
-    graphs: dict[Key, Graph]
-    warm: dict[Key, None]
-    pool: Any  # the graphs' memory pool, made at the first capture
-
-    def __init__(
-        self,
-        run: Callable[..., Any],
-        example_inputs: list[Any],
-        mutated: set[int],
-        graphable: bool,
-        always: bool = True,
-    ) -> None:
-        # Dicts: the graphs in the order of their last replay, and the keys in the order first seen.
-        self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
-        self.graphable, self.always, self.lock = graphable, always, threading.Lock()
-        tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-        kept = [isinstance(x, torch.nn.Parameter) or is_static_marked(x) for x in example_inputs]
-        self.fixed = [i for i in tensors if i in mutated or kept[i]]
-        self.copied = [i for i in tensors if i not in self.fixed]
-        self.mutated = sorted(mutated)
-        self.values = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
-
-    def __call__(self, *args: Any) -> Any:
-        if not (self.graphable and (self.always or this_call.graphing)) or torch.is_grad_enabled():
-            return self.run(*args)
-        # One thread's call at a time, because every call copies its inputs into the same buffers and its
-        # outputs out of the same memory.
-        with self.lock:
-            return self.replayed(args)
-
-    def replayed(self, args: Args) -> Any:
-        # A fixed input at the address of its capture is the same memory, since CUDA's addresses are
-        # unified with the host's; the other inputs are checked.
-        key = tuple(args[i].data_ptr() for i in self.fixed), tuple(args[i] for i in self.values)
-        graph = self.graphs.get(key)
-        if graph is None:
-            graph = self.captured(key, args)
-        elif not self.servable(args, graph[3]):
-            graph = None
-        elif len(self.graphs) > 1:  # moved to the end; a single graph, the usual case, needs no move
-            self.graphs[key] = self.graphs.pop(key)
-        if graph is None:
-            return self.run(*args)
-        replay, buffers, outputs, _ = graph
-        for i, buffer in buffers.items():
-            buffer.copy_(args[i])
-        replay()
-        counters()["regionalize"]["cuda_graphs_replayed"] += 1
-        # Copied out of the graph's memory, which the next replay writes; a fixed input or a view of one
-        # is the caller's own memory and is not copied.
-        return tuple(x.clone() if copy else x for x, copy in outputs)
-
-    def servable(self, args: Args, written: set[int]) -> bool:
-        """Returns whether the inputs to copy in are on the GPU and share no memory that the graph writes."""
-        copied = [args[i] for i in self.copied]
-        return all(is_on_graph_device(x) and x.untyped_storage().data_ptr() not in written for x in copied)
-
-    def captured(self, key: Key, args: Args) -> Graph | None:
-        """Returns the graph for `key`, captured on its second call, or None when the call runs uncaptured."""
-        if not all(is_on_graph_device(args[i]) for i in self.fixed):
-            return None
-        written = {args[i].untyped_storage().data_ptr() for i in self.mutated}
-        if not self.servable(args, written):
-            return None
-        if key not in self.warm:
-            self.warm[key] = None
-            if len(self.warm) > 4 * graph_limit:  # forget the oldest key seen
-                del self.warm[next(iter(self.warm))]
-            return None
-        if len(self.graphs) >= graph_limit:
-            # Its memory in the graphs' shared pool is free between replays, as every graph's is.
-            del self.graphs[next(iter(self.graphs))]
-        buffers = {i: torch.empty_like(args[i]).copy_(args[i]) for i in self.copied}
-        inputs = [buffers.get(i, x) for i, x in enumerate(args)]
-        try:
-            replay, outputs = capture(self.run, inputs, self)
-        except Exception:  # an op that a CUDA graph cannot hold, so this frame runs without one
-            self.graphable = False
-            counters()["inductor"]["cudagraph_skips"] += 1
-            return None
-        # What verify counts, beside the graphs of torch's CUDA-graph trees.
-        counters()["regionalize"]["cuda_graphs_captured"] += 1
-        fixed = {args[i].untyped_storage().data_ptr() for i in self.fixed}
-        outputs = [
-            (x, isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in fixed) for x in outputs
-        ]
-        graph = self.graphs[key] = replay, buffers, outputs, written
-        return graph
-
-
-def capture(run: Callable[..., Any], inputs: list[Any], graphs: Graphs) -> tuple[Callable[[], None], Any]:
-    """Captures `run(*inputs)` as a CUDA graph in the pool that `graphs` shares, and returns its replay.
-
-    It also returns the outputs; the capture runs nothing on the GPU, and the replay does the work."""
-    if graphs.pool is None:
-        graphs.pool = torch.cuda.graph_pool_handle()
-    graph = torch.cuda.CUDAGraph()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph, pool=graphs.pool):
-        outputs = run(*inputs)
-    return graph.replay, outputs

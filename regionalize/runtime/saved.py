@@ -68,7 +68,8 @@ def wanted(asked: bool | None) -> bool:
 def why_not(owner: torch.nn.Module, state: OwnerState) -> str | None:
     """Returns why `owner` is not saved, or None where it is.
 
-    Only a whole owner compiled by Inductor, from modules imported by name, is saved."""
+    Only an owner whose frame Inductor compiles, whole or in pieces, from modules imported by name, is
+    saved."""
     kwargs = state.config.kwargs
     if saving() is None:
         return "this torch cannot save a compiled frame"
@@ -167,17 +168,19 @@ def _why(error: BaseException) -> str:
 class Saved:
     """Runs an owner's compiled frame, which it loads from a file or compiles ahead of the call and saves.
 
-    The owner's form is `forms.Whole`. Each call runs that frame where its guards and the dropped reads
-    (`watch`) hold. Other calls, calls that Dynamo traces, and every call once compiling ahead failed, run
-    `jit`, the frame as `torch.compile` compiles it at its call."""
+    The owner's form runs whole (`forms.Whole` or `forms.Pieces`). Each call runs that frame where its
+    guards and the dropped reads (`watch`) hold. Other calls, calls that Dynamo traces, and every call once
+    compiling ahead failed, run `jit`, the frame as `torch.compile` compiles it at its call."""
 
-    __slots__ = ("aot", "frame", "jit", "state", "tried", "watch")
+    __slots__ = ("aot", "frame", "jit", "options", "state", "tried", "watch")
     aot: Any  # the frame loaded or compiled ahead; None before the first call, and where that failed
     tried: bool  # the first call has loaded or compiled it, or failed to
     watch: Watch | None
 
-    def __init__(self, jit: Callable[..., Any], frame: FunctionType, state: OwnerState) -> None:
-        self.jit, self.frame, self.state = jit, frame, state
+    def __init__(
+        self, jit: Callable[..., Any], frame: FunctionType, state: OwnerState, options: dict[str, Any]
+    ) -> None:
+        self.jit, self.frame, self.state, self.options = jit, frame, state, options
         self.aot, self.tried, self.watch = None, False, None
 
     def __call__(self, owner: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -220,7 +223,7 @@ class Saved:
             remove(path)  # a file that cannot load would warn at every start
             return None
         try:
-            compiled, guards = aot_compile(self.frame, self.state.config.kwargs, (owner, *args), kwargs)
+            compiled, guards = aot_compile(self.frame, self.options, (owner, *args), kwargs)
             reads = reads_of(guards)
             self.watch = Watch(reads, self.frame)
         except Exception as error:  # for instance, a dropped guard that cannot be checked on each call

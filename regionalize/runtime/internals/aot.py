@@ -37,6 +37,26 @@ def saving() -> types.SimpleNamespace | None:
     )
 
 
+@probe("saving an owner compiled in pieces", "such an owner compiles at each start, as without saving")
+def piece_saving() -> types.SimpleNamespace | None:
+    """Probe: returns what saving a frame compiled in pieces needs of torch, or None where it cannot save one.
+
+    That is the interface that `aot_compile` asks of what a backend returns, and the saved form of a piece
+    that Inductor compiled. Fallback None: such an owner is not saved."""
+    if saving() is None:
+        return None
+    from torch._dynamo.aot_compile_types import (
+        BundledAOTAutogradSerializableCallable as Bundled,
+    )
+    from torch._dynamo.aot_compile_types import SerializableCallable
+
+    return types.SimpleNamespace(
+        interface=SerializableCallable,
+        save=lambda piece: Bundled.serialize_compile_artifacts(Bundled(piece)),
+        load=Bundled.deserialize_compile_artifacts,
+    )
+
+
 def _saved() -> types.SimpleNamespace:
     """Returns what `saving` found, for a caller that runs only where torch can save."""
     return cast(types.SimpleNamespace, saving())

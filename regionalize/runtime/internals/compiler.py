@@ -15,11 +15,12 @@ from . import probe
 def inductor_pieces() -> types.SimpleNamespace:
     """Probe: returns what compiling an owner's graph in pieces needs of torch's compiler (`pieces_backend`).
 
-    That is Inductor's `compile_fx`, fake tensors, a dispatch mode, the split, storages and symbols.
-    Fallback None: where torch reuses no region, the owner's blocks are compiled one by one."""
+    That is Inductor's `compile_fx` and how it returns a graph's outputs, fake tensors, a dispatch mode,
+    the split, storages and symbols. Fallback None: where torch reuses no region, the owner's blocks are
+    compiled one by one."""
     from torch._guards import TracingContext, detect_fake_mode
     from torch._inductor import list_mode_options
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, graph_returns_tuple
     from torch._subclasses import FakeTensor
     from torch.fx.passes.split_module import split_module
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -29,6 +30,7 @@ def inductor_pieces() -> types.SimpleNamespace:
     size = SymT.SIZE
     return types.SimpleNamespace(
         compile_fx=compile_fx,
+        returns_tuple=graph_returns_tuple,
         fake_tensor=FakeTensor,
         dispatch_mode=TorchDispatchMode,
         split_module=split_module,
