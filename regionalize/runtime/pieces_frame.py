@@ -119,7 +119,8 @@ class Graphs:
     keeps `graph_limit` graphs and copies outputs out of the graph's memory. Calls with autograd, off the
     GPU, or with ops a graph cannot hold run without a graph. Dynamo's guards on the frame stand for the
     Python that the capture ran
-    (docs/form-cuda-graphs.md#cuda-graphs-where-torch-reuses-no-traced-region-in-pieces)."""
+    (docs/form-cuda-graphs.md#cuda-graphs-where-torch-reuses-no-traced-region-in-pieces). Torch's
+    `aot_compile` saves and loads it through the two class methods of its `SerializableCallable`."""
 
     graphs: dict[Key, Graph]
     warm: dict[Key, None]
