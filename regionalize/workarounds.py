@@ -233,6 +233,18 @@ WORKAROUNDS = (
         None,
         "when Inductor keeps its CPU check's answer across processes",
     ),
+    Workaround(
+        "marks of a saved frame",
+        "A saved frame that does not take a call is checked again without the marks that the runtime set "
+        "on the call's cache lengths (`saved.py`, `fits`), and they stay off where it takes it: torch "
+        "rebuilds a loaded frame's guards from a saved state that keeps no marks, so they refuse any input "
+        "that carries one, and the call of a restarted `generate` that marks the lengths never ran the "
+        "saved frame of its decode steps.",
+        "2.13 to 2.15",
+        "not filed: found restarting a decoder's `generate`",
+        None,
+        "when torch's saved guard state keeps the marks of an input's sizes",
+    ),
 )
 
 

@@ -236,6 +236,22 @@ def test_without_maybe_mark_dynamic_no_length_is_marked(monkeypatch: pytest.Monk
     tracer.mark_dynamic(torch.zeros(2, 3), 1)  # a no-op
 
 
+def test_only_the_runtimes_own_mark_is_taken_off_and_put_back() -> None:
+    """A saved frame is checked without the marks of the cache's lengths (runtime/saved.py `fits`): the one
+    mark the runtime set comes off and goes back as it was; a tensor marked otherwise keeps its marks."""
+    x = torch.randn(2, 5)
+    tracer.mark_dynamic(x, 1)
+    marks = {name: getattr(x, name) for name in dir(x) if name.startswith(("_dynamo_", "_has_dynamo"))}
+    assert marks.get("_dynamo_weak_dynamic_indices") == {1}
+    assert tracer.take_mark(x, 0) is None  # not the size it marked
+    taken = tracer.take_mark(x, 1)
+    assert taken and not [name for name in dir(x) if name.startswith(("_dynamo_", "_has_dynamo"))]
+    tracer.put_mark(x, taken)
+    assert {name: getattr(x, name) for name in marks} == marks
+    torch._dynamo.mark_dynamic(x, 0)  # a mark of the user's: the tensor's marks are not the runtime's alone
+    assert tracer.take_mark(x, 1) is None and x._dynamo_weak_dynamic_indices == {1}
+
+
 def test_a_static_mark_dynamo_no_longer_sets_marks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     marked = torch.zeros(2)
     torch._dynamo.mark_static_address(marked)

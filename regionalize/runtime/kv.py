@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .internals.tracer import mark_dynamic
+from .internals.tracer import mark_dynamic, put_mark, take_mark
 from .nested import contiguous_copy
 from .state import process
 
@@ -137,6 +137,8 @@ def dynamic_caches(values: tuple[Any, ...]) -> list[Any]:
 
 def held_layers(caches: list[Any]) -> list[Any]:
     """Returns the layers of `caches` that hold keys."""
+    if not caches:  # without transformers imported there are none
+        return []
     utils: Any = sys.modules["transformers.cache_utils"]
     kinds = (utils.DynamicLayer, utils.DynamicSlidingWindowLayer)
     return [
@@ -178,15 +180,44 @@ def mark_kv_growing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handed:
         return Handed.EMPTY
     if holds_one_token(caches):
         return Handed.ONE
-    lengths = set()
+    for tensor, dim in growing_sizes(held, (*args, *kwargs.values())):
+        mark_dynamic(tensor, dim)
+    return Handed.MARKED
+
+
+def growing_sizes(held: list[Any], values: tuple[Any, ...]) -> list[tuple[torch.Tensor, int]]:
+    """Returns the sizes that grow by a token a call: each of the `held` layers' keys and values at its
+    length, and each of `values` whose last size is one longer (the attention mask)."""
+    sizes, lengths = [], set()
     for tensor in (t for layer in held for t in (layer.keys, layer.values)):
         if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2:
-            mark_dynamic(tensor, tensor.dim() - 2)
+            sizes.append((tensor, tensor.dim() - 2))
             lengths.add(tensor.shape[-2] + 1)
-    for value in (*args, *kwargs.values()):
+    for value in values:
         if isinstance(value, torch.Tensor) and value.dim() and value.shape[-1] in lengths:
-            mark_dynamic(value, value.dim() - 1)
-    return Handed.MARKED
+            sizes.append((value, value.dim() - 1))
+    return sizes
+
+
+def take_kv_marks(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
+    """Takes off the marks that `mark_kv_growing` set on the call's tensors, and returns what puts them back,
+    or None where it took none off.
+
+    A frame that torch saved and loaded guards that its inputs carry none (torch's saved guard state keeps no
+    marks), while a frame compiled with them takes a call without them, so only a compile needs them."""
+    values = (*args, *kwargs.values())
+    held = held_layers(dynamic_caches(values))
+    taken = [
+        (tensor, mark) for tensor, dim in growing_sizes(held, values) if (mark := take_mark(tensor, dim))
+    ]
+    if not taken:
+        return None
+
+    def put_back() -> None:
+        for tensor, mark in taken:
+            put_mark(tensor, mark)
+
+    return put_back
 
 
 def kv_init(layer: Any, keys: torch.Tensor, values: torch.Tensor) -> None:

@@ -38,6 +38,7 @@ from .internals.aot import (
     saving,
 )
 from .internals.tracer import is_tracing, tree_leaves
+from .kv import dynamic_caches, held_layers, take_kv_marks
 from .per_block import graph_modes
 from .state import SaveOutcome, Saving, not_saved
 from .threads import run_locked
@@ -45,6 +46,8 @@ from .watch import Watch
 
 if TYPE_CHECKING:
     from .state import Args, Kwargs, OwnerState
+
+Frame = tuple[Any, "Watch | None"]  # a frame loaded or compiled ahead, and the watch on its dropped reads
 
 FORMAT = 3  # the format of the key and the file; a new value names every file afresh
 SUFFIX = ".owner"
@@ -97,12 +100,12 @@ def _module_file(cls: type) -> str | None:
     return path if path and os.path.isfile(path) else None
 
 
-def key(owner: torch.nn.Module, state: OwnerState, args: Args, kwargs: Kwargs) -> str:
+def key(owner: torch.nn.Module, state: OwnerState, args: Args, kwargs: Kwargs, which: str = "first") -> str:
     """Returns the file's name: a hash of what the compiled code depends on that its guards do not check.
 
     It covers torch's build, Python, the machine, the runtime, the form and options, Inductor's settings,
-    the classes with their modules' text, the owner's parameters and the call's inputs
-    (docs/saved-owners.md#never-stale-never-corrupt)."""
+    the classes with their modules' text, the owner's parameters, the call's inputs and which of the owner's
+    tries it is (`Saved.untried`) (docs/saved-owners.md#never-stale-never-corrupt)."""
     digest = hashlib.sha256()
 
     def add(*parts: object) -> None:
@@ -128,6 +131,7 @@ def key(owner: torch.nn.Module, state: OwnerState, args: Args, kwargs: Kwargs) -
         ]
     )
     add(sorted(kwargs), [_input(leaf) for leaf in tree_leaves((args, kwargs))], torch.is_grad_enabled())
+    add(which)
     return digest.hexdigest()[:40]
 
 
@@ -166,81 +170,93 @@ def _why(error: BaseException) -> str:
 
 
 class Saved:
-    """Runs an owner's compiled frame, which it loads from a file or compiles ahead of the call and saves.
+    """Runs an owner's compiled frames, each loaded from a file or compiled ahead of its call and saved.
 
-    The owner's form runs whole (`forms.Whole` or `forms.Pieces`). Each call runs that frame where its
-    guards and the dropped reads (`watch`) hold. Other calls, calls that Dynamo traces, and every call once
-    compiling ahead failed, run `jit`, the frame as `torch.compile` compiles it at its call."""
+    The owner's form runs whole (`forms.Whole` or `forms.Pieces`). Two calls load or compile a frame: the
+    first, and a decoder's first call that brings a `DynamicCache` holding keys, whose frame, its length
+    marked, serves every later token. Each call runs the first frame whose guards and dropped reads
+    (`watch`) hold. Other calls, calls that Dynamo traces, and every call once compiling ahead failed, run
+    `jit`, the frame as `torch.compile` compiles it at its call."""
 
-    __slots__ = ("aot", "frame", "jit", "options", "state", "tried", "watch")
-    aot: Any  # the frame loaded or compiled ahead; None before the first call, and where that failed
-    tried: bool  # the first call has loaded or compiled it, or failed to
-    watch: Watch | None
+    __slots__ = ("frame", "frames", "jit", "options", "state", "tried")
+    frames: list[Frame]  # the frames loaded or compiled ahead, the latest first
+    tried: set[str]  # the calls that loaded or compiled a frame, or failed to: "first" and "keys"
 
     def __init__(
         self, jit: Callable[..., Any], frame: FunctionType, state: OwnerState, options: dict[str, Any]
     ) -> None:
         self.jit, self.frame, self.state, self.options = jit, frame, state, options
-        self.aot, self.tried, self.watch = None, False, None
+        self.frames, self.tried = [], set()
 
     def __call__(self, owner: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         if is_tracing():
             return self.jit(owner, *args, **kwargs)
-        if not self.tried:
-            run_locked(self.first, owner, args, kwargs)
-        aot = self.aot
-        if (
-            aot is not None
-            and aot.guard_check(owner, *args, **kwargs)
-            and (not self.watch or self.watch.is_unchanged(owner, args, kwargs))
-        ):
-            return aot.fn(owner, *args, **kwargs)
-        return self.jit(owner, *args, **kwargs)
+        served = self.serving(owner, args, kwargs)
+        if served is None and self.untried(args, kwargs) is not None:
+            run_locked(self.attempt, owner, args, kwargs)
+            served = self.serving(owner, args, kwargs)
+        return (served or self.jit)(owner, *args, **kwargs)
 
-    def first(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> None:
-        """Loads the frame, or compiles it ahead of this call and saves it, once; `aot` stays None on failure.
+    def serving(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Callable[..., Any] | None:
+        """Returns the function of the first frame that serves this call, or None."""
+        return next((aot.fn for aot, watch in self.frames if fits(aot, watch, owner, args, kwargs)), None)
 
-        After a failure, `jit` compiles the frame at its call, and the owner's retries handle its errors."""
-        if not self.tried:  # another thread's first call may have done it while this one waited
-            self.aot = self.ahead(owner, args, kwargs)
-            self.tried = True
+    def untried(self, args: Args, kwargs: Kwargs) -> str | None:
+        """Returns which try this call would make, or None where it makes none."""
+        if "first" not in self.tried:
+            return "first"
+        if "keys" not in self.tried and held_layers(dynamic_caches((*args, *kwargs.values()))):
+            return "keys"
+        return None
 
-    def ahead(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Any:
-        """Returns the frame, loaded or compiled ahead of this call and saved, or None where that fails."""
-        path = os.path.join(folder(), key(owner, self.state, args, kwargs) + SUFFIX)
+    def attempt(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> None:
+        """Loads the call's frame, or compiles it ahead of the call and saves it, once for each try.
+
+        After a failure, `jit` compiles the frame at its call, and the owner's retries handle its errors. The
+        owner's report says what its first try did."""
+        which = self.untried(args, kwargs)
+        if which is None or self.serving(owner, args, kwargs) is not None:
+            return  # another thread's call made the try while this one waited
+        self.tried.add(which)
+        frame, outcome = self.ahead(owner, args, kwargs, which)
+        if frame is not None:
+            self.frames.insert(0, frame)
+        if which == "first":
+            self.state.report.saved = outcome
+
+    def ahead(
+        self, owner: torch.nn.Module, args: Args, kwargs: Kwargs, which: str
+    ) -> tuple[Frame | None, SaveOutcome]:
+        """Returns the frame, loaded or compiled ahead of this call and saved, or None where that fails, and
+        what became of it."""
+        path = os.path.join(folder(), key(owner, self.state, args, kwargs, which) + SUFFIX)
         unsafe = distrust(path)
         if unsafe is not None:
-            self.state.report.saved = not_saved(unsafe)
             _warn_untrusted(unsafe)
-            return None
+            return None, not_saved(unsafe)
         if os.path.exists(path):
             loaded = self.load(path, owner, args, kwargs)
             if loaded is not None:
-                self.state.report.saved = SaveOutcome(Saving.LOADED)
-                return loaded
+                return loaded, SaveOutcome(Saving.LOADED)
         if not is_gradient_load_supported() and any(p.grad is not None for p in owner.parameters()):
-            self.state.report.saved = not_saved("its parameters hold gradients, which this torch cannot load")
             remove(path)  # a file that cannot load would warn at every start
-            return None
+            return None, not_saved("its parameters hold gradients, which this torch cannot load")
         try:
             compiled, guards = aot_compile(self.frame, self.options, (owner, *args), kwargs)
             reads = reads_of(guards)
-            self.watch = Watch(reads, self.frame)
+            frame = compiled, Watch(reads, self.frame)
         except Exception as error:  # for instance, a dropped guard that cannot be checked on each call
-            self.state.report.saved = not_saved(_why(error))
-            return None
+            return None, not_saved(_why(error))
         try:
             unread = find_unreadable(reads, Scope(self.frame, owner, args, kwargs))
         except TypeError:  # the frame's signature does not bind the arguments, so no path can be read
             unread = "the call's arguments"
         if unread is not None:  # served as compiled, but not saved
-            self.state.report.saved = not_saved(f"a later process could not check what {unread} holds")
-            return compiled
+            return frame, not_saved(f"a later process could not check what {unread} holds")
         kept = {"reads": records(reads), "modules": installed_modules(self.frame.__globals__)}
-        self.state.report.saved = write(compiled, kept, path, type(owner).__name__, self.frame.__globals__)
-        return compiled
+        return frame, write(compiled, kept, path, type(owner).__name__, self.frame.__globals__)
 
-    def load(self, path: str, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Any:
+    def load(self, path: str, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Frame | None:
         """Returns the saved frame at `path`, or None with one warning where it cannot serve this call.
 
         That is where the file is unreadable, another build's, edited since, or its guards fail the call."""
@@ -253,19 +269,36 @@ class Saved:
             edited, reads = find_changed(kept["reads"], scope)
             edited = changed_source(loaded, sys.modules) or edited
             why = f"{edited} changed since it was saved" if edited else None
-            if why is None and not loaded.guard_check(owner, *args, **kwargs):
-                why = "its guards do not hold this call"
             watch = Watch(reads, self.frame)
+            if why is None and not fits(loaded, watch, owner, args, kwargs):
+                why = "its guards do not hold this call"
         except Exception as error:  # a truncated or corrupt file, or another torch's, never the model's
             why = _why(error)
         if why is None:
-            self.watch = watch
-            return loaded
+            return loaded, watch
         name = type(owner).__name__
         warnings.warn(
             f"regionalize: {name}'s saved compile not loaded ({why}); compiling it", stacklevel=caller_level()
         )
         return None
+
+
+def fits(aot: Any, watch: Watch | None, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> bool:
+    """Returns whether the frame `aot` serves this call: its guards and dropped reads (`watch`) hold.
+
+    A call whose cache's lengths the runtime marked dynamic is checked again without the marks, which only
+    a compile needs: a loaded frame's guards take none (`take_kv_marks`). They stay off where it fits."""
+    if watch and not watch.is_unchanged(owner, args, kwargs):
+        return False
+    if aot.guard_check(owner, *args, **kwargs):
+        return True
+    put_back = take_kv_marks(args, kwargs)
+    if put_back is None:
+        return False
+    if aot.guard_check(owner, *args, **kwargs):
+        return True
+    put_back()
+    return False
 
 
 _untrusted_warned: set[str] = set()

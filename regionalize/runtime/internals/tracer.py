@@ -196,6 +196,34 @@ def mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
         mark(tensor, dim)
 
 
+# What `maybe_mark_dynamic` sets on a tensor, and the marks it does not set.
+_WEAK_MARK = ("_dynamo_weak_dynamic_indices", "_has_dynamo_dim_marking")
+_OTHER_MARKS = (
+    "_dynamo_dynamic_indices",
+    "_dynamo_unbacked_indices",
+    "_dynamo_strict_unbacked_indices",
+    "_dynamo_static_indices",
+)
+
+
+def take_mark(tensor: torch.Tensor, dim: int) -> dict[str, Any] | None:
+    """Takes off the mark that `mark_dynamic` set on `tensor`'s size `dim`, and returns it, or None.
+
+    Only a tensor marked at that size alone and with no other kind of mark gives its mark up."""
+    if getattr(tensor, _WEAK_MARK[0], None) != {dim} or any(hasattr(tensor, name) for name in _OTHER_MARKS):
+        return None
+    taken = {name: getattr(tensor, name) for name in _WEAK_MARK if hasattr(tensor, name)}
+    for name in taken:
+        delattr(tensor, name)
+    return taken
+
+
+def put_mark(tensor: torch.Tensor, taken: dict[str, Any]) -> None:
+    """Puts back on `tensor` the mark that `take_mark` took off."""
+    for name, value in taken.items():
+        setattr(tensor, name, value)
+
+
 @probe("CUDA graphs of static caches", "no tensor is taken as marked static")
 def static_attribute() -> str:
     """Probe: returns the attribute that Dynamo's `mark_static_address` sets on a tensor.
