@@ -532,6 +532,23 @@ def _by_code(cell: str) -> dict[str, int]:
     return {code: int(n) for code, n in re.findall(r"(RGZ\d{3}) (\d+)", cell)}
 
 
+def saved_owners_quotes() -> list[Quote]:
+    name = "restart-decode/decode.json"
+    meta, rows = _decode(name)
+    llama = rows["llama"]
+    hot = llama["first_generate_hot_s"]
+    return [
+        Quote(
+            "saved-owners.md",
+            "a restarted generate",
+            f"first generate came {x(sooner(llama, 'first_generate_hot_s'))} sooner than a full "
+            f"compile's restart ({hot['regional']:.1f} s against {hot['full']:.1f} s; {meta['date']}, "
+            f"runtime {meta['runtime']})",
+            name,
+        )
+    ]
+
+
 def libraries_page_quotes() -> list[Quote]:
     page, source = "real-libraries.md", "real-world-run.md"
     run = {name.split("==")[0]: row for name, row in table(source).items()}
@@ -710,6 +727,7 @@ def quotes() -> list[Quote]:
         *hierarchical_quotes(),
         *torch_versions_quotes(),
         *caches_quotes(),
+        *saved_owners_quotes(),
         *libraries_page_quotes(),
         *guard_bypass_quotes(),
         *serving_quotes(),
