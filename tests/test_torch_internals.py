@@ -289,7 +289,9 @@ def test_without_a_saved_form_of_a_backends_output_a_frame_in_pieces_is_not_save
 ) -> None:
     if aot.saving() is None:
         pytest.skip("this torch saves no compiled frame at all")
-    monkeypatch.setitem(sys.modules, "torch._dynamo.aot_compile_types", None)
+    import torch._dynamo.aot_compile
+
+    monkeypatch.delattr(torch._dynamo.aot_compile, "SerializableCallable")
     fallback(aot.piece_saving, None, "saving an owner compiled in pieces")
     assert forms.PIECES.why_not_saved() == "this torch cannot save a frame compiled in pieces"
 

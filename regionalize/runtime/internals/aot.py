@@ -45,15 +45,15 @@ def piece_saving() -> types.SimpleNamespace | None:
     that Inductor compiled. Fallback None: such an owner is not saved."""
     if saving() is None:
         return None
-    from torch._dynamo.aot_compile_types import (
-        BundledAOTAutogradSerializableCallable as Bundled,
-    )
-    from torch._dynamo.aot_compile_types import SerializableCallable
+    # Read where `aot_compile` itself finds them, whichever module of torch defines them.
+    from torch._dynamo import aot_compile as compiling
 
+    interface = getattr(compiling, "SerializableCallable")  # noqa: B009  # not re-exported for mypy
+    bundled = getattr(compiling, "BundledAOTAutogradSerializableCallable")  # noqa: B009
     return types.SimpleNamespace(
-        interface=SerializableCallable,
-        save=lambda piece: Bundled.serialize_compile_artifacts(Bundled(piece)),
-        load=Bundled.deserialize_compile_artifacts,
+        interface=interface,
+        save=lambda piece: bundled.serialize_compile_artifacts(bundled(piece)),
+        load=bundled.deserialize_compile_artifacts,
     )
 
 
