@@ -495,7 +495,8 @@ elif kind == "bart":  # an encoder and a decoder, each an owner; the decoder's f
         decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
     )
     model, ids = transformers.BartForConditionalGeneration(config).eval(), torch.randint(3, 100, (1, 8))
-    run = lambda: model.generate(ids, max_new_tokens=6, do_sample=False)
+    # At least six tokens: the decoder's steps past its one-token call, which a random BART may end sooner.
+    run = lambda: model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)
 else:
     config = transformers.LlamaConfig(
         hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
