@@ -199,10 +199,9 @@ def form_text(report: OwnerReport) -> str:
         return f"per-block: {report.reason}" if report.fallback else f"per block, {report.reason}"
     if report.form == "alone":
         return ALONE
-    # A frame in pieces loaded from its saved compile ran no backend that would count its pieces.
-    loaded = report.form == "whole, in pieces" and report.saved == "loaded"
-    pieces = report.pieces or ("as saved" if loaded else None)
-    return _whole(pieces, report.static_calls, report.prompt_calls, report.reason, report.layer_by_layer)
+    return _whole(
+        report.pieces, report.static_calls, report.prompt_calls, report.reason, report.layer_by_layer
+    )
 
 
 def _whole(pieces: str | None, static: bool, prompt: bool, reason: str | None, kv: str | None) -> str:

@@ -130,13 +130,13 @@ class Graphs:
         # Dicts: the graphs in the order of their last replay, and the keys in the order first seen.
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
-        self.inputs = inputs
         self.fixed, self.copied, self.mutated, self.values = inputs
 
     @classmethod
     def serialize_compile_artifacts(cls, graphs: Graphs) -> bytes:
         """Returns `graphs` as bytes, which torch's `aot_compile` saves with the frame (`saved.py`)."""
-        return pickle.dumps((saved_split(graphs.run), graphs.inputs, graphs.graphable, graphs.always))
+        inputs = Inputs(graphs.fixed, graphs.copied, graphs.mutated, graphs.values)
+        return pickle.dumps((saved_split(graphs.run), inputs, graphs.graphable, graphs.always))
 
     @classmethod
     def deserialize_compile_artifacts(cls, data: bytes) -> Graphs:

@@ -40,7 +40,7 @@ from .internals.aot import (
 from .internals.tracer import is_tracing, tree_leaves
 from .kv import dynamic_caches, held_layers, take_kv_marks
 from .per_block import graph_modes
-from .state import SaveOutcome, Saving, not_saved
+from .state import PieceCounts, SaveOutcome, Saving, not_saved
 from .threads import run_locked
 from .watch import Watch
 
@@ -199,7 +199,10 @@ class Saved:
 
     def serving(self, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Callable[..., Any] | None:
         """Returns the function of the first frame that serves this call, or None."""
-        return next((aot.fn for aot, watch in self.frames if fits(aot, watch, owner, args, kwargs)), None)
+        for aot, watch in self.frames:  # a loop, not a generator: this runs on every call
+            if fits(aot, watch, owner, args, kwargs):
+                return cast("Callable[..., Any]", aot.fn)
+        return None
 
     def untried(self, args: Args, kwargs: Kwargs) -> str | None:
         """Returns which try this call would make, or None where it makes none."""
@@ -253,7 +256,9 @@ class Saved:
             unread = "the call's arguments"
         if unread is not None:  # served as compiled, but not saved
             return frame, not_saved(f"a later process could not check what {unread} holds")
-        kept = {"reads": records(reads), "modules": installed_modules(self.frame.__globals__)}
+        kept: dict[str, Any] = {"reads": records(reads), "modules": installed_modules(self.frame.__globals__)}
+        if (pieces := self.state.report.pieces) is not None:  # counted as the frame compiled in pieces
+            kept["pieces"] = [pieces.per_call, pieces.compiled, pieces.traced]
         return frame, write(compiled, kept, path, type(owner).__name__, self.frame.__globals__)
 
     def load(self, path: str, owner: torch.nn.Module, args: Args, kwargs: Kwargs) -> Frame | None:
@@ -275,6 +280,8 @@ class Saved:
         except Exception as error:  # a truncated or corrupt file, or another torch's, never the model's
             why = _why(error)
         if why is None:
+            if kept.get("pieces"):  # what the frame's compile counted, since a load compiles nothing
+                self.state.report.pieces = PieceCounts(*kept["pieces"])
             return loaded, watch
         name = type(owner).__name__
         warnings.warn(
@@ -288,14 +295,12 @@ def fits(aot: Any, watch: Watch | None, owner: torch.nn.Module, args: Args, kwar
 
     A call whose cache's lengths the runtime marked dynamic is checked again without the marks, which only
     a compile needs: a loaded frame's guards take none (`take_kv_marks`). They stay off where it fits."""
-    if watch and not watch.is_unchanged(owner, args, kwargs):
-        return False
     if aot.guard_check(owner, *args, **kwargs):
-        return True
+        return not watch or watch.is_unchanged(owner, args, kwargs)
     put_back = take_kv_marks(args, kwargs)
     if put_back is None:
         return False
-    if aot.guard_check(owner, *args, **kwargs):
+    if aot.guard_check(owner, *args, **kwargs) and (not watch or watch.is_unchanged(owner, args, kwargs)):
         return True
     put_back()
     return False
