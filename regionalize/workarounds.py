@@ -138,6 +138,19 @@ WORKAROUNDS = (
         "when torch 2.11 leaves the supported range",
     ),
     Workaround(
+        "compiling ahead beside other threads",
+        "A saved owner's compile ahead of its call, and its load, hold Dynamo's compile lock and mark a "
+        "compile session, as Dynamo's own compiles do (`internals/aot.py`), and an owner's other calls wait "
+        "for that frame (`saved.py`): `aot_compile` takes neither, and its trace patches "
+        "`nn.Module.__call__` for the whole process, so a compile beside it in another thread left the "
+        "patch in place and every later call failed (`Detected that you are using FX to symbolically trace "
+        "a dynamo-optimized function`).",
+        "2.13 (found); applied on every torch that saves",
+        "not filed: found as calls from several threads failing after a first call that compiled ahead",
+        None,
+        "when `aot_compile` takes Dynamo's compile lock and compile session",
+    ),
+    Workaround(
         "gradients of repeated regions",
         "A call with autograd on compiles the blocks one by one (`owner.py`): Inductor's backward of a graph "
         "holding repeated regions returned wrong gradients where a full compile's were exact.",

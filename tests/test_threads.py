@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from regionalize.runtime import owner, threads
+import regionalize
+from regionalize.runtime import forms, owner, saved, threads
+from regionalize.runtime.internals import aot
 from regionalize.runtime.owner import register_block
 from regionalize.runtime.threads import setup_lock, this_call
 
@@ -121,6 +124,122 @@ def test_threads_calling_one_model_at_once_get_what_calls_one_at_a_time_get() ->
     torch.testing.assert_close(together, expected)
     state = model.__dict__["_regionalize_owner"]
     assert not state.report.plan.fallback  # no fallback: this torch's form
+
+
+class Tanh(torch.nn.Module):
+    """A block of module-level classes, which a saved frame can name (unlike `stack`'s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.fc(x))
+
+
+@torch.library.custom_op("regionalize_tests::beside", mutates_args=())
+def beside(x: torch.Tensor) -> torch.Tensor:
+    """Runs `BESIDE` in another thread while AOTAutograd traces it (its fake), then returns a copy."""
+    return x.clone()
+
+
+BESIDE: list[Callable[[], object]] = []  # what `beside` runs in another thread, once
+BESIDE_RAN: list[object] = []  # what that returned or raised
+
+
+@beside.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    if torch.fx._symbolic_trace._is_fx_tracing_flag and BESIDE and not BESIDE_RAN:  # AOTAutograd's trace
+        thread = threading.Thread(target=lambda: BESIDE_RAN.append(BESIDE[0]()))
+        thread.start()
+        thread.join(60)
+    return torch.empty_like(x)
+
+
+class Beside(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return beside(self.fc(x))
+
+
+def test_a_call_beside_a_first_call_that_compiles_ahead_waits_for_its_frame(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A saved owner's first call compiles its frame ahead; a second thread's call made meanwhile waits and
+    runs that frame. Compiling its own beside it would undo FX's process-wide patches wrongly."""
+    if aot.saving() is None:
+        pytest.skip("this torch saves no compiled frame")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing saved yet, whatever ran before
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(*(Tanh() for _ in range(4))).eval(), inputs(0)[0]
+    with torch.no_grad():
+        expected = model(x)
+    regionalize.compile_regions(model, saved=True)
+    calling, done = threading.Event(), []
+
+    def call_beside() -> None:
+        calling.set()
+        with torch.no_grad():
+            done.append(model(x))
+
+    other = threading.Thread(target=call_beside)
+    real = saved.aot_compile
+
+    def ahead(*args: Any, **kwargs: Any) -> Any:
+        if not other.is_alive() and not done:  # the first call's compile: the other thread calls now
+            other.start()
+            calling.wait(30)
+            time.sleep(0.5)  # long enough for its call to pass the point where it waits
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(saved, "aot_compile", ahead)
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with torch.no_grad():
+        first = model(x)
+    other.join(60)
+    torch.testing.assert_close(first, expected)
+    torch.testing.assert_close(done[0], expected)
+    assert counters["stats"]["unique_graphs"] == 1  # the frame compiled ahead, and no other
+    assert regionalize.describe(model)[0].saved == "saved"
+
+
+def test_a_compiled_call_beside_a_compile_ahead_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Another thread's call of compiled code runs while AOTAutograd traces a saved owner's frame compiled
+    ahead: that compile marks a compile session, as Dynamo's compiles do, so FX's process-wide tracing
+    flag is not taken for the other thread's."""
+    if aot.saving() is None:
+        pytest.skip("this torch saves no compiled frame")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    compiled = torch.compile(torch.sin, backend="aot_eager")
+    compiled(torch.ones(2))  # compiled before, so the call beside compiles nothing
+
+    def call() -> object:
+        try:
+            return compiled(torch.ones(2))
+        except RuntimeError as error:
+            return error
+
+    monkeypatch.setattr(sys.modules[__name__], "BESIDE", [call])
+    monkeypatch.setattr(sys.modules[__name__], "BESIDE_RAN", [])
+    model = regionalize.compile_regions(torch.nn.Sequential(*(Beside() for _ in range(3))), saved=True)
+    with torch.no_grad():
+        model(torch.randn(2, 8))
+    assert len(BESIDE_RAN) == 1 and isinstance(BESIDE_RAN[0], torch.Tensor), BESIDE_RAN
+    assert regionalize.describe(model)[0].saved == "saved"
+
+
+def test_a_failed_call_after_another_thread_stepped_the_owner_down_to_the_last_form_stays_there() -> None:
+    """A call whose frame failed to compile after another thread's call had moved the owner to the ladder's
+    last form keeps that form, rather than finding none below it."""
+    model, _ = pair("tanh")
+    with torch.no_grad():
+        model(inputs(0)[0])
+    state = model.__dict__["_regionalize_owner"]
+    assert forms.next_form(forms.PER_BLOCK, forms.Failure("a backend error", True), state) is forms.PER_BLOCK
 
 
 def test_threads_calling_two_models_at_once_each_get_their_own_outputs() -> None:

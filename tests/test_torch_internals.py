@@ -41,6 +41,7 @@ PROBES = (
     aot.saving,
     aot.piece_saving,
     aot.is_gradient_load_supported,
+    aot.compile_session,
 )
 
 
@@ -294,6 +295,31 @@ def test_without_a_saved_form_of_a_backends_output_a_frame_in_pieces_is_not_save
     monkeypatch.delattr(torch._dynamo.aot_compile, "SerializableCallable")
     fallback(aot.piece_saving, None, "saving an owner compiled in pieces")
     assert forms.PIECES.why_not_saved() == "this torch cannot save a frame compiled in pieces"
+
+
+def test_a_compile_ahead_takes_dynamos_lock_and_session_or_no_ops_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch._dynamo.convert_frame import compile_lock
+
+    seen: list[tuple[bool, bool]] = []
+
+    def backend(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+        seen.append((compile_lock._is_owned(), torch.compiler.is_compiling()))  # type: ignore[attr-defined]
+        return graph.forward
+
+    def compile_ahead() -> None:
+        with aot.as_dynamo_compiles():
+            backend(torch.fx.symbolic_trace(torch.nn.Identity()), [])
+
+    compile_ahead()
+    assert seen == [(True, hasattr(torch.compiler, "_compile_session_context"))]
+    aot.compile_session.cache_clear()
+    monkeypatch.delattr(torch._dynamo.convert_frame, "compile_lock")
+    _, warned = probed(aot.compile_session)
+    assert len(warned) == 1 and "what compiling ahead beside other threads needs" in warned[0]
+    compile_ahead()
+    assert seen[1] == (False, False)
 
 
 def test_the_cpu_check_runs_inductors_in_a_thread_which_leaves_it_cached() -> None:

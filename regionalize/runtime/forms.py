@@ -167,6 +167,9 @@ LADDER = (WHOLE, PIECES, PER_BLOCK)
 
 
 def next_form(form: OwnerForm, failure: Failure, state: OwnerState) -> OwnerForm:
-    """Returns the form that takes over from `form` after `failure`."""
+    """Returns the form that takes over from `form` after `failure`.
+
+    The last form stays: another thread's call may have stepped the owner down to it while this call ran
+    the frame of a form above."""
     below = LADDER[LADDER.index(form) + 1 :] if form in LADDER else LADDER[-1:]
-    return next(lower for lower in below if lower.takes_over(failure, state))
+    return next((lower for lower in below if lower.takes_over(failure, state)), LADDER[-1])

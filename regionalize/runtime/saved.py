@@ -220,10 +220,14 @@ class Saved:
         which = self.untried(args, kwargs)
         if which is None or self.serving(owner, args, kwargs) is not None:
             return  # another thread's call made the try while this one waited
-        self.tried.add(which)
-        frame, outcome = self.ahead(owner, args, kwargs, which)
-        if frame is not None:
-            self.frames.insert(0, frame)
+        try:
+            frame, outcome = self.ahead(owner, args, kwargs, which)
+            if frame is not None:
+                self.frames.insert(0, frame)
+        finally:
+            # Marked once the frame is in, so that other threads' calls wait for it on the lock instead
+            # of compiling their own beside it.
+            self.tried.add(which)
         if which == "first":
             self.state.report.saved = outcome
 

@@ -95,7 +95,35 @@ def aot_compile(
     keep = functools.partial(savable, unsaved, reads)
     options = {**compile_kwargs.get("options", {}), "guard_filter_fn": keep}
     compiled = torch.compile(frame, **{**compile_kwargs, "options": options}, fullgraph=True)
-    return compiled.aot_compile((args, kwargs)), reads  # type: ignore[attr-defined]  # not in torch's stubs
+    with as_dynamo_compiles():
+        return compiled.aot_compile((args, kwargs)), reads  # type: ignore[attr-defined]  # not in torch's stubs
+
+
+@contextlib.contextmanager
+def as_dynamo_compiles() -> Iterator[None]:
+    """Holds Dynamo's compile lock and marks a compile session, as Dynamo does around its own compiles.
+
+    `aot_compile` and a load take neither, and FX's tracing patches `nn.Module.__call__` for the whole
+    process: another thread's compile beside them would undo the patches wrongly, and its calls would be
+    taken for a trace (docs/form-torch-versions.md#torch-versions)."""
+    lock, session = compile_session()
+    with lock, session():
+        yield
+
+
+@probe(
+    "compiling ahead beside other threads",
+    "a thread's call beside a compile ahead may fail",
+    lambda: (contextlib.nullcontext(), contextlib.nullcontext),
+)
+def compile_session() -> tuple[contextlib.AbstractContextManager[Any], Callable[[], Any]]:
+    """Probe: returns Dynamo's compile lock and the context that shows its compile to every thread.
+
+    The session shows it on torch 2.13 and later; where torch lacks it, a no-op stands in, since there
+    each owner's calls run one at a time (`compiles_seen_in_every_thread`). Fallback: no-ops."""
+    from torch._dynamo.convert_frame import compile_lock
+
+    return compile_lock, getattr(torch.compiler, "_compile_session_context", contextlib.nullcontext)
 
 
 def savable(unsaved: Collection[str], reads: list[GuardRead], guards: list[GuardFilterEntry]) -> list[bool]:
@@ -157,7 +185,7 @@ def aot_load(file: BinaryIO, f_globals: dict[str, Any]) -> Any:
     # Inside a tracing context, because torch 2.13 asks for one as it rebuilds a guard on an imported module.
     # With the garbage collector paused, because unpickling the guards' state for every parameter would
     # otherwise set off collections that grow with depth (docs/design-saved-owners.md#single-tries-untimed).
-    with torch._guards.tracing(torch._guards.TracingContext(None)), _collector_paused():
+    with as_dynamo_compiles(), torch._guards.tracing(torch._guards.TracingContext(None)), _collector_paused():
         return _saved().load(file, f_globals=f_globals)
 
 
