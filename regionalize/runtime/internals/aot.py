@@ -117,10 +117,9 @@ def as_dynamo_compiles() -> Iterator[None]:
     lambda: (contextlib.nullcontext(), contextlib.nullcontext),
 )
 def compile_session() -> tuple[contextlib.AbstractContextManager[Any], Callable[[], Any]]:
-    """Probe: returns Dynamo's compile lock and the context that shows its compile to every thread.
+    """Probe: returns Dynamo's compile lock and the context that shows its compile to every thread (2.13 on).
 
-    The session shows it on torch 2.13 and later; where torch lacks it, a no-op stands in, since there
-    each owner's calls run one at a time (`compiles_seen_in_every_thread`). Fallback: no-ops."""
+    Fallback: no-ops; without the session, owners' calls run one at a time (`tracer.py`)."""
     from torch._dynamo.convert_frame import compile_lock
 
     return compile_lock, getattr(torch.compiler, "_compile_session_context", contextlib.nullcontext)
