@@ -167,9 +167,7 @@ LADDER = (WHOLE, PIECES, PER_BLOCK)
 
 
 def next_form(form: OwnerForm, failure: Failure, state: OwnerState) -> OwnerForm:
-    """Returns the form that takes over from `form` after `failure`.
-
-    The last form stays: another thread's call may have stepped the owner down to it while this call ran
-    the frame of a form above."""
+    """Returns the form that takes over from `form` after `failure`."""
     below = LADDER[LADDER.index(form) + 1 :] if form in LADDER else LADDER[-1:]
+    # The last form stays: another thread's call may have moved the owner to it during this call.
     return next((lower for lower in below if lower.takes_over(failure, state)), LADDER[-1])

@@ -103,9 +103,7 @@ def aot_compile(
 def as_dynamo_compiles() -> Iterator[None]:
     """Holds Dynamo's compile lock and marks a compile session, as Dynamo does around its own compiles.
 
-    `aot_compile` and a load take neither, and FX's tracing patches `nn.Module.__call__` for the whole
-    process: another thread's compile beside them would undo the patches wrongly, and its calls would be
-    taken for a trace (docs/form-torch-versions.md#torch-versions)."""
+    `aot_compile` and a load take neither (docs/torch-workarounds.md, "compiling ahead beside")."""
     lock, session = compile_session()
     with lock, session():
         yield
@@ -117,9 +115,7 @@ def as_dynamo_compiles() -> Iterator[None]:
     lambda: (contextlib.nullcontext(), contextlib.nullcontext),
 )
 def compile_session() -> tuple[contextlib.AbstractContextManager[Any], Callable[[], Any]]:
-    """Probe: returns Dynamo's compile lock and the context that shows its compile to every thread (2.13 on).
-
-    Fallback: no-ops; without the session, owners' calls run one at a time (`tracer.py`)."""
+    """Probe: returns Dynamo's compile lock and its compile session's context. Fallback: no-ops."""
     from torch._dynamo.convert_frame import compile_lock
 
     return compile_lock, getattr(torch.compiler, "_compile_session_context", contextlib.nullcontext)
