@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import regionalize
 from regionalize.runtime import saved as saved_owners
 from regionalize.runtime.forms import WHOLE
 from regionalize.runtime.internals import aot, compiler, tracer
@@ -217,6 +218,62 @@ def test_an_owner_compiled_in_pieces_is_saved_and_a_restart_traces_nothing(proje
     (project / "model.py").write_text(STOCHASTIC_DEPTH.replace("SCALE * ", "2 * SCALE * "))
     edited = start(project)
     assert edited["same"] and edited["traced"] == 1 and edited["saved"] == "saved"
+
+
+class Rated(torch.nn.Module):
+    """A block scaled by a rate of its own, so that an owner of several is compiled in pieces."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__()
+        self.fc, self.rate = torch.nn.Linear(8, 8), rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.rate * torch.tanh(self.fc(x))
+
+
+class RatedStack(torch.nn.Module):
+    """Rated blocks with a stretch of ops between them, which the frame in pieces runs as traced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Rated(i / 10) for i in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            if i == 1:
+                x = torch.relu(x) * 0.5
+        return x
+
+
+@pytest.mark.skipif(
+    not SAVES or compiler.inductor_pieces() is None, reason="this torch cannot save a frame in pieces"
+)
+def test_a_frame_in_pieces_loads_without_an_fx_trace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The load rebuilds the split graph and its traced pieces from their code without tracing it, since
+    FX's trace patches `nn.Module.__call__` for the whole process, where another thread's call would meet
+    it. A second model in the process loads what the first saved."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    first, x = RatedStack().eval(), torch.randn(2, 8)
+    second = RatedStack().eval()
+    second.load_state_dict(first.state_dict())
+    with torch.no_grad():
+        expected = first(x)
+        regionalize.compile_regions(first, saved=True)(x)
+        traces: list[str] = []
+        trace = torch.fx.Tracer.trace
+        monkeypatch.setattr(
+            torch.fx.Tracer,
+            "trace",
+            lambda self, *a, **k: traces.append(type(self).__name__) or trace(self, *a, **k),
+        )
+        out = regionalize.compile_regions(second, saved=True)(x)
+    [report] = regionalize.describe(second)
+    assert (report.form, report.saved) == ("whole, in pieces", "loaded")
+    assert "run as traced" in (report.pieces or "")  # a traced piece's code is loaded too
+    torch.testing.assert_close(out, expected)
+    assert traces == []
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -29,9 +30,10 @@ graph_limit = 8
 
 Key = tuple[tuple[int, ...], tuple[Any, ...]]  # a CUDA graph's fixed-input addresses and plain values
 Graph = tuple[Callable[[], None], dict[int, torch.Tensor], list[tuple[Any, bool]], set[int]]  # `captured`
-# A piece's name -> its graph, run as traced, or the index of its compiled piece and whether that returns
+Code = list[Any]  # a graph module's state and the imports its code needs, as its pickle holds them
+# A piece's name -> its code, run as traced, or the index of its compiled piece and whether that returns
 # its one output unwrapped.
-Pieces = dict[str, "GraphModule | tuple[int, bool]"]
+Pieces = dict[str, "Code | tuple[int, bool]"]
 # The key of a split graph's `meta` that names its compiled pieces whose one output Inductor unwraps, which
 # the saved piece returns in a list.
 SINGLE_OUTPUT = "regionalize_single_output"
@@ -56,10 +58,10 @@ def inputs_of(example_inputs: list[Any], mutated: set[int]) -> Inputs:
     return Inputs(fixed, copied, sorted(mutated), values)
 
 
-def saved_split(split: GraphModule) -> tuple[GraphModule, Pieces, list[bytes]]:
+def saved_split(split: GraphModule) -> tuple[Code, Pieces, list[bytes]]:
     """Returns what is saved of `split`, a graph whose pieces are compiled or run as traced.
 
-    That is its graph with an empty module for each piece, each piece as its graph or as the index of a
+    That is its code with an empty module for each piece, each piece as its code or as the index of a
     compiled piece, and the compiled pieces, each saved once however many blocks share it."""
     tools = cast(Any, piece_saving())  # a frame in pieces is saved only where the probe finds this
     names = [node.target for node in split.graph.nodes if node.op == "call_module"]
@@ -72,28 +74,41 @@ def saved_split(split: GraphModule) -> tuple[GraphModule, Pieces, list[bytes]]:
         piece = split.__dict__[name]
         traced = getattr(piece, "__self__", None)  # a piece run as traced is its graph's `forward`
         if isinstance(traced, torch.fx.GraphModule):
-            pieces[name] = traced
+            pieces[name] = tools.code_of(traced)
             continue
         if id(piece) not in indexes:
             indexes[id(piece)] = len(compiled)
             compiled.append(tools.save(piece))
         pieces[name] = indexes[id(piece)], name in single
-    return shell, pieces, compiled
+    return tools.code_of(shell), pieces, compiled
 
 
-def loaded_split(shell: GraphModule, pieces: Pieces, compiled: list[bytes]) -> GraphModule:
+def loaded_split(shell: Code, pieces: Pieces, compiled: list[bytes]) -> torch.nn.Module:
     """Returns the graph that `saved_split` saved, each piece a plain attribute, as `pieces_compiled` sets
     it."""
     tools = cast(Any, piece_saving())
     loaded = [tools.load(data) for data in compiled]
+    split = from_code(shell)
     for name, piece in pieces.items():
-        delattr(shell, name)
-        if isinstance(piece, torch.fx.GraphModule):
-            shell.__dict__[name] = piece.forward
+        del split._modules[name]
+        if isinstance(piece, list):  # a traced piece's code; an index is a tuple
+            split.__dict__[name] = from_code(piece).forward
         else:
             index, single = piece
-            shell.__dict__[name] = _first(loaded[index]) if single else loaded[index]
-    return shell
+            split.__dict__[name] = _first(loaded[index]) if single else loaded[index]
+    return split
+
+
+def from_code(code: Code) -> torch.nn.Module:
+    """Returns the module that a graph module's state and code make, without tracing that code.
+
+    A graph module's own unpickling traces it, and a trace patches `nn.Module.__call__` for the whole
+    process, which another thread's call meanwhile would meet."""
+    body, imports = code
+    module = torch.nn.Module()
+    module.__dict__.update(body)
+    module.__dict__["forward"] = types.MethodType(cast(Any, piece_saving()).forward_of(body, imports), module)
+    return module
 
 
 def _first(piece: Callable[..., Any]) -> Callable[..., Any]:
@@ -126,7 +141,7 @@ class Graphs:
     warm: dict[Key, None]
     pool: Any  # the graphs' memory pool, made at the first capture
 
-    def __init__(self, run: GraphModule, inputs: Inputs, graphable: bool, always: bool = True) -> None:
+    def __init__(self, run: torch.nn.Module, inputs: Inputs, graphable: bool, always: bool = True) -> None:
         # Dicts: the graphs in the order of their last replay, and the keys in the order first seen.
         self.run, self.graphs, self.warm, self.pool = run, {}, {}, None
         self.graphable, self.always, self.lock = graphable, always, threading.Lock()
@@ -136,7 +151,9 @@ class Graphs:
     def serialize_compile_artifacts(cls, graphs: Graphs) -> bytes:
         """Returns `graphs` as bytes, which torch's `aot_compile` saves with the frame (`saved.py`)."""
         inputs = Inputs(graphs.fixed, graphs.copied, graphs.mutated, graphs.values)
-        return pickle.dumps((saved_split(graphs.run), inputs, graphs.graphable, graphs.always))
+        return pickle.dumps(
+            (saved_split(cast("GraphModule", graphs.run)), inputs, graphs.graphable, graphs.always)
+        )
 
     @classmethod
     def deserialize_compile_artifacts(cls, data: bytes) -> Graphs:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 Frame = tuple[Any, "Watch | None"]  # a frame loaded or compiled ahead, and the watch on its dropped reads
 
-FORMAT = 3  # the format of the key and the file; a new value names every file afresh
+FORMAT = 4  # the format of the key and the file; a new value names every file afresh
 SUFFIX = ".owner"
 MAGIC = b"regionalize saved owner\n"
 SWITCH = "REGIONALIZE_SAVED_OWNERS"

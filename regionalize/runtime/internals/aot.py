@@ -47,6 +47,7 @@ def piece_saving() -> types.SimpleNamespace | None:
         return None
     # Read where `aot_compile` itself finds them, whichever module of torch defines them.
     from torch._dynamo import aot_compile as compiling
+    from torch.fx.graph_module import _forward_from_src
 
     interface = getattr(compiling, "SerializableCallable")  # noqa: B009  # not re-exported for mypy
     bundled = getattr(compiling, "BundledAOTAutogradSerializableCallable")  # noqa: B009
@@ -54,6 +55,9 @@ def piece_saving() -> types.SimpleNamespace | None:
         interface=interface,
         save=lambda piece: bundled.serialize_compile_artifacts(bundled(piece)),
         load=bundled.deserialize_compile_artifacts,
+        # A graph module as its pickle holds it (its state and code), and its `forward` rebuilt from that.
+        code_of=lambda module: list(module.__reduce__()[1]),
+        forward_of=lambda body, imports: _forward_from_src(imports + body["_code"], {}),
     )
 
 
