@@ -147,9 +147,16 @@ BESIDE: list[Callable[[], object]] = []  # what `beside` runs in another thread,
 BESIDE_RAN: list[object] = []  # what that returned or raised
 
 
+def is_fx_tracing() -> bool:
+    """Returns FX's tracing flag: the process's up to torch 2.14, the calling thread's from 2.15."""
+    fx = torch.fx._symbolic_trace
+    read = getattr(fx, "_get_is_fx_tracing", None)
+    return bool(read() if read is not None else fx._is_fx_tracing_flag)
+
+
 @beside.register_fake
 def _(x: torch.Tensor) -> torch.Tensor:
-    if torch.fx._symbolic_trace._is_fx_tracing_flag and BESIDE and not BESIDE_RAN:  # AOTAutograd's trace
+    if is_fx_tracing() and BESIDE and not BESIDE_RAN:  # AOTAutograd's trace
         thread = threading.Thread(target=lambda: BESIDE_RAN.append(BESIDE[0]()))
         thread.start()
         thread.join(60)
