@@ -148,7 +148,7 @@ BESIDE_RAN: list[object] = []  # what that returned or raised
 
 
 def is_fx_tracing() -> bool:
-    """Returns FX's tracing flag: the process's up to torch 2.14, the calling thread's from 2.15."""
+    """Returns FX's tracing flag: the process's on torch 2.13 and before, the calling thread's from 2.14."""
     fx = torch.fx._symbolic_trace
     read = getattr(fx, "_get_is_fx_tracing", None)
     return bool(read() if read is not None else fx._is_fx_tracing_flag)
