@@ -133,6 +133,7 @@ print(json.dumps({
     "same": all(torch.allclose(o, e, atol=1e-5) for o, e in zip(outs, [expected, expected, expected_y])),
     "traced": counters["stats"]["unique_graphs"],
     "warnings": [str(w.message) for w in caught if "regionalize" in str(w.message)],
+    **({"compiler": "torch._inductor.compile_fx" in sys.modules} if "imports" in sys.argv else {}),
 }))
 """
 
@@ -194,6 +195,14 @@ def test_a_restart_loads_the_saved_frame_and_traces_nothing(started: Path) -> No
     assert [path.suffix for path in files(started, "")] == [saved_owners.SUFFIX]
     again = start(started)
     assert again == {"saved": "loaded", "same": True, "traced": 0, "warnings": []}
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_a_restart_that_loads_its_frame_does_not_import_inductors_compiler(started: Path) -> None:
+    """A restart compiles nothing, so Inductor's compiler, which takes about a second to import, stays
+    unimported: the form is planned without asking whether it could compile pieces."""
+    again = start(started, "on", "imports")
+    assert (again["saved"], again["traced"], again["compiler"]) == ("loaded", 0, False)
 
 
 # Blocks that differ in a drop-path rate, as stochastic depth spaces them: the owner is compiled in pieces.
@@ -574,6 +583,7 @@ print(json.dumps({
     "traced": counters["stats"]["unique_graphs"],
     "same": torch.allclose(out.float(), expected.float(), atol=1e-5),
     "warnings": [str(w.message) for w in caught if "regionalize" in str(w.message)],
+    **({"compiler": "torch._inductor.compile_fx" in sys.modules} if "imports" in sys.argv else {}),
 }))
 """
 

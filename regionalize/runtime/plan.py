@@ -50,14 +50,20 @@ def form_for(state: OwnerState, graphs: bool, inductor: bool) -> Plan:
     per block unless it runs in CUDA graphs or holds blocks without regions. Otherwise the owner is
     compiled whole (docs/compile-forms.md)."""
     indexed = state.indexed
-    splits = inductor and inductor_pieces() is not None
     constants = None if indexed else differing_constants(state.blocks)
     if len(state.blocks) == 1 and not indexed and not graphs:
         return Plan(ALONE)
+    # Asked only where pieces would serve: the probe imports Inductor's compiler, which a restart that
+    # loads its frames otherwise never imports.
     if constants is not None:
-        return Plan(PIECES if splits else PER_BLOCK, constants)
-    if not process.reusing and splits:
+        return Plan(PIECES if can_split(inductor) else PER_BLOCK, constants)
+    if not process.reusing and can_split(inductor):
         return Plan(PIECES, "this torch does not reuse a traced region")
     if not (process.reusing or graphs) and all(attribute for _, attribute in indexed):
         return Plan(PER_BLOCK, "this torch does not reuse a traced region (torch 2.12 and later do)")
     return Plan(WHOLE)
+
+
+def can_split(inductor: bool) -> bool:
+    """Returns whether the owner's graph can be compiled in pieces: by Inductor, where torch offers that."""
+    return inductor and inductor_pieces() is not None
