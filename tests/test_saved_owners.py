@@ -199,7 +199,7 @@ def test_a_restart_loads_the_saved_frame_and_traces_nothing(started: Path) -> No
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_a_restart_that_loads_its_frame_does_not_import_inductors_compiler(started: Path) -> None:
-    """A restart compiles nothing, so Inductor's compiler, which takes about a second to import, stays
+    """A restart compiles nothing, so Inductor's compiler, a slow import that a load does not need, stays
     unimported: the form is planned without asking whether it could compile pieces."""
     again = start(started, "on", "imports")
     assert (again["saved"], again["traced"], again["compiler"]) == ("loaded", 0, False)
