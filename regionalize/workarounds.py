@@ -152,12 +152,14 @@ WORKAROUNDS = (
     ),
     Workaround(
         "gradients of repeated regions",
-        "A call with autograd on compiles the blocks one by one (`owner.py`): Inductor's backward of a graph "
-        "holding repeated regions returned wrong gradients where a full compile's were exact.",
-        "2.13 (measured); applied on every torch",
+        "A call with autograd on compiles the blocks one by one (`owner.py`): Inductor's code for a graph "
+        "holding repeated regions returns wrong gradients where a full compile's are exact. Its buffer reuse "
+        "around the regions is the cause: with `allow_buffer_reuse` off they are right.",
+        "2.13 to 2.15 (measured); applied on every torch",
         "not filed: found by `regionalize verify`'s gradient check on Llama and ViT",
         None,
-        "when verify's gradient check passes for the owner compiled whole on every supported torch",
+        "when a Llama compiled whole with its layers as regions trains as eager does with buffer reuse on "
+        "(`scripts/bench_train.py --methods eager whole-reuse`) on every supported torch",
     ),
     Workaround(
         "regions reused across structures",

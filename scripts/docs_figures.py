@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from bench_train import median as train_median
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 
@@ -57,6 +59,7 @@ SERVING = Source("serving/serving.json", "serving/serving.md", "serving")
 VERSIONS = Source("torch-versions/versions.json", "torch-versions/versions.md", "by torch")
 RESTART = Source("restart.json", "restart.md", "restart")
 RESTART_DECODE = Source("restart-decode/decode.json", "restart-decode/decode.md", "decoder restart")
+TRAIN = Source("train/train.json", "train/train.md", "training")
 SOURCES = (
     FORWARD,
     STOCHASTIC,
@@ -68,6 +71,7 @@ SOURCES = (
     VERSIONS,
     RESTART,
     RESTART_DECODE,
+    TRAIN,
 )
 
 
@@ -185,6 +189,31 @@ def _restart_runs() -> list[Run]:
     ]
 
 
+def _train_runs(method: str) -> list[Run]:
+    """Each model of the training page: `method`'s first step, restart and time a step against the full
+    compile's, medians of one sitting; per step from the steps taking turns where they were timed
+    (scripts/bench_train.py)."""
+
+    def both(cells: dict[str, list[Run]], kinds: tuple[str, ...], figure: str) -> dict[str, float | None]:
+        return {
+            name: train_median(cells, key, kinds, figure)
+            for name, key in (("full", "full"), ("regional", method))
+        }
+
+    found = []
+    for name, cells in TRAIN.data()["cells"].items():
+        turns = ("interleaved",) if "interleaved" in cells else ("cold", "hot")
+        found.append(
+            {
+                "name": name,
+                "first": both(cells, ("cold",), "first_step_s"),
+                "restart": both(cells, ("hot",), "first_step_s"),
+                "step": both(cells, turns, "per_step_ms"),
+            }
+        )
+    return found
+
+
 def _serving_sitting(variant: str) -> str:
     """serving.json keeps each variant's latest run, which may be another sitting than full's: say so, as
     its page asks to compare rows of one run."""
@@ -204,6 +233,7 @@ def _serving_runs(variant: str) -> list[Run]:
 def table() -> list[Row]:
     forward, decoders = runs(FORWARD), [r for r in runs(DECODE) if r["depth"] == 32]
     encoder_decoders, serving = runs(ENCODER_DECODERS), _serving_runs("rewrite_static_cuda_graphs")
+    train = _train_runs("regions")
     reduce = "`--mode reduce-overhead`"
     return [
         Row(
@@ -260,8 +290,6 @@ def table() -> list[Row]:
             pair("cold", "regional"),
             pair("hot", "regional"),
             pair("ms", "regional"),
-            family=f"restarts with saved owners, CPU, a ViT-like encoder of {_restart_depths()} (first "
-            "call with empty caches; restarted; per call)",
         ),
         Row(
             "generate with a `DynamicCache`, CPU, llama-32, its owners saved (first token; per token)",
@@ -279,6 +307,24 @@ def table() -> list[Row]:
             pair("compile_hot_s", "regional"),
             pair("decode_ms_per_token", "regional"),
             family=f"encoder-decoders, CPU ({names(encoder_decoders)}; first generate; per token)",
+        ),
+        Row(
+            "training, CPU, forward, backward and AdamW: `compile_regions` (first step; per step)",
+            TRAIN,
+            train,
+            pair("first", "regional"),
+            pair("restart", "regional"),
+            pair("step", "regional"),
+            family=f"training, CPU ({names(train)}; first step; per step)",
+        ),
+        Row(
+            "the same, `block.compile()` each block, as torchtitan compiles for training",
+            TRAIN,
+            _train_runs("per-block"),
+            pair("first", "regional"),
+            pair("restart", "regional"),
+            pair("step", "regional"),
+            default_form=False,
         ),
         Row(
             f"forward, H100, {reduce}: the rewrite against full {reduce}",

@@ -488,9 +488,9 @@ def test_cuda_replaced_parameters_are_used(change: str) -> None:
 
 
 def test_with_autograd_the_gradients_are_the_originals() -> None:
-    """torch 2.13's Inductor differentiates a graph of repeated regions wrongly (Llama and ViT gradients
-    came out up to 1e6 off in docs/results/forward, where a full compile is exact): with autograd on, calls
-    take the per-block path, and no_grad calls the owner compiled whole."""
+    """Inductor differentiates a graph of repeated regions wrongly on torch 2.13 to 2.15
+    (docs/form-hierarchical.md): with autograd on, calls take the per-block path, and no_grad calls the owner
+    compiled whole."""
     transformers = pytest.importorskip("transformers")
     from pathlib import Path
 

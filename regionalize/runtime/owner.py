@@ -209,8 +209,8 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
     # Checked until a call hands over a cache that holds keys, or hands over no cache at all.
     if not state.growing and per_call is None and not is_tracing():
         state.growing = mark_kv_growing(args, kwargs) in (Handed.NONE, Handed.MARKED)
-    # Calls with autograd take the per-block path, because Inductor's backward of a graph of repeated
-    # regions can return wrong gradients (docs/form-hierarchical.md). Under no_grad the owner runs whole.
+    # Calls with autograd take the per-block path: Inductor's code for a graph of repeated regions returns
+    # wrong gradients, and per block starts sooner (docs/form-hierarchical.md). Under no_grad it runs whole.
     if (
         not report.plan.form.runs_whole
         or per_call is not None
