@@ -160,3 +160,54 @@ def test_blocks_under_torch_checkpoint_train_as_eager_does() -> None:
         got = train(model, plain, batch)
     torch.testing.assert_close(got, train(original, plain, batch), atol=1e-4, rtol=0)
     assert account.frames and not account.fell_back_to_eager
+
+
+def train_distributed(rank: int, port: int, results: str) -> None:
+    """One of two gloo processes: trains the small Llama under DDP and under FSDP2, eagerly and through
+    `compile_regions` applied before wrapping; rank 0 saves the losses and compiled frames to `results`."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    found: dict[str, Any] = {}
+    for wrapper in ("DDP", "FSDP2"):
+        for regional in (False, True):
+            model, _ = llama()
+            if regional:
+                regionalize.compile_regions(model)
+            if wrapper == "DDP":
+                wrapped: nn.Module = DistributedDataParallel(model)
+            else:
+                for layer in model.model.layers:
+                    fully_shard(layer)
+                wrapped = fully_shard(model)
+            ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(rank))
+            with recording() as account:
+                losses = train(wrapped, plain, {"input_ids": ids, "labels": ids})
+            found[f"{wrapper} {'regional' if regional else 'eager'}"] = losses, account.frames
+    if rank == 0:
+        torch.save(found, results)
+    dist.destroy_process_group()
+
+
+def test_ddp_and_fsdp2_on_two_processes_train_as_without_regionalize(tmp_path: Any) -> None:
+    """Each block compiled on its own under DDP's gradient hooks and FSDP2's sharded parameters."""
+    pytest.importorskip("transformers")
+    import socket
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    results = str(tmp_path / "losses.pt")
+    mp.spawn(train_distributed, args=(port, results), nprocs=2)
+    found = torch.load(results)
+    for wrapper in ("DDP", "FSDP2"):
+        (want, _), (got, frames) = found[f"{wrapper} eager"], found[f"{wrapper} regional"]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0, msg=wrapper)
+        assert frames, f"{wrapper}: nothing was compiled"
