@@ -248,13 +248,13 @@ FIGURES = (
 )
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any], source: str) -> str:
     """Renders the page: per model, each method's first step, restart and per step against full's."""
     header = " | ".join(f"{name} | vs full" for name, _, _ in FIGURES)
     lines = [
         "# Training steps: first step, restart and per step",
         "",
-        "Written by `scripts/bench_train.py` from train.json; do not edit. "
+        f"Written by `scripts/bench_train.py` from {source}; do not edit. "
         f"{results['machine']}, torch {results['torch']}, transformers {results['transformers']}, "
         f"{results['date']}, runtime {results['runtime']}. Batch {results['batch'][0]}x{results['batch'][1]} "
         f"(BEiT: 2 images of 64x64), width {results['width']}, AdamW. Medians of {results['rounds']} "
@@ -330,7 +330,8 @@ def main() -> None:
         name, method = args.child
         print(json.dumps(interleaved(name) if method == "interleaved" else child(name, method)))
         return
-    json_path, page = args.out.with_suffix(".json"), args.out.with_suffix(".md")
+    # Named by appending, so that an OUT with a dot of its own (a torch version) keeps it.
+    json_path, page = (args.out.parent / f"{args.out.name}{suffix}" for suffix in (".json", ".md"))
     if args.render:
         results = json.loads(json_path.read_text())
     else:
@@ -342,7 +343,7 @@ def main() -> None:
             results["cells"] = kept
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(results, indent=1) + "\n")
-    page.write_text(markdown(results))
+    page.write_text(markdown(results, json_path.name))
     print(page.read_text())
 
 
