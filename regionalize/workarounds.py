@@ -155,7 +155,7 @@ WORKAROUNDS = (
         "A call with autograd on compiles the blocks one by one (`owner.py`): Inductor's code for a graph "
         "holding repeated regions returns wrong gradients where a full compile's are exact. Its buffer reuse "
         "around the regions is the cause: with `allow_buffer_reuse` off they are right.",
-        "2.13 to 2.15 (measured); applied on every torch",
+        "2.13 to 2.15 (measured; 2.11 trains right); applied on every torch",
         "not filed: found by `regionalize verify`'s gradient check on Llama and ViT",
         None,
         "when a Llama compiled whole with its layers as regions trains as eager does with buffer reuse on "
