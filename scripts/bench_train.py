@@ -82,6 +82,9 @@ def build(name: str) -> tuple[Any, dict[str, Any], list[Any]]:
         model = transformers.GPT2LMHeadModel(config)
         blocks = list(model.transformer.h)
     else:  # a ViT with stochastic depth: BEiT's per-layer drop-path rates, in training mode
+        import torch._inductor.config
+
+        torch._inductor.config.fallback_random = True  # compiled drop path draws as eager does
         config = transformers.BeitConfig(
             hidden_size=WIDTH, intermediate_size=4 * WIDTH, num_hidden_layers=layers, num_attention_heads=8,
             image_size=64, patch_size=8, drop_path_rate=0.1, num_labels=10,
@@ -124,27 +127,32 @@ def compile_model(model: Any, blocks: list[Any], method: str) -> Any:
     return model
 
 
+def train_step(call: Any, kwargs: dict[str, Any], optimizer: Any, seed: int) -> tuple[float, float]:
+    """Runs one training step (forward, loss, backward, the optimizer's step) and returns its loss and
+    seconds."""
+    import torch
+
+    torch.manual_seed(seed)
+    began = time.perf_counter()
+    loss = call(**kwargs).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item(), time.perf_counter() - began
+
+
 def child(name: str, method: str) -> dict[str, Any]:
     """Trains `name` compiled by `method` for a few steps and returns the start, per step and losses."""
     import torch
 
-    if name.startswith("beit"):
-        import torch._inductor.config
-
-        torch._inductor.config.fallback_random = True  # drop path draws as eager does
     model, kwargs, blocks = build(name)
     call = compile_model(model, blocks, method)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times = [], []
     for step in range(1 + WARMUP + STEPS):
-        torch.manual_seed(step)
-        began = time.perf_counter()
-        loss = call(**kwargs).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-        times.append(time.perf_counter() - began)
+        loss, seconds = train_step(call, kwargs, optimizer, step)
+        losses.append(loss)
+        times.append(seconds)
         if step == 0:
             started = time.perf_counter() - _START
     return {
@@ -163,10 +171,6 @@ def interleaved(name: str, rounds: int = 30) -> dict[str, Any]:
     import torch
 
     model, kwargs, blocks = build(name)
-    if name.startswith("beit"):
-        import torch._inductor.config
-
-        torch._inductor.config.fallback_random = True
     trained = {}
     for method in INTERLEAVED:
         twin = copy.deepcopy(model)
@@ -175,13 +179,9 @@ def interleaved(name: str, rounds: int = 30) -> dict[str, Any]:
         trained[method] = call, torch.optim.AdamW(twin.parameters(), lr=1e-4), []
     for index in range(WARMUP + rounds):
         for call, optimizer, times in trained.values():
-            torch.manual_seed(index)
-            began = time.perf_counter()
-            call(**kwargs).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+            seconds = train_step(call, kwargs, optimizer, index)[1]
             if index >= WARMUP:
-                times.append(time.perf_counter() - began)
+                times.append(seconds)
     return {"per_step_ms": {m: statistics.median(t) * 1e3 for m, (_, _, t) in trained.items()}}
 
 
