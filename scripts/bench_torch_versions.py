@@ -87,7 +87,7 @@ def _subject(name: str, tokens: int) -> tuple[Any, Any]:
     model, factory, generate = MODELS[name]
     target = resolve_target(model, factory)
     spec = GenerateSpec(tokens, 16) if generate else None
-    return target, functools.partial(Subject, target, Options(), "cpu", generate=spec)
+    return target, functools.partial(Subject, target, Options(), "cpu", spec=spec)
 
 
 def _variant(form: str) -> Any:

@@ -249,3 +249,18 @@ def test_describe_gives_each_owners_form_as_a_record() -> None:
             saved="not saved: not called whole",
         )
     ]
+
+
+def test_describe_says_where_calls_with_autograd_ran_per_block() -> None:
+    """A training call runs the owner per block (owner.py says why); its record and verify's text say so."""
+    from regionalize.bench.accounting import served_forms
+    from regionalize.bench.served import GRAD
+
+    model = regionalize.compile_regions(Stack(), saved=False)
+    with torch.no_grad():
+        model(torch.randn(3, 8))
+    [report] = regionalize.describe(model)
+    assert not report.grad_calls and GRAD not in served_forms(model)["Stack"]
+    model(torch.randn(3, 8)).sum().backward()
+    [report] = regionalize.describe(model)
+    assert report.grad_calls and served_forms(model)["Stack"].endswith(f"; {GRAD}")

@@ -218,12 +218,13 @@ def test_a_hot_first_generate_finds_the_caches_the_warm_one_left(monkeypatch: py
 
     def worker(job: WorkerJob, timeout_s: float, cache: str | None = None) -> dict[str, Any]:
         assert cache is None or Path(cache).is_dir()
-        first = (job.generate or {}).get("first", "token")
+        first = (job.workload or {}).get("first", "token")
         calls.append((job.variant, job.warm, cache, first))
         return {"first_call_s": float(len(calls))}
 
     monkeypatch.setattr(timing, "run_worker", worker)
-    job = WorkerJob("m.py", "make", "", {}, {}, "cpu", False, [], generate={"tokens": 2, "cache": "static"})
+    spec = {"kind": "generate", "tokens": 2, "cache": "static"}
+    job = WorkerJob("m.py", "make", "", {}, {}, "cpu", False, [], workload=spec)
     runs = timing.cold_starts(job, ["full"], 1, 60, ("cold", "hot"))
     (cold, hot, warm_generate, hot_generate) = calls
     assert [c[3] for c in calls] == ["token", "token", "generate", "generate"]
@@ -436,7 +437,7 @@ def test_generate_worker_times_the_first_token(tmp_path: Path) -> None:
         device="cuda" if torch.cuda.is_available() else "cpu",
         warm=False,
         sys_path=[p for p in sys.path if p],
-        generate={"tokens": 3, "prompt_len": 4},
+        workload={"kind": "generate", "tokens": 3, "prompt_len": 4},
     )
     assert run_worker(job, timeout_s=300)["first_call_s"] > 0
 

@@ -80,9 +80,15 @@ def test_entries_become_verify_arguments_relative_to_the_manifest(tmp_path: Path
         factory = "make"
         starts = ["warm", "hot"]
         skip = ["per-block", "dedup"]
+
+        [[model]]
+        name = "trained"
+        factory = "make"
+        workload = "train"
+        steps = 2
         """,
     )
-    llama, local, restarted = load(manifest)
+    llama, local, restarted, trained = load(manifest)
     assert llama.verify_args(Path("out.json")) == [
         "transformers.models.llama.modeling_llama",
         "--factory", f"{tmp_path.resolve()}/factories.py:llama",
@@ -100,6 +106,10 @@ def test_entries_become_verify_arguments_relative_to_the_manifest(tmp_path: Path
     assert local.timeout == 1800 and local.with_settings({"timeout": 5}).timeout == 5
     assert restarted.verify_args(Path("r.json"))[4:] == [
         "--quick", "--starts", "warm,hot", "--device", "cpu", "--skip", "per-block", "--skip", "dedup",
+        "--style", "wrap", "--no-fullgraph",
+    ]  # fmt: skip
+    assert trained.verify_args(Path("t.json"))[4:] == [
+        "--quick", "--device", "cpu", "--workload", "train", "--steps", "2",
         "--style", "wrap", "--no-fullgraph",
     ]  # fmt: skip
 

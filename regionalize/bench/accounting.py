@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._dynamo import utils as dynamo_utils
 
-from regionalize.bench.served import ALONE, PROMPT, STATIC
+from regionalize.bench.served import ALONE, GRAD, PROMPT, STATIC
 from regionalize.runtime.describe import OwnerReport, report_of
 
 # Dynamo's graph-break type for a frame that ran out of recompiles; such a frame then runs eagerly
@@ -199,9 +199,10 @@ def form_text(report: OwnerReport) -> str:
         return f"per-block: {report.reason}" if report.fallback else f"per block, {report.reason}"
     if report.form == "alone":
         return ALONE
-    return _whole(
+    served = _whole(
         report.pieces, report.static_calls, report.prompt_calls, report.reason, report.layer_by_layer
     )
+    return f"{served}; {GRAD}" if report.grad_calls else served
 
 
 def _whole(pieces: str | None, static: bool, prompt: bool, reason: str | None, kv: str | None) -> str:

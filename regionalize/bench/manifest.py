@@ -115,8 +115,9 @@ _SETTINGS: dict[str, Callable[[Any], Any]] = {
     "repeats": config.positive_int,
     "cold-start": config.boolean,
     "device": config.choice(("auto", "cpu", "cuda")),
-    "workload": config.choice(("generate",)),
+    "workload": config.choice(("generate", "train")),
     "tokens": config.positive_int,
+    "steps": config.positive_int,
     "prompt-len": config.positive_int,
     "regionalize": _regionalize,
     "skip": _skip,
@@ -160,7 +161,7 @@ class Entry:
             args += ["--starts", ",".join(s["starts"])]
         if s.get("cold-start") is False:
             args.append("--no-cold-start")
-        for key in ("repeats", "device", "workload", "tokens", "prompt-len"):
+        for key in ("repeats", "device", "workload", "tokens", "steps", "prompt-len"):
             if key in s:
                 args += [f"--{key}", str(s[key])]
         for variant in s.get("skip", ()):

@@ -11,6 +11,7 @@ ALONE = "one block, compiled on its own"
 # those that hand a DynamicCache holding nothing yet.
 STATIC = "per block with a StaticCache"
 PROMPT = "per block for a prompt"
+GRAD = "per block with autograd"
 
 
 def regions_text(account: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from regionalize.bench.loading import (
     import_rewritten,
     load_factory,
 )
-from regionalize.bench.workloads import Custom, GenerateSpec, Workload, make_generate
+from regionalize.bench.workloads import Custom, GenerateSpec, Spec, Workload, make_workload
 from regionalize.shared.options import Options
 
 SEED = 0
@@ -115,7 +115,7 @@ class Subject:
         workdir: Path,
         sources: dict[str, str] | None = None,
         transform: bool = True,
-        generate: GenerateSpec | None = None,
+        spec: Spec | None = None,
     ) -> None:
         self.target = target
         self.options = options
@@ -123,7 +123,7 @@ class Subject:
         self.workdir = workdir
         self.sources = {key: Path(path) for key, path in (sources or {}).items()}
         self.transform = transform
-        self.generate = generate
+        self.spec = spec  # the built-in workload that --workload names, or None
         self._modules: dict[str, ModuleType] = {}
         self._build = load_factory(target)
 
@@ -181,15 +181,16 @@ class Subject:
             raise
         except BaseException as exc:
             raise VerifyError.from_exception("factory", exc) from exc
-        built = _unpack(made, self.target.factory_name, bare_model=self.generate is not None)
+        bare_model = isinstance(self.spec, GenerateSpec)  # generate makes a prompt from the config
+        built = _unpack(made, self.target.factory_name, bare_model)
         built.dynamo = dict(variant.dynamo)
         built.model.to(self.device).eval()
         built.args = to_device(built.args, self.device)
         built.kwargs = to_device(built.kwargs, self.device)
-        if self.generate is not None:
+        if self.spec is not None:
             if built.workload is not None:
-                raise VerifyError("workload", "--workload generate needs (model, args) or a model, not a run")
-            built.workload = make_generate(self.generate, built.model, built.args, built.kwargs, SEED)
+                raise VerifyError("workload", f"--workload {self.spec.kind} needs (model, args), not a run")
+            built.workload = make_workload(self.spec, built.model, built.args, built.kwargs, SEED)
         if variant.compile_whole and built.workload is not None:
             # In place: a workload calls the model it is given, often through methods (`generate`) that
             # an OptimizedModule wrapper would hand to the uncompiled original; `Module.compile` makes
@@ -238,19 +239,6 @@ def to_device(obj: Any, device: str) -> Any:
         return [to_device(x, device) for x in obj]
     if isinstance(obj, dict):
         return {k: to_device(v, device) for k, v in obj.items()}
-    return obj
-
-
-def clone_inputs(obj: Any) -> Any:
-    """Fresh copies for every call, so a model that writes into its inputs cannot skew the next one."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, tuple):
-        return tuple(clone_inputs(x) for x in obj)
-    if isinstance(obj, list):
-        return [clone_inputs(x) for x in obj]
-    if isinstance(obj, dict):
-        return {k: clone_inputs(v) for k, v in obj.items()}
     return obj
 
 

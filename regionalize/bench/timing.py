@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -21,7 +22,7 @@ import torch
 
 from regionalize.bench.loading import VerifyError
 from regionalize.bench.session import Built
-from regionalize.bench.workloads import Generate
+from regionalize.bench.workloads import GENERATE, Generate
 from regionalize.shared.options import Options
 
 RESULT_MARKER = "REGIONALIZE-WORKER-RESULT "
@@ -46,17 +47,34 @@ def synchronize(device: str) -> None:
 
 
 def call(built: Built, first: bool = False) -> Any:
-    """One inference call (or the whole workload): eval mode without autograd, what a serving process runs.
+    """One inference call (or the whole workload): eval mode without autograd, what a serving process runs,
+    unless the workload trains.
 
     `first` runs what the first-call timing measures: the workload's `first` (for generation, the first
-    token only).
+    token only; for training, one step).
     """
-    with torch.no_grad(), torch._dynamo.config.patch(**built.dynamo):
+    grad = built.workload is not None and built.workload.grad
+    with torch.set_grad_enabled(grad), torch._dynamo.config.patch(**built.dynamo):
         if built.workload is None:
             return built.model(*built.args, **built.kwargs)
         if first:
             return built.workload.first(built.model)
         return built.workload.run(built.model)
+
+
+@contextlib.contextmanager
+def peak_memory(device: str, peaks: dict[str, int], name: str, wanted: bool = True) -> Iterator[None]:
+    """Records in `peaks[name]` the most CUDA memory the block allocated above what it found allocated, the
+    largest over the blocks so recorded; records nothing where `device` is not CUDA or not `wanted`."""
+    if device != "cuda" or not wanted:
+        yield
+        return
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    yield
+    torch.cuda.synchronize()
+    peaks[name] = max(peaks.get(name, 0), torch.cuda.max_memory_allocated() - before)
 
 
 def first_call_s(built: Built, device: str) -> float:
@@ -169,7 +187,7 @@ class WorkerJob:
     device: str
     warm: bool  # run the unrelated warm-up compile first
     sys_path: list[str]
-    generate: dict[str, Any] | None = None  # GenerateSpec's fields for --workload generate
+    workload: dict[str, Any] | None = None  # the --workload spec's fields (`workloads.spec_fields`)
     save_artifacts: str | None = None  # write torch.compiler.save_cache_artifacts() here after the call
     load_artifacts: str | None = None  # load_cache_artifacts() from here before building
 
@@ -254,7 +272,7 @@ def cold_starts(
                         runs[variant].setdefault(f"saved_{kind}", []).append(result["saved_owners"])
                         if kind == "cold" and result.get("saved_bytes"):  # the files it wrote
                             runs[variant].setdefault("saved_bytes", []).append(result["saved_bytes"])
-            if job.generate is not None:
+            if job.workload is not None and job.workload["kind"] == GENERATE:
                 count = f"{number + 1} of {repeats}"
                 _first_generates(job, variant, runs[variant], timeout_s, "hot" in kinds, progress, count)
     return runs
@@ -273,12 +291,12 @@ def _first_generates(
     makes a new cache, and a static one's new addresses compile again); with `hot`, again in a process
     that finds the caches it left, as a restarted service does: the first token's caches alone would
     leave the decode step's compile to the restart."""
-    whole = {**job.generate, "first": "generate"}
+    whole = {**(job.workload or {}), "first": "generate"}
     with tempfile.TemporaryDirectory(prefix="regionalize-hot-") as kept:
         cache = os.path.join(kept, "cache") if hot else None
         if cache:
             os.makedirs(cache)
         for kind, key in (("warm", "generate"), *((("hot", "generate_hot"),) if hot else ())):
             progress(f"first generate of {variant} in a fresh {kind} process ({count})")
-            run = dataclasses.replace(job, variant=variant, warm=kind == "warm", generate=whole)
+            run = dataclasses.replace(job, variant=variant, warm=kind == "warm", workload=whole)
             runs.setdefault(key, []).append(run_worker(run, timeout_s, cache)["first_call_s"])

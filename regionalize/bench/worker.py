@@ -18,7 +18,7 @@ from regionalize.bench.accounting import saved_bytes, saved_owners
 from regionalize.bench.loading import import_paths, resolve_target
 from regionalize.bench.session import BY_NAME, Subject
 from regionalize.bench.timing import RESULT_MARKER, WorkerJob, first_call_s, options_from_json, warm_up
-from regionalize.bench.workloads import GenerateSpec
+from regionalize.bench.workloads import spec_from_fields
 
 
 def _untraced() -> None:
@@ -34,10 +34,8 @@ def main() -> None:
         torch.compiler.load_cache_artifacts(Path(job.load_artifacts).read_bytes())
     with import_paths(target):
         workdir = Path(tempfile.gettempdir())
-        generate = GenerateSpec(**job.generate) if job.generate else None
-        subject = Subject(
-            target, options, job.device, workdir, job.sources, transform=False, generate=generate
-        )
+        spec = spec_from_fields(job.workload) if job.workload else None
+        subject = Subject(target, options, job.device, workdir, job.sources, transform=False, spec=spec)
         built = subject.build(BY_NAME[job.variant])
         warmup_s = None
         if job.warm:

@@ -1,12 +1,15 @@
-"""Workloads: what verify runs on a model when one forward is not the whole story (caches, generation).
+"""Workloads: what verify runs on a model when one forward is not the whole story (caches, generation,
+training).
 
 A factory returning `(model, run)` gives a `Custom` workload; `--workload generate` builds a `Generate`
-one from `(model, args)` or a bare model. Either way the workload's result is what is compared between
-the original and the rewrite, what Dynamo's accounting covers, and what the steady-state timing times.
+one from `(model, args)` or a bare model, and `--workload train` a `Train` one from `(model, args)`.
+Either way the workload's result is what is compared between the original and the rewrite, what
+Dynamo's accounting covers, and what the steady-state timing times.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +19,7 @@ import torch
 from regionalize.bench.loading import VerifyError
 
 GENERATE = "generate"
+TRAIN = "train"
 CACHES = ("dynamic", "static")  # transformers' default cache; its fixed-size one, the way it serves compiled
 
 
@@ -31,13 +35,41 @@ class GenerateSpec:
     prompt_len: int = 8
     cache: str = "dynamic"
     first: str = "token"  # what the first-call timing times: the first token, or the whole "generate"
+    kind = GENERATE
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": self.prompt_len, "cache": self.cache}
 
 
+@dataclass(frozen=True)
+class TrainSpec:
+    """`--workload train`: `steps` training steps of forward, backward and an AdamW step at rate `lr`."""
+
+    steps: int = 8
+    lr: float = 1e-4
+    kind = TRAIN
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": TRAIN, "steps": self.steps, "lr": self.lr}
+
+
+Spec = GenerateSpec | TrainSpec  # a built-in workload, as the command line names it
+
+
+def spec_fields(spec: Spec) -> dict[str, Any]:
+    """Returns all of `spec` as JSON, for a worker process to rebuild it with `spec_from_fields`."""
+    return {"kind": spec.kind, **dataclasses.asdict(spec)}
+
+
+def spec_from_fields(data: dict[str, Any]) -> Spec:
+    """Returns the spec that `spec_fields` wrote."""
+    fields = {key: value for key, value in data.items() if key != "kind"}
+    return TrainSpec(**fields) if data["kind"] == TRAIN else GenerateSpec(**fields)
+
+
 class Workload:
     kind = "run"
+    grad = False  # whether it runs with autograd on; inference workloads run without
 
     def run(self, model: torch.nn.Module) -> Any:
         """The whole workload: compared, accounted and timed."""
@@ -105,6 +137,77 @@ class Generate(Workload):
         return {"kind": GENERATE, "tokens": self.tokens, "prompt_len": prompt, "cache": self.cache}
 
 
+@dataclass
+class Train(Workload):
+    """Training steps on the factory's inputs: forward, a loss, backward, and an AdamW step.
+
+    The loss is the output's `loss` where it has one (a transformers model given labels), else a fixed
+    random projection of its floating outputs. A run makes its own optimizer and compares the loss of
+    every step and the gradients of the first, which no optimizer step has touched yet."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    steps: int
+    lr: float
+    kind = TRAIN
+    grad = True
+
+    def run(self, model: torch.nn.Module) -> dict[str, Any]:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr)
+        losses, grads = [], {}
+        for number in range(self.steps):
+            losses.append(self.step(model, optimizer))
+            if number == 0:
+                grads = {
+                    name.replace("_orig_mod.", ""): p.grad.clone()
+                    for name, p in model.named_parameters()
+                    if p.grad is not None
+                }
+            optimizer.step()
+        return {"loss": torch.stack(losses), "grad": grads}
+
+    def first(self, model: torch.nn.Module) -> Any:
+        # The first training step: its forward and backward compile, then the optimizer steps eagerly.
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr)
+        loss = self.step(model, optimizer)
+        optimizer.step()
+        return loss
+
+    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> torch.Tensor:
+        """Runs one forward and backward in training mode; returns the loss, detached."""
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        loss = training_loss(model(*clone_inputs(self.args), **clone_inputs(self.kwargs)))
+        loss.backward()
+        return loss.detach()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": TRAIN, "steps": self.steps, "lr": self.lr}
+
+
+def training_loss(output: Any) -> torch.Tensor:
+    """Returns the output's own loss where it has one, else `projected_loss`'s; raises VerifyError where
+    no output requires grad."""
+    from regionalize.verify.compare import projected_loss
+
+    own = getattr(output, "loss", None) if not isinstance(output, dict) else output.get("loss")
+    loss = own if isinstance(own, torch.Tensor) and own.requires_grad else projected_loss(output)
+    if loss is None:
+        raise VerifyError("workload", "--workload train: no floating-point output requires grad")
+    return loss.float()
+
+
+def make_workload(
+    spec: Spec, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], seed: int
+) -> Workload:
+    """Returns the workload `spec` names for a built model and the factory's inputs."""
+    if isinstance(spec, GenerateSpec):
+        return make_generate(spec, model, args, kwargs, seed)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise VerifyError("workload", f"--workload train: {type(model).__name__} has no trainable parameters")
+    return Train(args, kwargs, spec.steps, spec.lr)
+
+
 def cache_kwargs(model: torch.nn.Module, cache: str) -> dict[str, Any]:
     """What generate takes to make a fresh cache of the kind `cache` names. A static one the way transformers
     documents, `cache_implementation="static"`, with its own compile of the forward (on CUDA) turned off:
@@ -160,3 +263,16 @@ def make_generate(
     ids = torch.randint(0, vocab, (1, spec.prompt_len), generator=generator)
     device = next(model.parameters()).device
     return Generate(ids.to(device), spec.tokens, kwargs, spec.cache, whole)
+
+
+def clone_inputs(obj: Any) -> Any:
+    """Fresh copies for every call, so a model that writes into its inputs cannot skew the next one."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, tuple):
+        return tuple(clone_inputs(x) for x in obj)
+    if isinstance(obj, list):
+        return [clone_inputs(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: clone_inputs(v) for k, v in obj.items()}
+    return obj

@@ -39,8 +39,9 @@ A factory outside MODEL.py takes one argument, the model module (original or rew
 the model from it, e.g. `def make(m): return m.LlamaForCausalLM(config), (ids,)`.
 
 Without --rewritten the codemod's output for these options is verified, in memory. Timings are for
-inference (eval mode, no autograd); each compile time is the first call (a workload's whole run; with
---workload generate, the first token) in a fresh process, started four ways by default (--starts): warm
+inference (eval mode, no autograd) unless --workload train; each compile time is the first call (a
+workload's whole run; with --workload generate, the first token; with --workload train, the first
+training step) in a fresh process, started four ways by default (--starts): warm
 (after one unrelated warm-up compile), cold (nothing compiled before), hot (the compile caches a cold
 process left on disk, as a restarted service finds them) and artifact (torch's portable cache artifacts
 loaded); --quick times the warm start only.
@@ -84,10 +85,20 @@ model's status, a timeout or a crash counting as 2.
 )
 @click.option(
     "--workload",
-    type=click.Choice(["generate"]),
-    help="Verify greedy generation (a transformers causal LM) instead of one forward: the factory returns "
-    "(model, (input_ids,)) or just the model; tokens must be identical, time to first token and decode "
-    "time per token are measured.",
+    type=click.Choice(["generate", "train"]),
+    help="generate: verify greedy generation (a transformers causal LM) instead of one forward; the "
+    "factory returns (model, (input_ids,)) or just the model; tokens must be identical, time to first "
+    "token and decode time per token are measured. train: verify training steps on the factory's inputs "
+    "(forward in training mode, the output's loss or a fixed projection of its outputs, backward, an AdamW "
+    "step); every step's loss and the first step's gradients must match, the first step and a step's time "
+    "are measured, and on CUDA a step's peak memory.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Training steps compared (--workload train).",
 )
 @click.option(
     "--tokens",
@@ -188,6 +199,7 @@ def verify(
     cold_start: bool,
     workload: str | None,
     tokens: int,
+    steps: int,
     prompt_len: int,
     cache: str,
     json_out: str | None,
@@ -228,6 +240,7 @@ def verify(
         tokens=tokens,
         prompt_len=prompt_len,
         cache=cache,
+        steps=steps,
         progress=Progress(quiet),
         quick=quick,
         starts=starts,

@@ -23,6 +23,7 @@ class OwnerReport:
     prompt_calls: bool  # a prompt's calls with a DynamicCache run per block
     layer_by_layer: str | None  # why its blocks that update a cache are traced layer by layer
     saved: str | None  # "loaded", "saved" or "not saved: <why>"; None where saving was not asked for
+    grad_calls: bool = False  # calls with autograd run per block
 
 
 def describe(model: torch.nn.Module) -> list[OwnerReport]:
@@ -53,6 +54,7 @@ def report_of(owner: torch.nn.Module, state: Any) -> OwnerReport:
         prompt_calls=found.prompt_calls,
         layer_by_layer=found.layer_by_layer,
         saved=(str(saved) if saved else "not saved: not called whole") if config.save else None,
+        grad_calls=getattr(found, "grad_calls", False),  # a vendored copy's record may lack it
     )
 
 

@@ -211,10 +211,13 @@ def serve_call(owner: torch.nn.Module, whole: Compiled | None, args: Args, kwarg
         state.growing = mark_kv_growing(args, kwargs) in (Handed.NONE, Handed.MARKED)
     # Calls with autograd take the per-block path: Inductor's code for a graph of repeated regions returns
     # wrong gradients, and per block starts sooner (docs/form-hierarchical.md). Under no_grad it runs whole.
+    grad = torch.is_grad_enabled()
+    if grad and not report.grad_calls:
+        report.grad_calls = True
     if (
         not report.plan.form.runs_whole
         or per_call is not None
-        or torch.is_grad_enabled()
+        or grad
         or (graphs and not is_graphable(owner, args, kwargs))
     ):
         return per_block(owner)(*args, **kwargs)

@@ -90,6 +90,7 @@ class Findings:
     pieces: PieceCounts | None = None  # in pieces
     static_calls: bool = False  # a call with a StaticCache was served per block
     prompt_calls: bool = False  # a prompt's call was served per block
+    grad_calls: bool = False  # a call with autograd was served per block
     saved: SaveOutcome | None = None  # with `Config.save`; None until known
 
 

@@ -18,7 +18,7 @@ from regionalize.shared.source_files import write_output
 
 if TYPE_CHECKING:
     from regionalize.bench.loading import Target, VerifyError
-    from regionalize.bench.workloads import GenerateSpec
+    from regionalize.bench.workloads import Spec
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 DEFAULT_OPTIONS = Options()
@@ -47,6 +47,9 @@ _LEADING = (
     "first_generate_s",
     "first_generate_hot_s",
     "decode_ms_per_token",
+    "losses_equal",
+    "train_ms_per_step",
+    "peak_step_bytes",
     "device",
     "torch_version",
 )
@@ -70,6 +73,7 @@ def run_verify(
     cache: str = "dynamic",
     starts: tuple[str, ...] | None = None,
     skip: tuple[str, ...] = (),
+    steps: int = 8,
 ) -> int:
     """Verify `model_path` against its rewrite (`rewritten`, or the codemod's output with `options`).
 
@@ -77,7 +81,8 @@ def run_verify(
     JSON object. `cold_start=False` skips the fresh-process compile timings, the slowest part.
     `workload="generate"` verifies greedy generation of `tokens` new tokens instead of one forward
     (`prompt_len` sizes the prompt when the factory gives none), with a cache of the kind `cache` names
-    (`"dynamic"`, transformers' default, or `"static"`, its fixed-size one). `progress` reports each step
+    (`"dynamic"`, transformers' default, or `"static"`, its fixed-size one); `workload="train"` verifies
+    `steps` training steps of forward, backward and an optimizer step. `progress` reports each step
     as it starts; `quick` times one warm fresh process per variant and no cold ones; `starts` names the
     kinds of fresh process to time (`starts.STARTS`; by default all, or with `quick` the warm one); `skip`
     names variants left out (`manifest.SKIPPABLE`'s values).
@@ -87,11 +92,10 @@ def run_verify(
 
     result = _first_result(model_path, factory, rewritten, options)
     try:
-        _check_workload(workload, tokens, prompt_len)
+        spec = _workload_spec(workload, tokens, prompt_len, cache, steps)
         target = _import_target(model_path, factory, progress, result)
         from regionalize.verify.verifier import verify
 
-        generate = _generate_spec(workload, tokens, prompt_len, cache)
         result = verify(
             target,
             factory,
@@ -100,7 +104,7 @@ def run_verify(
             repeats,
             options,
             cold_start,
-            generate,
+            spec,
             progress=progress,
             kinds=start_kinds(starts or (QUICK_STARTS if quick else STARTS)),
             skip=skip,
@@ -124,24 +128,20 @@ def _first_result(
     }
 
 
-def _check_workload(workload: str | None, tokens: int, prompt_len: int) -> None:
-    """Raises VerifyError for a workload other than the built-in one, or sizes below 1."""
+def _workload_spec(workload: str | None, tokens: int, prompt_len: int, cache: str, steps: int) -> Spec | None:
+    """Returns the built-in workload that `workload` names (None: one forward); raises VerifyError for an
+    unknown workload or cache, or sizes below 1."""
     from regionalize.bench.loading import VerifyError
+    from regionalize.bench.workloads import CACHES, GENERATE, TRAIN, GenerateSpec, TrainSpec
 
-    if workload not in (None, "generate"):
-        raise VerifyError("workload", f"unknown workload {workload!r}: the one built in is generate")
-    if tokens < 1 or prompt_len < 1:
-        raise VerifyError("workload", "--tokens and --prompt-len must be at least 1")
-
-
-def _generate_spec(workload: str | None, tokens: int, prompt_len: int, cache: str) -> GenerateSpec | None:
-    """Returns what `--workload generate` generates (None: one forward); raises VerifyError for an unknown
-    cache."""
-    from regionalize.bench.loading import VerifyError
-    from regionalize.bench.workloads import CACHES, GenerateSpec
-
+    if workload not in (None, GENERATE, TRAIN):
+        raise VerifyError("workload", f"unknown workload {workload!r}: the built-in ones are generate, train")
+    if tokens < 1 or prompt_len < 1 or steps < 1:
+        raise VerifyError("workload", "--tokens, --prompt-len and --steps must be at least 1")
     if cache not in CACHES:
         raise VerifyError("workload", f"unknown cache {cache!r}: choose one of {', '.join(CACHES)}")
+    if workload == TRAIN:
+        return TrainSpec(steps)
     return GenerateSpec(tokens, prompt_len, cache) if workload else None
 
 

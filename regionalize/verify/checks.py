@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from regionalize.bench.loading import VerifyError
-from regionalize.bench.session import SEED, Built, clone_inputs
-from regionalize.verify.compare import Difference, compare, compare_leaf, leaves
+from regionalize.bench.session import SEED, Built
+from regionalize.bench.workloads import clone_inputs
+from regionalize.verify.compare import Difference, compare, compare_leaf, projected_loss
 
 _WRAPPER = "_orig_mod."  # what torch.compile's OptimizedModule adds to every key below it
 _LISTED = 5  # keys named in a report before "and N more"
@@ -82,16 +82,18 @@ class RewriteRaised(Exception):
 def check_equivalence(original: Built, rewritten: torch.nn.Module) -> Equivalence:
     """Same inputs through both models in eval mode: outputs without grad, then parameter gradients.
 
-    With a workload, its results (the same workload run on each model, same seed) are compared instead;
-    gradients are not: a workload is an inference run, generation included.
+    With a workload, its results (the same workload run on each model, same seed) are compared instead,
+    and gradients only where the workload trains and returns them.
     """
     result = Equivalence()
-    with torch.no_grad():
+    workload = original.workload
+    with torch.set_grad_enabled(workload is not None and workload.grad):
         expected = _run(original.model, original, "run original")
         actual = _run(rewritten, original, "")
     result.forward = compare(expected, actual)
-    if original.workload is not None:
-        result.backward_note = "not compared: a workload runs without autograd"
+    if workload is not None:
+        trains = "compared in the workload's results"
+        result.backward_note = trains if workload.grad else "not compared: a workload runs without autograd"
         return result
     want = _run(original.model, original, "run original", _gradients)
     if isinstance(want, str):
@@ -126,28 +128,14 @@ def _run(model: torch.nn.Module, inputs: Built, stage: str, how: Any = None) -> 
 
 
 def _gradients(model: torch.nn.Module, inputs: Built) -> dict[str, torch.Tensor] | str:
-    """Parameter gradients of a fixed random projection of every floating output (or why there are none).
-
-    A projection rather than a plain sum: the sum of a softmax, say, is constant and has zero gradient.
-    """
+    """Parameter gradients of a fixed random projection of every floating output (or why there are none)."""
     model.zero_grad(set_to_none=True)
-    output = model(*clone_inputs(inputs.args), **clone_inputs(inputs.kwargs))
-    terms = [
-        _projection(path, leaf)
-        for path, leaf in leaves(output)
-        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.is_floating_point()
-    ]
-    if not terms:
+    loss = projected_loss(model(*clone_inputs(inputs.args), **clone_inputs(inputs.kwargs)))
+    if loss is None:
         return "no floating-point output requires grad, so there is no backward pass to compare"
-    torch.stack(terms).sum().backward()
+    loss.backward()
     grads = {name.replace(_WRAPPER, ""): p.grad for name, p in model.named_parameters() if p.grad is not None}
     return grads or "no parameter received a gradient"
-
-
-def _projection(path: str, leaf: torch.Tensor) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(zlib.crc32(path.encode()))
-    weights = torch.randn(leaf.shape, generator=generator, dtype=torch.float32).to(leaf.device, leaf.dtype)
-    return (leaf * weights).sum().float()
 
 
 def summarize(diffs: list[Difference]) -> dict[str, Any]:

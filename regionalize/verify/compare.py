@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,3 +118,23 @@ def _compare_tensors(path: str, expected: torch.Tensor, actual: torch.Tensor) ->
     max_abs = float(error.max())
     detail = f"{expected.dtype}, rtol {rtol:g}, atol {atol:g}" + ("" if scale == 1.0 else f" x {scale:.3g}")
     return Difference(path, ok, max_abs if math.isfinite(max_abs) else math.inf, detail)
+
+
+def projected_loss(output: Any) -> torch.Tensor | None:
+    """Returns a fixed random projection of every floating leaf of `output` that requires grad, summed, or
+    None where no leaf does.
+
+    A projection rather than a plain sum, because the sum of a softmax, say, is constant and has no
+    gradient. Each leaf's weights are seeded by its path, so two models' losses weigh their leaves alike."""
+    terms = [
+        _projection(path, leaf)
+        for path, leaf in leaves(output)
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.is_floating_point()
+    ]
+    return torch.stack(terms).sum() if terms else None
+
+
+def _projection(path: str, leaf: torch.Tensor) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(zlib.crc32(path.encode()))
+    weights = torch.randn(leaf.shape, generator=generator, dtype=torch.float32).to(leaf.device, leaf.dtype)
+    return (leaf * weights).sum().float()

@@ -24,6 +24,8 @@ def table(result: dict[str, Any]) -> str:
         lines += [*_compile(result), "", _steady(result)]
         if result.get("decode_ms_per_token"):
             lines.append(_decode(result))
+        if result.get("train_ms_per_step"):
+            lines += _training(result)
         lines += [f"  {name}: not measured ({why})" for name, why in result["skipped"].items()]
     else:
         lines += ["The rewritten model raised:", result["rewrite_error"].rstrip()]
@@ -78,6 +80,11 @@ def _correctness(result: dict[str, Any]) -> list[str]:
         new = result["workload"]["tokens"]
         same = "identical" if tokens else "differ"
         lines.append(_row("generated tokens", "PASS" if tokens else "FAIL", f"{new} new (greedy), {same}"))
+    losses = result.get("losses_equal")
+    if losses is not None:
+        steps = result["workload"]["steps"]
+        same = "equal" if losses else "differ"
+        lines.append(_row("training losses", "PASS" if losses else "FAIL", f"{steps} steps, {same}"))
     state = result["state_dict"]
     if state["compatible"]:
         lines.append(_row("state_dict", "PASS", f"{state['keys']} keys identical, strict load ok"))
@@ -103,7 +110,11 @@ def _compile(result: dict[str, Any]) -> list[str]:
     names = list(result["compile_s"])
     width = max([_COLUMN, *(len(n) + 2 for n in names)])
     runs = max((len(v) for r in result["compile_runs"].values() for v in r.values()), default=0)
-    heading = "Time to first token" if result.get("ttft_s") is not None else "Compile (first call)"
+    heading = "Compile (first call)"
+    if result.get("ttft_s") is not None:
+        heading = "Time to first token"
+    elif result.get("train_ms_per_step") is not None:
+        heading = "First training step"
     lines = [f"{heading:<{_LABEL}}" + "".join(f"{n:>{width}}" for n in names) + f"{'full/regional':>16}"]
     lines += _start_rows(result, names, width)
     lines.append(f"  (median of {runs} fresh processes each)" if runs else "  (fresh-process timing skipped)")
@@ -193,11 +204,21 @@ def _steady(result: dict[str, Any]) -> str:
 
 
 def _decode(result: dict[str, Any]) -> str:
-    cells = "   ".join(
-        f"{name} {'-' if ms is None else f'{ms:.2f} ms'}"
-        for name, ms in result["decode_ms_per_token"].items()
-    )
+    cells = "   ".join(f"{name} {_millis(ms)}" for name, ms in result["decode_ms_per_token"].items())
     return f"{'Decode per token':<{_LABEL}}{cells}"
+
+
+def _training(result: dict[str, Any]) -> list[str]:
+    """The time of one training step, and on CUDA the memory a step took above what it found."""
+    cells = "   ".join(f"{name} {_millis(ms)}" for name, ms in result["train_ms_per_step"].items())
+    lines = [f"{'Training step':<{_LABEL}}{cells}"]
+    peaks = result.get("peak_step_bytes") or {}
+    if any(peaks.values()):
+        cells = "   ".join(f"{name} {_mib(size)}" for name, size in peaks.items())
+        lines.append(f"{'Peak memory a step':<{_LABEL}}{cells}")
+    else:
+        lines.append(f"{'Peak memory a step':<{_LABEL}}measured on CUDA only")
+    return lines
 
 
 def _row(label: str, status: str, text: str) -> str:
@@ -215,6 +236,14 @@ def _number(value: float | None) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
+
+
+def _millis(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.0f} MiB"
 
 
 def _kib(value: float | None) -> str:

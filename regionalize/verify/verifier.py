@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import os
 import statistics
@@ -35,9 +34,10 @@ from regionalize.bench.timing import (
     cold_starts,
     decode_timing,
     options_to_json,
+    peak_memory,
     steady_us,
 )
-from regionalize.bench.workloads import Generate, GenerateSpec
+from regionalize.bench.workloads import Generate, GenerateSpec, Spec, Train, TrainSpec, spec_fields
 from regionalize.shared.options import Options
 from regionalize.verify.checks import (
     RewriteRaised,
@@ -59,19 +59,19 @@ def verify(
     repeats: int,
     options: Options,
     cold_start: bool = True,
-    generate: GenerateSpec | None = None,
+    spec: Spec | None = None,
     progress: Progress = QUIET,
     kinds: tuple[str, ...] = ("cold", "warm", "hot", "artifact"),
     skip: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """All checks; raises VerifyError when the user's code cannot be imported, built or run.
 
-    `generate` verifies greedy generation instead of one forward (`--workload generate`); `skip` names
-    variants left out (`manifest.SKIPPABLE`'s values), reported as skipped.
+    `spec` verifies a built-in workload instead of one forward (`--workload generate` or `train`); `skip`
+    names variants left out (`manifest.SKIPPABLE`'s values), reported as skipped.
     """
     device = resolve_device(device)
     compiled = [v.name for v in VARIANTS if v.compiled and v.time_compile]
-    result = _empty_result(target, factory, rewritten, device, options, generate, compiled)
+    result = _empty_result(target, factory, rewritten, device, options, spec, compiled)
     with (
         tempfile.TemporaryDirectory(prefix="regionalize-verify-") as workdir,
         import_paths(target),
@@ -79,7 +79,7 @@ def verify(
     ):
         sources = {"rewritten": str(Path(rewritten).resolve())} if rewritten else {}
         subject = Subject(
-            target, options, device, Path(workdir), sources, transform=rewritten is None, generate=generate
+            target, options, device, Path(workdir), sources, transform=rewritten is None, spec=spec
         )
         with saved_owners_off():  # this process's accounting counts compiles, which a load would skip
             _correctness(subject, result, progress)
@@ -100,12 +100,14 @@ def _empty_result(
     rewritten: str | None,
     device: str,
     options: Options,
-    generate: GenerateSpec | None,
+    spec: Spec | None,
     compiled: list[str],
 ) -> dict[str, Any]:
     """The result with every key present, each measurement None or empty until taken, so the JSON's
     consumers need no special cases whatever step stops the run; `compiled` names the variants whose
     first call is timed."""
+    generate = isinstance(spec, GenerateSpec)
+    train = isinstance(spec, TrainSpec)
     return {
         "model": str(target.model_path),
         "factory": factory,
@@ -132,7 +134,7 @@ def _empty_result(
         "compile_speedup": None,
         "compile_cold_speedup": None,
         "compile_runs": {},
-        "workload": generate.to_json() if generate else None,
+        "workload": spec.to_json() if spec else None,
         "tokens_identical": None,
         # Generation only (None otherwise): the first-call timings are then the time to first token.
         "ttft_s": dict.fromkeys(compiled) if generate else None,
@@ -143,6 +145,11 @@ def _empty_result(
         "decode_ms_per_token": (
             dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None
         ),
+        # Training only: whether every step's loss is the original's, the time of a step, and on CUDA the
+        # memory a step's steady rounds took above what was allocated before them.
+        "losses_equal": None,
+        "train_ms_per_step": dict.fromkeys(v.name for v in VARIANTS) if train else None,
+        "peak_step_bytes": dict.fromkeys(v.name for v in VARIANTS) if train else None,
     }
 
 
@@ -200,6 +207,9 @@ def _correctness(subject: Subject, result: dict[str, Any], progress: Progress) -
     if isinstance(original.workload, Generate):
         tokens = [d for d in forward if d.path == "output.tokens"]
         result["tokens_identical"] = bool(tokens) and all(d.ok for d in tokens)
+    if isinstance(original.workload, Train):
+        losses = [d for d in forward if d.path == "output.loss"]
+        result["losses_equal"] = bool(losses) and all(d.ok for d in losses)
     if not mismatch:
         progress("comparing the guard-bypass variant")
     result["bypass_equivalent"] = None if mismatch else _bypass_equivalent(subject, original)
@@ -234,6 +244,7 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
     rounds: dict[str, list[float]] = {name: [] for name in ready}
     depths = {name: itertools.cycle(STACK_DEPTHS) for name in ready}
     per_token: dict[str, list[float]] = {name: [] for name in ready}
+    peaks: dict[str, int] = {}
     # The rounds stay in this function: a helper's frame would move every timed call one frame deeper.
     for number in range(STEADY_ROUNDS):
         progress(f"steady state, round {number + 1} of {STEADY_ROUNDS}: {', '.join(ready)}")
@@ -249,15 +260,26 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
                     rounds[name].append(whole)
                     per_token[name] += [] if token_ms is None else [token_ms]
                 else:
-                    rounds[name].append(
-                        steady_us(
-                            built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name], **warmup
+                    with peak_memory(subject.device, peaks, name, isinstance(built.workload, Train)):
+                        rounds[name].append(
+                            steady_us(
+                                built,
+                                subject.device,
+                                budget_s=0.04,
+                                min_calls=1,
+                                depths=depths[name],
+                                **warmup,
+                            )
                         )
-                    )
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
     _record_steady(result, list(ready), rounds, per_token)
+    if result["train_ms_per_step"] is not None:
+        steps = result["workload"]["steps"]
+        for name in ready:
+            result["train_ms_per_step"][name] = result["steady_us"][name] / steps / 1000
+        result["peak_step_bytes"].update(peaks)
     result["skipped"] = skipped
     _record_accounting(result, accounts)
 
@@ -293,7 +315,7 @@ def _skip_reason(subject: Subject, variant: Variant, skip: tuple[str, ...]) -> s
         return "left out of this run by --skip"
     if variant.name == "per_block" and not subject.options.hierarchical:
         return "the rewrite verified is the per-block form"
-    if variant.name == "regional_bypass" and subject.generate is not None:
+    if variant.name == "regional_bypass" and isinstance(subject.spec, GenerateSpec):
         # The decoder layers take the KV cache, an argument the dispatcher never keys on, so every
         # call takes the guarded path: the variant would time "regional" a second time.
         return "not run with --workload generate: the KV cache is never bypassed"
@@ -363,7 +385,7 @@ def _compile_times(
         device=subject.device,
         warm=False,
         sys_path=[p for p in sys.path if p],
-        generate=dataclasses.asdict(subject.generate) if subject.generate else None,
+        workload=spec_fields(subject.spec) if subject.spec else None,
     )
     runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S, kinds, progress)
     result["compile_runs"] = runs
@@ -382,7 +404,7 @@ def _compile_times(
         result["saved_owner_bytes"] = {name: _median(r.get("saved_bytes", [])) for name, r in runs.items()}
     result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
     result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
-    if subject.generate is not None:  # the worker's first call was the first token
+    if isinstance(subject.spec, GenerateSpec):  # the worker's first call was the first token
         result["ttft_s"] = dict(result["compile_s"])
         result["ttft_cold_s"] = dict(result["compile_cold_s"])
         for key, kind in (("first_generate_s", "generate"), ("first_generate_hot_s", "generate_hot")):

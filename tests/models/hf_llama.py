@@ -24,3 +24,9 @@ def make(module: ModuleType) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
 
 def make_model_only(module: ModuleType) -> torch.nn.Module:
     return module.LlamaForCausalLM(config())
+
+
+def make_labelled(module: ModuleType) -> tuple[torch.nn.Module, tuple[torch.Tensor], dict[str, torch.Tensor]]:
+    """With labels, so that the model computes its own loss (what `--workload train` then trains on)."""
+    ids = torch.randint(0, 64, (2, 6))
+    return module.LlamaForCausalLM(config()), (ids,), {"labels": ids}

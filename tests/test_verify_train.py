@@ -1,0 +1,102 @@
+"""`regionalize verify --workload train`: training steps compared with the original's, and timed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from regionalize.bench.workloads import TrainSpec, spec_fields, spec_from_fields
+from regionalize.cli.verify_command import verify as verify_command
+from regionalize.shared.options import Options
+from regionalize.verify import run_verify
+
+MODELS = Path(__file__).parent / "models"
+EAGER = Options(vendor=True, backend="eager")
+STACK, REWRITTEN = MODELS / "stack.py", MODELS / "stack_inplace.py"
+
+
+def verify(tmp_path: Path, rewritten: Path, **kwargs: Any) -> tuple[int, dict[str, Any], str]:
+    """run_verify of stack.py's `make` with `--workload train`; (exit code, JSON result, printed table)."""
+    out, table = tmp_path / "result.json", tmp_path / "table.txt"
+    settings = {"options": EAGER, "repeats": 1, "cold_start": False, "workload": "train", **kwargs}
+    with table.open("w") as stream:
+        code = run_verify(str(STACK), "make", str(rewritten), json_out=str(out), out=stream, **settings)
+    return code, json.loads(out.read_text()), table.read_text()
+
+
+def test_every_steps_loss_and_the_first_steps_gradients_are_compared(tmp_path: Path) -> None:
+    code, result, table = verify(tmp_path, REWRITTEN, steps=3)
+    assert code == 0 and result["equivalent"] is True and result["losses_equal"] is True
+    assert result["workload"] == {"kind": "train", "steps": 3, "lr": 1e-4}
+    assert result["forward"]["compared"] == 1 + 18  # the losses, and each parameter's gradient
+    assert result["gradients"]["note"] == "compared in the workload's results"
+    # Each variant's step is timed; on a CPU no peak memory is measured.
+    assert all(result["train_ms_per_step"][name] > 0 for name in ("eager", "full", "regional"))
+    assert not any(result["peak_step_bytes"].values())
+    assert re.search(r"training losses +PASS +3 steps, equal", table)
+    assert "Training step" in table and "measured on CUDA only" in table
+
+
+def test_a_rewrite_that_trains_otherwise_fails_though_inference_passes(tmp_path: Path) -> None:
+    # A block that computes otherwise in training mode only: inference's checks cannot see it.
+    broken = tmp_path / "stack_train_broken.py"
+    source = REWRITTEN.read_text()
+    forward = "        return self.relu2(self.linear2(self.relu1(self.linear1(x))))"
+    assert forward in source
+    broken.write_text(
+        source.replace(forward, forward.replace("return ", "return (1.01 if self.training else 1) * "))
+    )
+    inference_code, _, _ = verify(tmp_path, broken, workload=None)
+    assert inference_code == 0
+    code, result, table = verify(tmp_path, broken, steps=2)
+    assert code == 1 and result["equivalent"] is False and result["losses_equal"] is False
+    failing = {failure["path"] for failure in result["forward"]["failures"]}
+    # Gradients named as the original names its parameters, whichever variant computed them.
+    assert "output.loss" in failing and "output.grad.layers.0.linear2.bias" in failing
+    assert re.search(r"training losses +FAIL", table) and "FAIL: outputs or gradients differ" in table
+
+
+def test_the_first_step_is_timed_in_fresh_processes(tmp_path: Path) -> None:
+    code, result, table = verify(
+        tmp_path,
+        REWRITTEN,
+        steps=2,
+        cold_start=True,
+        starts=("warm", "hot"),
+        skip=("full_dedup", "per_block"),
+    )
+    assert code == 0
+    for key in ("compile_s", "compile_hot_s"):
+        assert all(result[key][name] > 0 for name in ("full", "regional")), result[key]
+    assert "First training step" in table
+
+
+def test_a_model_given_labels_trains_on_its_own_loss(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("regionalize.codemod", exc_type=ImportError)  # the rewrite is made in memory
+    from transformers.models.llama import modeling_llama
+
+    out = tmp_path / "r.json"
+    args = [modeling_llama.__file__, "--factory", f"{MODELS / 'hf_llama.py'}:make_labelled"]
+    args += ["--workload", "train", "--steps", "2", "--no-cold-start", "--backend", "eager"]
+    run = CliRunner().invoke(verify_command, [*args, "--skip", "dedup", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert run.exit_code == 0, run.output
+    assert result["equivalent"] is True and result["losses_equal"] is True
+    assert result["fell_back_to_eager"] is False
+    assert result["max_abs_diff"] < 1e-4
+
+
+def test_an_unknown_workload_or_no_steps_is_a_workload_error(tmp_path: Path) -> None:
+    code, result, _ = verify(tmp_path, REWRITTEN, steps=0)
+    assert code == 2 and result["error"]["stage"] == "workload"
+
+
+def test_a_worker_rebuilds_the_spec_it_is_given() -> None:
+    spec = TrainSpec(3, 1e-3)
+    assert spec_from_fields(json.loads(json.dumps(spec_fields(spec)))) == spec
