@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -60,21 +59,6 @@ def call(built: Built, first: bool = False) -> Any:
         if first:
             return built.workload.first(built.model)
         return built.workload.run(built.model)
-
-
-@contextlib.contextmanager
-def peak_memory(device: str, peaks: dict[str, int], name: str, wanted: bool = True) -> Iterator[None]:
-    """Records in `peaks[name]` the most CUDA memory the block allocated above what it found allocated, the
-    largest over the blocks so recorded; records nothing where `device` is not CUDA or not `wanted`."""
-    if device != "cuda" or not wanted:
-        yield
-        return
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    yield
-    torch.cuda.synchronize()
-    peaks[name] = max(peaks.get(name, 0), torch.cuda.max_memory_allocated() - before)
 
 
 def first_call_s(built: Built, device: str) -> float:

@@ -209,7 +209,7 @@ def _decode(result: dict[str, Any]) -> str:
 
 
 def _training(result: dict[str, Any]) -> list[str]:
-    """The time of one training step, and on CUDA the memory a step took above what it found."""
+    """The time of one training step, and the memory a step took above what it found in use."""
     cells = "   ".join(f"{name} {_millis(ms)}" for name, ms in result["train_ms_per_step"].items())
     lines = [f"{'Training step':<{_LABEL}}{cells}"]
     peaks = result.get("peak_step_bytes") or {}
@@ -217,7 +217,7 @@ def _training(result: dict[str, Any]) -> list[str]:
         cells = "   ".join(f"{name} {_mib(size)}" for name, size in peaks.items())
         lines.append(f"{'Peak memory a step':<{_LABEL}}{cells}")
     else:
-        lines.append(f"{'Peak memory a step':<{_LABEL}}measured on CUDA only")
+        lines.append(f"{'Peak memory a step':<{_LABEL}}not measured (CUDA, or a Linux CPU, measures it)")
     return lines
 
 

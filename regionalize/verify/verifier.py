@@ -16,6 +16,7 @@ import torch
 
 from regionalize.bench.accounting import GraphAccount, note_owners, recording
 from regionalize.bench.loading import Target, import_paths, user_traceback
+from regionalize.bench.memory import peak_memory
 from regionalize.bench.progress import QUIET, Progress
 from regionalize.bench.session import (
     BY_NAME,
@@ -34,7 +35,6 @@ from regionalize.bench.timing import (
     cold_starts,
     decode_timing,
     options_to_json,
-    peak_memory,
     steady_us,
 )
 from regionalize.bench.workloads import Generate, GenerateSpec, Spec, Train, TrainSpec, spec_fields
@@ -145,8 +145,8 @@ def _empty_result(
         "decode_ms_per_token": (
             dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None
         ),
-        # Training only: whether every step's loss is the original's, the time of a step, and on CUDA the
-        # memory a step's steady rounds took above what was allocated before them.
+        # Training only: whether every step's loss is the original's, the time of a step, and the most
+        # memory a step's steady rounds took above what was in use before them (`memory.peak_memory`).
         "losses_equal": None,
         "train_ms_per_step": dict.fromkeys(v.name for v in VARIANTS) if train else None,
         "peak_step_bytes": dict.fromkeys(v.name for v in VARIANTS) if train else None,
