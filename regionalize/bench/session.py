@@ -24,6 +24,7 @@ from regionalize.bench.loading import (
     import_rewritten,
     load_factory,
 )
+from regionalize.bench.trees import to_device
 from regionalize.bench.workloads import Custom, GenerateSpec, Spec, Workload, make_workload
 from regionalize.shared.options import Options
 
@@ -228,18 +229,6 @@ def _unpack(made: Any, name: str, bare_model: bool = False) -> Built:
         raise VerifyError("factory", f"{name}()'s example kwargs must be a dict, not {type(kwargs).__name__}")
     # A lone tensor is the one positional argument, as people tend to write it.
     return Built(model, tuple(args) if isinstance(args, (tuple, list)) else (args,), kwargs)
-
-
-def to_device(obj: Any, device: str) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, tuple):
-        return tuple(to_device(x, device) for x in obj)
-    if isinstance(obj, list):
-        return [to_device(x, device) for x in obj]
-    if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    return obj
 
 
 def resolve_device(device: str) -> str:

@@ -10,6 +10,7 @@ Dynamo's accounting covers, and what the steady-state timing times.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from regionalize.bench.loading import VerifyError
+from regionalize.bench.trees import clone_inputs, leaves
 
 GENERATE = "generate"
 TRAIN = "train"
@@ -188,8 +190,6 @@ class Train(Workload):
 def training_loss(output: Any) -> torch.Tensor:
     """Returns the output's own loss where it has one, else `projected_loss`'s; raises VerifyError where
     no output requires grad."""
-    from regionalize.verify.compare import projected_loss
-
     own = getattr(output, "loss", None) if not isinstance(output, dict) else output.get("loss")
     loss = own if isinstance(own, torch.Tensor) and own.requires_grad else projected_loss(output)
     if loss is None:
@@ -265,14 +265,21 @@ def make_generate(
     return Generate(ids.to(device), spec.tokens, kwargs, spec.cache, whole)
 
 
-def clone_inputs(obj: Any) -> Any:
-    """Fresh copies for every call, so a model that writes into its inputs cannot skew the next one."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, tuple):
-        return tuple(clone_inputs(x) for x in obj)
-    if isinstance(obj, list):
-        return [clone_inputs(x) for x in obj]
-    if isinstance(obj, dict):
-        return {k: clone_inputs(v) for k, v in obj.items()}
-    return obj
+def projected_loss(output: Any) -> torch.Tensor | None:
+    """Returns a fixed random projection of every floating leaf of `output` that requires grad, summed, or
+    None where no leaf does.
+
+    A projection rather than a plain sum, because the sum of a softmax, say, is constant and has no
+    gradient. Each leaf's weights are seeded by its path, so two models' losses weigh their leaves alike."""
+    terms = [
+        _projection(path, leaf)
+        for path, leaf in leaves(output)
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.is_floating_point()
+    ]
+    return torch.stack(terms).sum() if terms else None
+
+
+def _projection(path: str, leaf: torch.Tensor) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(zlib.crc32(path.encode()))
+    weights = torch.randn(leaf.shape, generator=generator, dtype=torch.float32).to(leaf.device, leaf.dtype)
+    return (leaf * weights).sum().float()

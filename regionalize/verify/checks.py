@@ -9,8 +9,9 @@ import torch
 
 from regionalize.bench.loading import VerifyError
 from regionalize.bench.session import SEED, Built
-from regionalize.bench.workloads import clone_inputs
-from regionalize.verify.compare import Difference, compare, compare_leaf, projected_loss
+from regionalize.bench.trees import clone_inputs
+from regionalize.bench.workloads import projected_loss
+from regionalize.verify.compare import Difference, compare, compare_leaf
 
 _WRAPPER = "_orig_mod."  # what torch.compile's OptimizedModule adds to every key below it
 _LISTED = 5  # keys named in a report before "and N more"

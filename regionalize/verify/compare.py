@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import zlib
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from regionalize.bench.trees import SCALARS, leaves
 
 # (rtol, atol). Compiled code fuses and reorders floating-point work, so bitwise equality is not expected;
 # these are a few ulps of accumulated error per layer, far below what a changed block produces.
@@ -22,8 +21,6 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.complex64: (1e-4, 1e-5),
 }
 _FLOAT8_TOLERANCE = (0.25, 0.1)
-_SCALAR = (bool, int, float, complex, str, bytes, type(None))
-_MAX_DEPTH = 32  # outputs are trees; anything deeper is a cycle through some object's attributes
 
 
 @dataclass(frozen=True)
@@ -44,33 +41,6 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return (0.0, 0.0)  # integers and bools must match exactly
 
 
-def leaves(obj: Any, path: str = "output", depth: int = 0) -> Iterator[tuple[str, Any]]:
-    """(path, leaf) pairs of a nested output: tensors, tuples/lists, mappings, dataclasses, plain objects.
-
-    Hugging Face's ModelOutput is both a dataclass and an OrderedDict; as a mapping it yields only the
-    fields that are set, which is what its users see.
-    """
-    if isinstance(obj, (torch.Tensor, *_SCALAR)) or depth > _MAX_DEPTH:
-        yield path, obj
-    elif isinstance(obj, Mapping):
-        for key, value in obj.items():
-            name = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key!r}]"
-            yield from leaves(value, name, depth + 1)
-    elif isinstance(obj, (tuple, list)):
-        for index, value in enumerate(obj):
-            yield from leaves(value, f"{path}[{index}]", depth + 1)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from leaves(getattr(obj, f.name), f"{path}.{f.name}", depth + 1)
-    elif hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module)):
-        # Cache objects and the like: compare their public state.
-        for key, value in sorted(vars(obj).items()):
-            if not key.startswith("_"):
-                yield from leaves(value, f"{path}.{key}", depth + 1)
-    else:
-        yield path, obj
-
-
 def compare(expected: Any, actual: Any, path: str = "output") -> list[Difference]:
     """Every leaf of `expected` against the same path in `actual`, plus leaves only one side has."""
     want = dict(leaves(expected, path))
@@ -89,7 +59,7 @@ def compare_leaf(path: str, expected: Any, actual: Any) -> Difference:
         return _compare_tensors(path, torch.tensor(expected, dtype=torch.float32), torch.tensor(actual))
     if type(expected) is not type(actual):
         return Difference(path, False, None, f"{type(expected).__name__} vs {type(actual).__name__}")
-    if isinstance(expected, _SCALAR):
+    if isinstance(expected, SCALARS):
         same = expected == actual
         return Difference(path, same, None, "" if same else f"{expected!r} vs {actual!r}")
     # An opaque object with no comparable state: its type matching is all that can be said.
@@ -118,23 +88,3 @@ def _compare_tensors(path: str, expected: torch.Tensor, actual: torch.Tensor) ->
     max_abs = float(error.max())
     detail = f"{expected.dtype}, rtol {rtol:g}, atol {atol:g}" + ("" if scale == 1.0 else f" x {scale:.3g}")
     return Difference(path, ok, max_abs if math.isfinite(max_abs) else math.inf, detail)
-
-
-def projected_loss(output: Any) -> torch.Tensor | None:
-    """Returns a fixed random projection of every floating leaf of `output` that requires grad, summed, or
-    None where no leaf does.
-
-    A projection rather than a plain sum, because the sum of a softmax, say, is constant and has no
-    gradient. Each leaf's weights are seeded by its path, so two models' losses weigh their leaves alike."""
-    terms = [
-        _projection(path, leaf)
-        for path, leaf in leaves(output)
-        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.is_floating_point()
-    ]
-    return torch.stack(terms).sum() if terms else None
-
-
-def _projection(path: str, leaf: torch.Tensor) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(zlib.crc32(path.encode()))
-    weights = torch.randn(leaf.shape, generator=generator, dtype=torch.float32).to(leaf.device, leaf.dtype)
-    return (leaf * weights).sum().float()
