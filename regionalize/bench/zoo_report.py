@@ -59,9 +59,10 @@ def _markdown(rows: list[Row], meta: dict[str, Any], chart: str | None) -> str:
         f"{meta['date']}.",
         *zoo_cluster.lines(meta.get("cluster", {})),
         "",
-        "*First call*: compile and run once (with a generation workload: the first token), in a fresh "
-        "process after an unrelated warm-up compile, median over the fresh processes. *Per call*: steady "
-        "state, median (with a generation workload: one whole generation). *Hierarchical* is the rewrite "
+        "*First call*: compile and run once (with a generation workload: the first token; with a training "
+        "workload: the first training step), in a fresh process after an unrelated warm-up compile, median "
+        "over the fresh processes. *Per call*: steady state, median (with a generation workload: one whole "
+        "generation; with a training workload: all its steps). *Hierarchical* is the rewrite "
         "verified (its form says whether each owner ran compiled whole), *per-block* its `--form per-block`, "
         "*full* `torch.compile` of the whole model, *dedup* the same with Dynamo's graph deduplication. "
         "*Cold*: a first call with nothing compiled before in the process; *hot*: one that finds the "
