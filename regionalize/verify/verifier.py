@@ -260,26 +260,17 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
                     rounds[name].append(whole)
                     per_token[name] += [] if token_ms is None else [token_ms]
                 else:
-                    with peak_memory(subject.device, peaks, name, isinstance(built.workload, Train)):
-                        rounds[name].append(
-                            steady_us(
-                                built,
-                                subject.device,
-                                budget_s=0.04,
-                                min_calls=1,
-                                depths=depths[name],
-                                **warmup,
-                            )
+                    with peak_memory(subject.device, peaks, name, wanted=isinstance(built.workload, Train)):
+                        us = steady_us(
+                            built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name], **warmup
                         )
+                    rounds[name].append(us)
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
     _record_steady(result, list(ready), rounds, per_token)
     if result["train_ms_per_step"] is not None:
-        steps = result["workload"]["steps"]
-        for name in ready:
-            result["train_ms_per_step"][name] = result["steady_us"][name] / steps / 1000
-        result["peak_step_bytes"].update(peaks)
+        _record_training(result, list(ready), peaks)
     result["skipped"] = skipped
     _record_accounting(result, accounts)
 
@@ -349,6 +340,14 @@ def _record_steady(
         if per_token[name]:
             result["decode_ms_per_token"][name] = statistics.median(per_token[name])
     result["steady_us"] = steady
+
+
+def _record_training(result: dict[str, Any], ready: list[str], peaks: dict[str, int]) -> None:
+    """Records each variant's time a training step, from its steady time of a run, and its peak memory."""
+    steps = result["workload"]["steps"]
+    for name in ready:
+        result["train_ms_per_step"][name] = result["steady_us"][name] / steps / 1000
+    result["peak_step_bytes"].update(peaks)
 
 
 def _record_accounting(result: dict[str, Any], accounts: dict[str, GraphAccount]) -> None:
