@@ -121,3 +121,19 @@ def test_a_cpus_peak_memory_is_what_the_block_allocated_above_what_was_in_use() 
         torch.ones(mib)
     assert 24 * mib <= peaks["large"] < 40 * mib and 24 * mib <= peaks["small"] < 40 * mib
     assert "unwanted" not in peaks
+
+
+def test_a_model_with_nothing_to_train_is_one_workload_error(tmp_path: Path) -> None:
+    frozen = tmp_path / "frozen.py"
+    frozen.write_text(
+        STACK.read_text() + "\n\ndef make_frozen():\n    model, args = make()\n"
+        "    return model.requires_grad_(False), args\n"
+    )
+    out = tmp_path / "r.json"
+    with (tmp_path / "table.txt").open("w") as stream:
+        code = run_verify(
+            str(frozen), "make_frozen", None, json_out=str(out), out=stream, options=EAGER, cold_start=False,
+            workload="train",
+        )  # fmt: skip
+    error = json.loads(out.read_text())["error"]
+    assert code == 2 and error["stage"] == "workload" and "no trainable parameters" in error["message"]

@@ -149,15 +149,14 @@ class Train(Workload):
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    steps: int
-    lr: float
+    spec: TrainSpec
     kind = TRAIN
     grad = True
 
     def run(self, model: torch.nn.Module) -> dict[str, Any]:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.spec.lr)
         losses, grads = [], {}
-        for number in range(self.steps):
+        for number in range(self.spec.steps):
             losses.append(self.step(model, optimizer))
             if number == 0:
                 grads = {
@@ -170,7 +169,7 @@ class Train(Workload):
 
     def first(self, model: torch.nn.Module) -> Any:
         # The first training step: its forward and backward compile, then the optimizer steps eagerly.
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.spec.lr)
         loss = self.step(model, optimizer)
         optimizer.step()
         return loss
@@ -184,7 +183,7 @@ class Train(Workload):
         return loss.detach()
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": TRAIN, "steps": self.steps, "lr": self.lr}
+        return self.spec.to_json()
 
 
 def training_loss(output: Any) -> torch.Tensor:
@@ -205,7 +204,7 @@ def make_workload(
         return make_generate(spec, model, args, kwargs, seed)
     if not any(p.requires_grad for p in model.parameters()):
         raise VerifyError("workload", f"--workload train: {type(model).__name__} has no trainable parameters")
-    return Train(args, kwargs, spec.steps, spec.lr)
+    return Train(args, kwargs, spec)
 
 
 def cache_kwargs(model: torch.nn.Module, cache: str) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import os
 import statistics
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,14 +29,12 @@ from regionalize.bench.session import (
 )
 from regionalize.bench.timing import (
     STACK_DEPTHS,
-    WorkerJob,
     call,
-    cold_starts,
     decode_timing,
     options_to_json,
     steady_us,
 )
-from regionalize.bench.workloads import Generate, GenerateSpec, Spec, Train, TrainSpec, spec_fields
+from regionalize.bench.workloads import Generate, GenerateSpec, Spec, Train, TrainSpec
 from regionalize.shared.options import Options
 from regionalize.verify.checks import (
     RewriteRaised,
@@ -47,8 +44,7 @@ from regionalize.verify.checks import (
     summarize,
 )
 from regionalize.verify.compare import Difference
-
-WORKER_TIMEOUT_S = 900.0
+from regionalize.verify.fresh_starts import record_starts
 
 
 def verify(
@@ -89,7 +85,7 @@ def verify(
             _performance(subject, result, progress, skip)
         if cold_start:
             runnable = [name for name in compiled if name not in result["skipped"]]
-            _compile_times(subject, factory, runnable, repeats, result, progress, kinds)
+            record_starts(subject, factory, runnable, repeats, result, progress, kinds)
     progress("done")
     return result
 
@@ -363,57 +359,3 @@ def _record_accounting(result: dict[str, Any], accounts: dict[str, GraphAccount]
         result[key] = {name: getattr(account, attribute) for name, account in accounts.items()}
     regional = [accounts[v.name] for v in VARIANTS if v.rewrite is not None and v.name in accounts]
     result["fell_back_to_eager"] = any(account.fell_back_to_eager for account in regional)
-
-
-def _compile_times(
-    subject: Subject,
-    factory: str,
-    variants: list[str],
-    repeats: int,
-    result: dict[str, Any],
-    progress: Progress,
-    kinds: tuple[str, ...],
-) -> None:
-    """First-call time of each compiled variant, each run in a fresh process with an empty cache."""
-    job = WorkerJob(
-        model_path=str(subject.target.model_path),
-        factory=factory,
-        variant="",
-        sources={key: str(path) for key, path in subject.sources.items()},
-        options=result["options"],
-        device=subject.device,
-        warm=False,
-        sys_path=[p for p in sys.path if p],
-        workload=spec_fields(subject.spec) if subject.spec else None,
-    )
-    runs = cold_starts(job, variants, repeats, WORKER_TIMEOUT_S, kinds, progress)
-    result["compile_runs"] = runs
-    result["compile_s"].update({name: _median(r.get("warm", [])) for name, r in runs.items()})
-    result["compile_cold_s"].update({name: _median(r.get("cold", [])) for name, r in runs.items()})
-    for key, kind in (
-        ("compile_hot_s", "hot"),
-        ("compile_artifact_s", "artifact"),
-        ("artifact_bytes", "artifact_bytes"),
-    ):
-        result[key].update({name: _median(r.get(kind, [])) for name, r in runs.items()})
-    # Unless REGIONALIZE_SAVED_OWNERS=0 turned them off: what each owner's hot start found, and their files.
-    found = {name: r["saved_hot"][-1] for name, r in runs.items() if r.get("saved_hot")}
-    if found:
-        result["saved_owners_hot"] = found
-        result["saved_owner_bytes"] = {name: _median(r.get("saved_bytes", [])) for name, r in runs.items()}
-    result["compile_speedup"] = _ratio(result["compile_s"], "full", "regional")
-    result["compile_cold_speedup"] = _ratio(result["compile_cold_s"], "full", "regional")
-    if isinstance(subject.spec, GenerateSpec):  # the worker's first call was the first token
-        result["ttft_s"] = dict(result["compile_s"])
-        result["ttft_cold_s"] = dict(result["compile_cold_s"])
-        for key, kind in (("first_generate_s", "generate"), ("first_generate_hot_s", "generate_hot")):
-            result[key].update({name: _median(r.get(kind, [])) for name, r in runs.items()})
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _ratio(times: dict[str, float | None], over: str, under: str) -> float | None:
-    top, bottom = times.get(over), times.get(under)
-    return top / bottom if top is not None and bottom else None
