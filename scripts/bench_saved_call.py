@@ -7,8 +7,10 @@ drift between processes does not enter the ratio: `--rounds` rounds of `--calls`
 swapped every round, medians of every call. Each model runs in two processes on one cache: the first saves
 its owner, the second loads it.
 
-Models: the restart benchmark's ViT-like encoder (scripts/bench_restart.py) at 4 and 24 blocks, and a
-4-block MLP at width 64 (the smallest per call, where a fixed cost shows most).
+Models: the restart benchmark's ViT-like encoder (scripts/bench_restart.py) at 4 and 24 blocks, a 4-block
+MLP at width 64 (the smallest per call, where a fixed cost shows most), and transformers' BART at 12 layers
+a side as the decode benchmark builds it (scripts/bench_decode.py), whose call is a greedy `generate` of 16
+tokens: its decoder's frame reads many globals and classes whose guards torch drops.
 
     python scripts/bench_saved_call.py [--rounds 30] [--calls 20] [--out docs/results/saved-call]
 
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -34,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_restart
 
 LOCK = "/work/timing.lock"
-MODELS = ("vit-4", "vit-24", "mlp-4")
+MODELS = ("vit-4", "vit-24", "mlp-4", "bart-12")
+TOKENS = 16  # a BART call's generated tokens
 
 
 class Layer(nn.Module):
@@ -57,35 +61,46 @@ class MLP(nn.Module):
         return x
 
 
-def build(name: str) -> tuple[nn.Module, torch.Tensor]:
+def build(name: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
+    """Returns the model (eval, seeded) and its call."""
     kind, depth = name.split("-")
     torch.manual_seed(0)
+    if kind == "bart":
+        import bench_decode
+        from transformers.models.bart import modeling_bart
+
+        model, (ids,) = bench_decode.make("bart", int(depth), modeling_bart)
+        return model.eval(), lambda m: m.generate(
+            ids, max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False
+        )
     if kind == "vit":
         model = bench_restart.ViT(int(depth)).eval()
         shape = (bench_restart.BATCH, bench_restart.TOKENS, bench_restart.PATCH)
-        return model, torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-    return MLP(int(depth)).eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    else:
+        model, x = MLP(int(depth)).eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
+    return model, lambda m: m(x)
 
 
 def child(name: str, rounds: int, calls: int) -> dict:
     import regionalize
 
-    (on, x), (off, _) = build(name), build(name)
+    (on, call), (off, _) = build(name), build(name)
     regionalize.compile_regions(on)
     regionalize.compile_regions(off, saved=False)
     times: dict[str, list[float]] = {"on": [], "off": []}
     with torch.no_grad():
-        equal = torch.allclose(on(x), off(x), atol=1e-5)
+        equal = torch.allclose(call(on).float(), call(off).float(), atol=1e-5)
         for _ in range(5):  # warm both
-            on(x), off(x)
+            call(on), call(off)
         for round_ in range(rounds):
             for mode in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
                 model = on if mode == "on" else off
                 for _ in range(calls):
                     began = time.perf_counter()
-                    model(x)
+                    call(model)
                     times[mode].append(time.perf_counter() - began)
-    [owner] = regionalize.describe(on)
+    owner = regionalize.describe(on)[-1]  # BART's encoder first, then its decoder
     on_ms, off_ms = (statistics.median(times[m]) * 1e3 for m in ("on", "off"))
     return {"model": name, "found": owner.saved, "equal": bool(equal), "on_ms": on_ms, "off_ms": off_ms}
 
@@ -115,8 +130,8 @@ def markdown(data: dict) -> str:
             f"Measured {data['date']} on {data['machine']}, torch {data['torch']}, Python {data['python']}, "
             f"by `python scripts/bench_saved_call.py --rounds {data['rounds']} --calls {data['calls']}` "
             "([saved-call.json](saved-call.json)). Two copies of each model in one process, one saving and "
-            "one not, take turns; medians of every call. The first process saves the owner, the second "
-            "loads it.",
+            "one not, take turns; medians of every call (bart-12's call is a `generate` of "
+            f"{TOKENS} tokens). The first process saves the owner, the second loads it.",
             "",
             "| model | saved owner | per call, saving on | per call, saving off | on / off | outputs equal |",
             "|---|---|--:|--:|--:|---|",

@@ -59,6 +59,11 @@ SERVING = Source("serving/serving.json", "serving/serving.md", "serving")
 VERSIONS = Source("torch-versions/versions.json", "torch-versions/versions.md", "by torch")
 RESTART = Source("restart.json", "restart.md", "restart")
 RESTART_DECODE = Source("restart-decode/decode.json", "restart-decode/decode.md", "decoder restart")
+RESTART_ENCODER_DECODERS = Source(
+    "restart-decode/encoder-decoders/decode.json",
+    "restart-decode/encoder-decoders/decode.md",
+    "encoder-decoder restart",
+)
 TRAIN = Source("train/train.json", "train/train.md", "training")
 SOURCES = (
     FORWARD,
@@ -71,6 +76,7 @@ SOURCES = (
     VERSIONS,
     RESTART,
     RESTART_DECODE,
+    RESTART_ENCODER_DECODERS,
     TRAIN,
 )
 
@@ -128,19 +134,28 @@ class Row:
     per_unit: Callable[[float], str] = millis
     default_form: bool = True  # the rewrite in its default form: counted in the summary's ranges
     family: str = ""  # the README's label where this row stands for its family of models; "" where not shown
+    restarts: Source | None = None  # where the restarts were measured, where not in `source`'s runs
 
     def render(self, base: str, label: str = "") -> str:
         """The table's line: `base` is docs/results/ as the page links it, `label` the first cell if set."""
-        date, runtime = self.source.stamp()
-        stamp = f"{date}, runtime {runtime}" if runtime else date
+        restarts = runs(self.restarts) if self.restarts else self.items
+        measured = [_measured(self.source, base)]
+        if self.restarts:
+            measured.append(f"restarts: {_measured(self.restarts, base)}")
         cells = [
             label or self.workload,
             span(self.items, self.first, seconds, sooner=True),
-            span(self.items, self.restart, seconds, sooner=True),
+            span(restarts, self.restart, seconds, sooner=True),
             span(self.items, self.per_call, self.per_unit, sooner=False),
-            f"[{self.source.label}]({base}{self.source.page}) ({stamp})",
+            "; ".join(measured),
         ]
         return "| " + " | ".join(cells) + " |"
+
+
+def _measured(source: Source, base: str) -> str:
+    """The link to a source's page, with the date and runtime of its run."""
+    date, runtime = source.stamp()
+    return f"[{source.label}]({base}{source.page}) ({f'{date}, runtime {runtime}' if runtime else date})"
 
 
 def names(items: list[Run]) -> str:
@@ -304,9 +319,10 @@ def table() -> list[Row]:
             ENCODER_DECODERS,
             encoder_decoders,
             pair("first_generate_s", "regional"),
-            pair("compile_hot_s", "regional"),
+            pair("first_generate_hot_s", "regional"),
             pair("decode_ms_per_token", "regional"),
             family=f"encoder-decoders, CPU ({names(encoder_decoders)}; first generate; per token)",
+            restarts=RESTART_ENCODER_DECODERS,
         ),
         Row(
             "training, CPU, forward, backward and AdamW: `compile_regions` (first step; per step)",

@@ -376,6 +376,38 @@ def test_the_watch_fails_where_a_dropped_guard_would() -> None:
         Watch(reads_of([("is", "G['a'] + 1", 1, True)]), _frame)
 
 
+def _helper(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _framed(self: object, x: torch.Tensor, act: object = torch.relu) -> torch.Tensor:
+    return _helper(x)
+
+
+def test_the_watch_reads_code_by_content_and_arguments_as_bound() -> None:
+    """A code object is the same where it is the same object or has the same content, and differs where a
+    constant differs; an argument is read as the call binds it, a default where the call leaves it out."""
+    from regionalize.runtime.guard_reads import reads_of
+    from regionalize.runtime.watch import Watch
+
+    code = _helper.__code__
+    guards = [("value", "G['_helper'].__code__", code, True), ("is", "act", torch.relu, True)]
+    watch = Watch(reads_of(guards), _framed)
+    owner, x = torch.nn.Module(), torch.ones(2)
+    assert watch.is_unchanged(owner, (x,), {})
+    assert not watch.is_unchanged(owner, (x,), {"act": torch.tanh})
+    assert not watch.is_unchanged(owner, (x, torch.tanh), {})
+    assert not watch.is_unchanged(owner, (), {})  # the call does not bind
+    try:
+        _helper.__code__ = code.replace(co_consts=tuple(3 if c == 2 else c for c in code.co_consts))
+        assert not watch.is_unchanged(owner, (x,), {})
+        _helper.__code__ = code.replace()  # another object of the same content
+        assert _helper.__code__ is not code
+        assert watch.is_unchanged(owner, (x,), {})
+    finally:
+        _helper.__code__ = code
+
+
 def test_only_a_folder_no_one_else_can_write_is_trusted(tmp_path: Path) -> None:
     """As ssh checks its keys: the user's (or root's) folders, writable by no one else; a sticky folder of
     root's (/tmp) may be open to all."""

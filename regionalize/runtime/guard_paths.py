@@ -182,9 +182,17 @@ class Scope:
     def __init__(
         self, frame: types.FunctionType, owner: object, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        bound = inspect.signature(frame).bind(owner, *args, **kwargs)
-        bound.apply_defaults()
-        self.f_globals, self.arguments = frame.__globals__, bound.arguments
+        self.f_globals = frame.__globals__
+        self.arguments = bound_arguments(inspect.signature(frame), owner, args, kwargs)
+
+
+def bound_arguments(
+    signature: inspect.Signature, owner: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Returns a call's arguments by the names of the frame's parameters, defaults included."""
+    bound = signature.bind(owner, *args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
 
 
 def global_value(f_globals: dict[str, Any], name: str) -> Any:

@@ -5,7 +5,6 @@ Where the owner cannot be compiled whole, it retries in another form or compiles
 
 from __future__ import annotations
 
-import collections
 import functools
 import warnings
 from collections.abc import Callable
@@ -232,8 +231,7 @@ def serve_whole(
     """Serves a call with the owner's compiled frame, warning once where CUDA graphs skip it.
 
     Where compiling fails, the form that takes over serves it (`run_compiled`)."""
-    skips = counters()["inductor"] if graphs else collections.Counter[str]()
-    before = skips.get("cudagraph_skips", 0)
+    before = counters()["inductor"].get("cudagraph_skips", 0) if graphs else 0
     planned = state.report.plan
     out = run_compiled(owner, state, whole, graphs, args, kwargs)
     if state.report.plan is not planned:
@@ -241,7 +239,7 @@ def serve_whole(
     form = state.report.plan.form
     if not form.runs_whole:
         return per_block(owner)(*args, **kwargs)
-    if graphs and skips.get("cudagraph_skips", 0) > before and not state.skipped:
+    if graphs and counters()["inductor"].get("cudagraph_skips", 0) > before and not state.skipped:
         state.skipped = True
         warnings.warn(
             f"regionalize: {type(owner).__name__}: CUDA graphs skipped (TORCH_LOGS=perf_hints says why); "

@@ -8,13 +8,14 @@ identifiers; every key and value is passed in as data."""
 from __future__ import annotations
 
 import builtins
+import inspect
 import keyword
 import sys
 import types
 from collections.abc import Callable
 from typing import Any, cast
 
-from .guard_paths import Path, Scope, global_value, module_name, step
+from .guard_paths import Path, bound_arguments, global_value, module_name, step
 from .guard_reads import Read, record_of
 from .internals.aot import is_installed_global
 
@@ -72,6 +73,8 @@ class _Builder:
         return self.nodes[key]
 
     def expression(self, before: Path, kind: str, arg: Any) -> str:
+        if not before and kind == "arguments":  # the call's arguments, bound once a call
+            return f"{self.value(bound_arguments)}({self.value(inspect.signature(self.frame))}, *call)"
         if not before:
             return self.head(kind, arg)
         base = self.node(before)
@@ -92,16 +95,17 @@ class _Builder:
             return f"{self.value(global_value)}({self.value(self.frame.__globals__)}, {self.value(name)})"
         if name == self.frame.__code__.co_varnames[0]:
             return "call[0]"
-        return f"{self.value(_argument)}({self.value(self.frame)}, call, {self.value(name)})"
+        return f"{self.node([['arguments', None]])}[{self.value(name)}]"
 
     def check(self, path: Path, how: str, seen: Any) -> None:
         local = self.node(path)
         if how == "is":
             self.tests.append(f"{local} is {self.value(seen)}")
-        else:
-            self.tests.append(
-                f"{self.value(record_of)}({self.value(how)}, {local}) == {self.value(record_of(how, seen))}"
-            )
+            return
+        test = f"{self.value(record_of)}({self.value(how)}, {local}) == {self.value(record_of(how, seen))}"
+        if how == "value" and isinstance(seen, types.CodeType):  # immutable: the same object reads the same
+            test = f"({local} is {self.value(seen)} or {test})"
+        self.tests.append(test)
 
     def function(self) -> Callable[[tuple[Any, ...]], bool]:
         parameters = "".join(f", d{i}=None" for i in range(len(self.data)))
@@ -119,8 +123,3 @@ class _Builder:
         check = namespace["check"]
         check.__defaults__ = tuple(self.data)
         return cast("Callable[[tuple[Any, ...]], bool]", check)
-
-
-def _argument(frame: types.FunctionType, call: tuple[Any, ...], name: str) -> Any:
-    """Returns an argument of the call other than the owner, by its name in the frame's signature."""
-    return Scope(frame, *call).arguments[name]
