@@ -40,6 +40,12 @@ REWRITTEN_IDX = MODELS / "layer_idx_inplace.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The variants a test leaves out where it checks only the full compile and the rewrite's default: each
+# variant run is fresh processes and compiles of its own.
+OTHERS = ("dedup", "per-block", "bypass")
+SKIP_OTHERS = [flag for name in OTHERS for flag in ("--skip", name)]
+
+
 def verify(
     tmp_path: Path, model: str | Path | None, factory: str, rewritten: str | Path | None, **kwargs: Any
 ) -> tuple[int, dict[str, Any], str]:
@@ -161,7 +167,9 @@ def test_fresh_process_compile_timing(tmp_path: Path) -> None:
 def test_quick_preset_shows_progress_on_stderr_and_times_warm_processes_once(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(REWRITTEN)]
-    run = CliRunner().invoke(verify_command, [*args, "--backend", "eager", "--quick", "--json", str(out)])
+    run = CliRunner().invoke(
+        verify_command, [*args, *SKIP_OTHERS, "--backend", "eager", "--quick", "--json", str(out)]
+    )
     assert run.exit_code == 0, run.output
     steps = [line for line in run.stderr.splitlines() if line.startswith("verify [")]
     assert steps[0].endswith(f"importing {MODELS / 'stack.py'}") and steps[-1].endswith("done")
@@ -178,7 +186,7 @@ def test_quick_preset_takes_the_repeats_it_is_given(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(REWRITTEN), "--quick"]
     run = CliRunner().invoke(
-        verify_command, [*args, "--repeats", "2", "--backend", "eager", "--json", str(out)]
+        verify_command, [*args, *SKIP_OTHERS, "--backend", "eager", "--repeats", "2", "--json", str(out)]
     )
     assert run.exit_code == 0, run.output
     result = json.loads(out.read_text())
@@ -192,7 +200,7 @@ def test_starts_time_the_processes_named_a_hot_one_after_the_cold_one_that_fills
     out = tmp_path / "result.json"
     args = [str(MODELS / "stack.py"), "--factory", "make", "--rewritten", str(REWRITTEN), "--repeats", "1"]
     run = CliRunner().invoke(
-        verify_command, [*args, "--backend", "eager", "--starts", "hot", "--json", str(out)]
+        verify_command, [*args, *SKIP_OTHERS, "--backend", "eager", "--starts", "hot", "--json", str(out)]
     )
     assert run.exit_code == 0, run.output
     steps = [line.partition("] ")[2] for line in run.stderr.splitlines() if "fresh" in line]
@@ -352,7 +360,13 @@ def test_run_workload_that_differs_fails(tmp_path: Path) -> None:
 
 def test_run_workload_first_call_in_a_fresh_process(tmp_path: Path) -> None:
     code, result, _ = verify(
-        tmp_path, MODELS / "cached.py", "make", MODELS / "cached_inplace.py", cold_start=True
+        tmp_path,
+        MODELS / "cached.py",
+        "make",
+        MODELS / "cached_inplace.py",
+        cold_start=True,
+        starts=("warm",),
+        skip=OTHERS,
     )
     assert code == 0
     assert all(result["compile_s"][name] > 0 for name in ("full", "regional"))
@@ -417,7 +431,13 @@ def test_generate_workload_with_other_tokens_fails(tmp_path: Path) -> None:
     # The factory gives only the model: the prompt is made from its config (--prompt-len, default 8).
     wrong = MODELS / "hf_llama_wrong.py"
     code, result, table = verify(
-        tmp_path, llama_file(), f"{HF_LLAMA}:make_model_only", wrong, workload="generate", tokens=3
+        tmp_path,
+        llama_file(),
+        f"{HF_LLAMA}:make_model_only",
+        wrong,
+        workload="generate",
+        tokens=3,
+        skip=OTHERS,
     )
     assert code == 1 and result["error"] is None
     assert result["equivalent"] is False and result["tokens_identical"] is False

@@ -27,6 +27,7 @@ Each module has one job:
 - `fixes.py` holds what the codemod's fixes call: `eager` and `symbolic_ints`.
 - `bypass.py` implements the guard bypass: filtered guards, or compiled code called directly.
 - `saved.py` saves an owner's compiled frame and loads it in a later process.
+- `saved_blocks.py` saves the frames of blocks that calls with autograd run one by one.
 - `guard_paths.py`, `guard_reads.py` and `watch.py` record and check what a saved frame's guards read.
 - `files.py` writes the runtime's files whole and reads them only from folders that others cannot write.
 - `cpu_keys.py` keys compiled code on the CPU; `cpu_answers.py` keeps the answers of Inductor's CPU check.

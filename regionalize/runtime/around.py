@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .frames import copy_for_class
-from .per_block import graph_modes
+from .graphs import graph_modes
 from .threads import this_call
 
 if TYPE_CHECKING:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from .saved_blocks import outcome
+
 
 @dataclass(frozen=True, slots=True)
 class OwnerReport:
@@ -24,6 +26,9 @@ class OwnerReport:
     layer_by_layer: str | None  # why its blocks that update a cache are traced layer by layer
     saved: str | None  # "loaded", "saved" or "not saved: <why>"; None where saving was not asked for
     grad_calls: bool = False  # calls with autograd run per block
+    # What became of the saved frame that runs its blocks' calls with autograd, as `saved` says; None where
+    # none does
+    grad_saved: str | None = None
 
 
 def describe(model: torch.nn.Module) -> list[OwnerReport]:
@@ -55,6 +60,7 @@ def report_of(owner: torch.nn.Module, state: Any) -> OwnerReport:
         layer_by_layer=found.layer_by_layer,
         saved=(str(saved) if saved else "not saved: not called whole") if config.save else None,
         grad_calls=getattr(found, "grad_calls", False),  # a vendored copy's record may lack it
+        grad_saved=next((str(saved) for block in state.blocks if (saved := outcome(block))), None),
     )
 
 

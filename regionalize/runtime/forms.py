@@ -160,7 +160,16 @@ class Alone(PerBlock):
     name = "alone"
 
 
-WHOLE, PIECES, PER_BLOCK, ALONE = Whole(), Pieces(), PerBlock(), Alone()
+class Block(PerBlock):
+    """Compiles one block class's calls with autograd, the frame that `saved_blocks.py` saves."""
+
+    name = "block with autograd"
+
+    def why_not_saved(self) -> str | None:
+        return None
+
+
+WHOLE, PIECES, PER_BLOCK, ALONE, BLOCK = Whole(), Pieces(), PerBlock(), Alone(), Block()
 # The forms that a failed compile steps down, in order: each failure moves to the first form below that
 # takes it over. The last takes every failure.
 LADDER = (WHOLE, PIECES, PER_BLOCK)

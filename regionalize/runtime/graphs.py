@@ -14,6 +14,7 @@ from .static import is_static_graphable
 if TYPE_CHECKING:
     from .state import Args, Kwargs
 
+graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
 plain = (int, float, bool, str, type(None))  # values a call passes as they are
 
 

@@ -17,7 +17,7 @@ from .bypass import Direct, guard_filter
 from .cpu_answers import start_cpu_check
 from .forms import WHOLE, Failure, next_form
 from .frames import caller_level, new_frame, torch_compile
-from .graphs import is_graphable
+from .graphs import graph_modes, is_graphable
 from .internals.hooks import compiled_call, module_call, set_compiled_call, submodules
 from .internals.tracer import (
     counters,
@@ -32,7 +32,7 @@ from .internals.tracer import (
 from .kv import Handed, check_kv, is_one_token, layer_idx, mark_kv_growing
 from .nested import name_structures
 from .outer import has_inner_owners, has_mostly_stages, may_take, refuse, take
-from .per_block import graph_modes, per_block
+from .per_block import per_block
 from .plan import plan_for, registration_plan
 from .regions import Region, region_of
 from .saved import Saved, wanted, why_not

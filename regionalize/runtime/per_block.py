@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from .bypass import Direct
-from .frames import OrEager, copy_options, globals_of, is_importable, new_frame, torch_compile
+from .frames import OrEager, globals_of, is_importable, new_frame, torch_compile
+from .graphs import graph_modes
 from .internals.hooks import compiled_call, module_call, set_compiled_call
 from .regions import compile_stood_in
+from .saved_blocks import saved_frames
 from .state import process
 from .threads import run_locked
 
 if TYPE_CHECKING:
-    from types import FrameType
+    from types import FrameType, FunctionType
 
     from .state import OwnerState
-
-graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
 
 
 def per_block(owner: torch.nn.Module) -> Callable[..., Any]:
@@ -43,34 +43,53 @@ def compile_blocks(owner: torch.nn.Module, state: OwnerState) -> None:
         given = state.config.kwargs
         kwargs = {k: v for k, v in given.items() if not (k == "mode" and v in graph_modes)}
         model = model_of(owner)
+        save = is_saving_blocks(state)
         for block in state.blocks:
             if block in process.block_frames:
                 continue
             if type(block.__dict__.get("_regionalize_layer")) is int:  # a stand-in serves its cache
-                compile_stood_in(block, static_options(block, kwargs, model))
+                compile_stood_in(block, static_options(block, kwargs, model), save)
             elif compiled_call(block) is None:
-                compile_block(block, static_options(block, kwargs, model), state.config.direct)
+                compile_block(block, static_options(block, kwargs, model), state.config.direct, save)
         state.compiled = len(state.blocks)
 
 
-def compile_block(block: torch.nn.Module, kwargs: dict[str, Any], direct: bool) -> None:
-    """Compiles `block` on its own, with `block.compile(**kwargs)` where Dynamo can import its code's module.
+def is_saving_blocks(state: OwnerState) -> bool:
+    """Returns whether a call with autograd compiles the blocks of an owner that saves its frame: their
+    frames are then saved too (`saved_blocks.py`)."""
+    config = state.config
+    return config.save and not config.direct and state.report.plan.form.runs_whole and torch.is_grad_enabled()
+
+
+def compile_block(block: torch.nn.Module, kwargs: dict[str, Any], direct: bool, save: bool = False) -> None:
+    """Compiles `block` on its own, as `block.compile(**kwargs)` does where Dynamo can import its code's
+    module, with its frames saved where `save` asks and they can be (`saved_blocks.py`).
 
     Otherwise it compiles a frame of the block's class in the globals of that code (`frames.py`), which runs
     the block eagerly where it cannot be compiled (docs/design.md#blocks-compiled-on-their-own)."""
     cls = type(block)
     model_globals = globals_of(cls.forward)
+    frame = None
     if model_globals is None or is_importable(model_globals):
-        block.compile(**copy_options(kwargs))
-        if direct:
-            set_compiled_call(block, Direct(block, cast("Callable[..., Any]", compiled_call(block))))
-        return
+        call = torch_compile(module_call(block), kwargs)  # as `block.compile()` sets it
+    else:
+        frame = class_frame(cls)
+        call = OrEager(
+            functools.partial(torch_compile(frame, kwargs), block), module_call(block), frame.__code__, cls
+        )
+    if save and (saved := saved_frames(block, class_frame(cls), kwargs, call)) is not None:
+        call = OrEager(functools.partial(saved, block), module_call(block), saved.frame.__code__, cls)
+    elif direct:
+        call = Direct(block, call, frame) if frame else Direct(block, call)
+    set_compiled_call(block, call)
+
+
+def class_frame(cls: type[torch.nn.Module]) -> FunctionType:
+    """Returns the frame that compiles blocks of `cls` on their own, made once for the process."""
     frame = process.class_frames.get(cls)
     if frame is None:
         frame = process.class_frames[cls] = new_frame(cls, "call")
-    frame_call = functools.partial(torch_compile(frame, kwargs), block)
-    call = OrEager(frame_call, module_call(block), frame.__code__, cls)
-    set_compiled_call(block, Direct(block, call, frame) if direct else call)
+    return frame
 
 
 def model_of(module: torch.nn.Module) -> torch.nn.Module:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from .graphs import graph_modes
 from .internals.compiler import inductor_pieces, op_arguments, sym_expr, sym_hint
 from .internals.hooks import write_count
 from .internals.tracer import tree_leaves
-from .per_block import graph_modes
 from .pieces_frame import SINGLE_OUTPUT, Graphs, inputs_of
 from .state import PieceCounts
 from .static import is_on_graph_device

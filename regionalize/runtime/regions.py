@@ -4,6 +4,7 @@ It also compiles blocks of such a class one by one with a stand-in for their cac
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -13,6 +14,7 @@ from .frames import OrEager, copy_for_class, globals_of, in_globals, torch_compi
 from .internals.tracer import is_compile_error, is_tracing
 from .kv import kv_layer
 from .nested import nested
+from .saved_blocks import saved_frames
 from .stand_in import Args, Function, Kwargs, Regions, StandIn, find_layer, is_plain_value, kv_name
 from .state import process
 from .threads import this_call
@@ -45,6 +47,7 @@ class Region(StandIn):
 
     def __init__(self, plain: Function) -> None:
         self.plain, self.copies, self.made = plain, False, None
+        self.grad_frame: types.FunctionType | None = None  # the block's own frame as `saved_body` makes it
         self.name, self.position = kv_name(plain)
         self.label = label = f"{plain.__module__}.{plain.__qualname__}".replace(".", "_")
         self.region = nested(plain, label)
@@ -142,20 +145,37 @@ class Region(StandIn):
             self.made = bodies, whole
         return self.made
 
+    def saved_body(self) -> types.FunctionType:
+        """Returns the block's own frame as `saved_blocks.py` saves it.
+
+        It calls the block class's `forward` as the class holds it (`self.forward`), which a saved frame
+        refers to by its module and name, where the original `forward` is no longer found by them."""
+        if self.grad_frame is None:
+            model_globals = globals_of(self.plain) or globals()
+            self.grad_frame = in_globals(
+                body_template, model_globals, f"{self.label}_grad", __body=self.forward
+            )
+        return self.grad_frame
+
 
 def region_of(cls: type) -> Region | None:
     """Returns the region that a block class's `forward` was made into, or None."""
     return cls.__dict__.get("_regionalize_region")
 
 
-def compile_stood_in(block: nn.Module, compile_kwargs: Kwargs) -> None:
+def compile_stood_in(block: nn.Module, compile_kwargs: Kwargs, save: bool = False) -> None:
     """Compiles `block`, whose cache a stand-in serves, on its own, as one frame per call.
 
     The cache is read and written eagerly, outside the frame, which the blocks of the class share;
-    `block.compile()` would break the graph around each cache update (docs/form-torch-versions.md)."""
+    `block.compile()` would break the graph around each cache update (docs/form-torch-versions.md). The
+    frame of a call without a cache is saved where `save` asks and it can be (`saved_blocks.py`)."""
     region: Region = region_of(type(block))  # type: ignore[assignment]  # a class made regions
     bodies, whole = region.bodies()
-    frame = OrEager(torch_compile(whole, compile_kwargs), region.plain, whole.__code__, type(block))
+    whole_compiled = torch_compile(whole, compile_kwargs)
+    own = functools.partial(whole_compiled, block)
+    saved = saved_frames(block, region.saved_body(), compile_kwargs, own) if save else None
+    code = (saved.frame if saved else whole).__code__
+    frame = OrEager(saved or whole_compiled, region.plain, code, type(block))
     # Kept out of the module's state, which must pickle; a copy runs eagerly, as torch's compiled modules do.
     compiled = tuple(torch_compile(body, compile_kwargs, fullgraph=True) for body in bodies)
     process.block_frames[block] = compiled, frame, frame

@@ -24,6 +24,7 @@ import torch
 from .cpu_keys import machine
 from .files import distrust, write_whole
 from .frames import caller_level
+from .graphs import graph_modes
 from .guard_paths import Scope
 from .guard_reads import find_changed, find_unreadable, reads_of, records
 from .internals.aot import (
@@ -39,7 +40,6 @@ from .internals.aot import (
 )
 from .internals.tracer import is_tracing, tree_leaves
 from .kv import dynamic_caches, held_layers, take_kv_marks
-from .per_block import graph_modes
 from .state import PieceCounts, SaveOutcome, Saving, not_saved
 from .threads import run_locked
 from .watch import Watch

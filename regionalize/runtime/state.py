@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from .forms import OwnerForm
     from .kv import Init
+    from .saved_blocks import BlockFrames
     from .static import StandIns
 
 Args = tuple[Any, ...]  # a call's positional arguments
@@ -143,6 +144,11 @@ class Process:
     )
     # A block class -> its frame, compiled on its own.
     class_frames: weakref.WeakKeyDictionary[type, FunctionType] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # A block class -> (its frame's code, parameter shapes, options) -> the saved frames of its calls with
+    # autograd, or None where they are not saved.
+    block_saves: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], BlockFrames | None]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     # A block compiled on its own, its cache stood in for -> its frames.
