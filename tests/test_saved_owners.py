@@ -387,6 +387,23 @@ def test_a_block_with_hooks_of_its_own_is_not_saved() -> None:
 
 
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
+def test_a_block_no_saved_frame_serves_runs_its_own_call_once_every_try_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Such a block (another drop-path rate) checks no saved frame's guards on its later calls."""
+    from regionalize.runtime.frames import new_frame
+    from regionalize.runtime.saved_blocks import saved_frames
+
+    block, calls = torch.nn.Linear(4, 4), []
+    frames = saved_frames(block, new_frame(torch.nn.Linear, "own"), {}, lambda x: calls.append(x) or x)
+    frames.tried.update({"first", "call 1", "call 2"})  # every try made, none serving this block
+    x = torch.ones(1, 4)
+    assert frames(block, x) is x
+    monkeypatch.setattr(type(frames), "serving", lambda *args: pytest.fail("checked the saved frames"))
+    assert frames(block, x) is x and len(calls) == 2
+
+
+@pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_a_frame_torch_cannot_load_back_is_not_kept(project: Path) -> None:
     """The saved frame is loaded back before it is kept: one torch's load fails on is not saved (every later
     start would warn of it), and the start runs as without saving, without a warning."""

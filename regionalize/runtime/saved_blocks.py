@@ -17,6 +17,7 @@ import torch
 from .forms import BLOCK
 from .frames import OrEager
 from .internals.hooks import compiled_call, has_global_hooks, module_hooks
+from .internals.tracer import is_tracing
 from .saved import Saved, why_not
 from .state import Args, Config, Findings, Kwargs, OwnerState, Plan, SaveOutcome, process
 
@@ -28,17 +29,27 @@ class BlockFrames(Saved):
     process did loads them all.
 
     A call that none serves runs the block's own compiled call (`own`), as without saving, so that Dynamo
-    keeps its recompile limit for each block rather than one for the class."""
+    keeps its recompile limit for each block rather than one for the class. Once every try is made, a block
+    that none served (another drop-path rate) runs its own call from then on, without checking the saved
+    frames' guards on each call."""
 
-    __slots__ = ("own",)
+    __slots__ = ("own", "unserved")
     own: weakref.WeakKeyDictionary[torch.nn.Module, Callable[..., Any]]
+    unserved: weakref.WeakSet[torch.nn.Module]
 
     def __init__(self, frame: types.FunctionType, state: OwnerState, options: dict[str, Any]) -> None:
         super().__init__(self.run_own, frame, state, options)
-        self.own = weakref.WeakKeyDictionary()
+        self.own, self.unserved = weakref.WeakKeyDictionary(), weakref.WeakSet()
+
+    def __call__(self, owner: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if owner in self.unserved:
+            return self.own[owner](*args, **kwargs)
+        return super().__call__(owner, *args, **kwargs)
 
     def run_own(self, block: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         """Runs a call of `block` that no saved frame serves through the block's own compiled call."""
+        if not is_tracing() and self.untried(args, kwargs) is None:
+            self.unserved.add(block)
         return self.own[block](*args, **kwargs)
 
     def untried(self, args: Args, kwargs: Kwargs) -> str | None:
