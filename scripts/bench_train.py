@@ -146,6 +146,9 @@ def child(name: str, method: str) -> dict[str, Any]:
     import torch
 
     model, kwargs, blocks = build(name)
+    # torch.compile's own imports (Inductor's), paid before the clock by every method, as verify's worker
+    # does: `full` and `per-block` pay them in `compile_model`, the runtime at its first call.
+    torch.compile(lambda: None)
     call = compile_model(model, blocks, method)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times = [], []
@@ -165,7 +168,9 @@ def child(name: str, method: str) -> dict[str, Any]:
 
 def interleaved(name: str, rounds: int = 30) -> dict[str, Any]:
     """Times steps of a full compile, `regions` and `per-block` taking turns in one process, from the same
-    weights, and returns each one's median: steps in one process vary less than across processes."""
+    weights, and returns each one's median: steps in one process vary less than across processes.
+
+    The order reverses every turn, because a step runs slower or faster for the step that ran before it."""
     import copy
 
     import torch
@@ -178,7 +183,8 @@ def interleaved(name: str, rounds: int = 30) -> dict[str, Any]:
         call = compile_model(twin, twin_blocks, method)
         trained[method] = call, torch.optim.AdamW(twin.parameters(), lr=1e-4), []
     for index in range(WARMUP + rounds):
-        for call, optimizer, times in trained.values():
+        turn = list(trained.values())
+        for call, optimizer, times in turn if index % 2 else reversed(turn):
             seconds = train_step(call, kwargs, optimizer, index)[1]
             if index >= WARMUP:
                 times.append(seconds)
@@ -259,11 +265,12 @@ def markdown(results: dict[str, Any], source: str) -> str:
         f"{results['date']}, runtime {results['runtime']}. Batch {results['batch'][0]}x{results['batch'][1]} "
         f"(BEiT: 2 images of 64x64), width {results['width']}, AdamW. Medians of {results['rounds']} "
         "round(s), one fresh process a cell, methods one after another. The first step is timed from its "
-        "call, after the imports and the model's build (train.json also keeps the time from the process's "
-        "start); the restart is a second process on the first one's compile caches. *Per step, own "
-        f"process*: the median of {results['steps'][1]} steps after {results['steps'][0]} untimed ones, in "
-        "each process. *Per step, taking turns*: full, `regions` and `per-block` copies of one model in one "
-        "process, a step each in turn, 30 turns: steps in one process vary less than across processes. "
+        "call, after the imports, torch.compile's included, and the model's build (train.json also keeps the "
+        "time from the process's start); the restart is a second process on the first one's compile caches. "
+        f"*Per step, own process*: the median of {results['steps'][1]} steps after {results['steps'][0]} "
+        "untimed ones, in each process. *Per step, taking turns*: full, `regions` and `per-block` copies of "
+        "one model in one process, a step each in turn, 30 turns, the order reversed every turn: steps in "
+        "one process vary less than across processes. "
         "*Loss vs eager*: the largest difference from eager's loss over the first 8 steps (fp32).",
         "",
         f"| model | method | {header} | loss vs eager |",

@@ -126,6 +126,13 @@ def test_a_zoo_on_ray_gives_the_local_run_s_rows(tmp_path: Path, cluster: str) -
         model = "hang.py"
         factory = "make"
         timeout = 4
+
+        [[model]]
+        name = "trained"
+        model = "{MODELS / "stack.py"}"
+        factory = "make"
+        workload = "train"
+        steps = 2
         """,
     )
     before = scratch()
@@ -133,7 +140,7 @@ def test_a_zoo_on_ray_gives_the_local_run_s_rows(tmp_path: Path, cluster: str) -
     assert local.returncode == remote.returncode == 2, remote.stderr  # the worst row: the timeout
     assert remote.stdout.splitlines()[:4] == local.stdout.splitlines()[:4]
     here, there = models(tmp_path / "local"), models(tmp_path / "ray")
-    assert [row["status"] for row in there] == ["pass", "fail", "pass", "timeout"]
+    assert [row["status"] for row in there] == ["pass", "fail", "pass", "timeout", "pass"]
     for mine, theirs in zip(here, there, strict=True):
         assert (mine["name"], mine["status"], mine["reason"]) == (
             theirs["name"],
@@ -142,6 +149,9 @@ def test_a_zoo_on_ray_gives_the_local_run_s_rows(tmp_path: Path, cluster: str) -
         )
         for key in ("equivalent", "state_dict_compatible", "graphs", "recompiles", "frames", "graph_breaks"):
             assert (mine["result"] or {}).get(key) == (theirs["result"] or {}).get(key), key
+    # The training entry's steps ran on the worker: each step's loss matched the original's there too.
+    trained = there[4]["result"]
+    assert trained["workload"]["kind"] == "train" and trained["losses_equal"] and trained["train_ms_per_step"]
     # Each entry had a worker of its own: both nodes ran entries, never the CPU-less head, two at a time.
     nodes = {row["placement"]["node"] for row in there}
     assert len(nodes) == 2 and all(row["placement"]["device"] == "CPU x1" for row in there)
@@ -159,7 +169,7 @@ def test_a_zoo_on_ray_gives_the_local_run_s_rows(tmp_path: Path, cluster: str) -
     assert (
         "started on " in remote.stderr
         and " running (" in remote.stderr
-        and "4 done, 0 running" in remote.stderr
+        and "5 done, 0 running" in remote.stderr
     )
     assert str(tmp_path / "hang.py") not in processes()  # the timeout killed the entry's process group
     assert scratch() == before  # nothing left on the workers
