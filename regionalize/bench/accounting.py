@@ -179,8 +179,16 @@ def served_forms(model: torch.nn.Module) -> dict[str, str]:
 
 def saved_owners(model: torch.nn.Module) -> dict[str, str]:
     """Each owner asked to save (`runtime/saved.py`): whether its compiled frame was "loaded", "saved", or
-    why not; none where saving was not asked for."""
-    return {report.owner: report.saved for report in owner_reports(model) if report.saved is not None}
+    why not, and what became of its blocks' frames where calls with autograd ran them one by one (a
+    training step's owner is not called whole, but its blocks' frames are saved); none where saving was not
+    asked for."""
+    return {
+        report.owner: report.saved
+        if report.grad_saved is None
+        else f"{report.saved}; blocks {report.grad_saved}"
+        for report in owner_reports(model)
+        if report.saved is not None
+    }
 
 
 def saved_bytes() -> int | None:
