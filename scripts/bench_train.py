@@ -182,8 +182,8 @@ def interleaved(name: str, rounds: int = 30) -> dict[str, Any]:
         twin_blocks = [b for b in twin.modules() if type(b) is type(blocks[0])]
         call = compile_model(twin, twin_blocks, method)
         trained[method] = call, torch.optim.AdamW(twin.parameters(), lr=1e-4), []
+    turn = list(trained.values())
     for index in range(WARMUP + rounds):
-        turn = list(trained.values())
         for call, optimizer, times in turn if index % 2 else reversed(turn):
             seconds = train_step(call, kwargs, optimizer, index)[1]
             if index >= WARMUP:

@@ -182,13 +182,12 @@ def saved_owners(model: torch.nn.Module) -> dict[str, str]:
     why not, and what became of its blocks' frames where calls with autograd ran them one by one (a
     training step's owner is not called whole, but its blocks' frames are saved); none where saving was not
     asked for."""
-    return {
-        report.owner: report.saved
-        if report.grad_saved is None
-        else f"{report.saved}; blocks {report.grad_saved}"
-        for report in owner_reports(model)
-        if report.saved is not None
-    }
+    found = {}
+    for report in owner_reports(model):
+        if report.saved is not None:
+            blocks = "" if report.grad_saved is None else f"; blocks {report.grad_saved}"
+            found[report.owner] = report.saved + blocks
+    return found
 
 
 def saved_bytes() -> int | None:
