@@ -113,7 +113,7 @@ def test_a_cpus_peak_memory_is_what_the_block_allocated_above_what_was_in_use() 
         large = torch.ones(25 * mib // 4)  # 25 MiB in one tensor, which malloc maps on its own
         del large
     with peak_memory("cpu", peaks, "small"):
-        small = [torch.ones(64 * 1024 // 4) for _ in range(400)]  # 25 MiB of 64 KiB tensors from the heap
+        small = [torch.ones(16 * 1024 // 4) for _ in range(1600)]  # 25 MiB of 16 KiB tensors from the heap
         del small
     with peak_memory("cpu", peaks, "small"):  # a second block keeps the larger peak
         pass
@@ -121,6 +121,24 @@ def test_a_cpus_peak_memory_is_what_the_block_allocated_above_what_was_in_use() 
         torch.ones(mib)
     assert 24 * mib <= peaks["large"] < 40 * mib and 24 * mib <= peaks["small"] < 40 * mib
     assert "unwanted" not in peaks
+
+
+@pytest.mark.skipif(not resident_peak_available(), reason="needs Linux's resident peak")
+def test_a_cpus_peak_memory_counts_the_tensors_alive_at_once_not_the_holes_they_leave() -> None:
+    mib = 2**20
+    # Freeing a mapped 30 MiB raises glibc's threshold past it, so that left alone, malloc would take the
+    # tensors below from the heap.
+    torch.ones(30 * mib // 4)
+    peaks: dict[str, int] = {}
+    pins = []
+    with peak_memory("cpu", peaks, "growing"):
+        for size in range(8, 16):
+            # Each tensor outgrows the hole its predecessor left, and a small pin keeps that hole from
+            # joining the heap's top: on the heap the holes would stay resident, 92 MiB in all.
+            tensor = torch.ones(size * mib // 4)
+            pins.append(torch.ones(1024))
+            del tensor
+    assert 14 * mib <= peaks["growing"] < 24 * mib
 
 
 def test_a_model_with_nothing_to_train_is_one_workload_error(tmp_path: Path) -> None:

@@ -3,6 +3,10 @@ resident peak, which the kernel resets on request.
 
 On a CPU, torch allocates with the C library's malloc, which keeps freed memory for reuse: the heap's free
 memory is handed back first (`malloc_trim`), so that what the work allocates shows as new resident memory.
+While the work runs, glibc maps every allocation of `_MAPPED_FROM` bytes or more on its own and unmaps it
+when freed (`mallopt`), so the peak counts the tensors alive at once rather than how the heap's holes
+happened to fit them: left to itself, the same training step's peak differed more from one process to the
+next than between compiled forms.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ import torch
 
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"  # "5" resets the resident peak (VmHWM) to what is resident now
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter: the size from which malloc maps an allocation on its own
+_MAPPED_FROM = 64 * 1024
+# glibc's own adjustment raises the threshold towards this as mapped memory is freed; mallopt turns that
+# adjustment off for good, so the threshold goes back to its ceiling once the work is measured.
+_MAPPED_FROM_AFTER = 32 * 1024 * 1024
 
 
 @contextlib.contextmanager
@@ -29,8 +38,12 @@ def peak_memory(device: str, peaks: dict[str, int], name: str, wanted: bool = Tr
         yield
         return
     before = _start_cuda() if cuda else _start_resident()
-    yield
-    peak = _cuda_peak() if cuda else _resident_kib("VmHWM") * 1024
+    try:
+        yield
+        peak = _cuda_peak() if cuda else _resident_kib("VmHWM") * 1024
+    finally:
+        if not cuda:
+            _map_from(_MAPPED_FROM_AFTER)
     peaks[name] = max(peaks.get(name, 0), peak - before)
 
 
@@ -46,10 +59,12 @@ def _cuda_peak() -> int:
 
 
 def _start_resident() -> int:
-    """Hands the heap's free memory back, resets the resident peak, and returns the resident bytes."""
-    trim = _malloc_trim()
+    """Hands the heap's free memory back, has large allocations mapped on their own, resets the resident
+    peak, and returns the resident bytes."""
+    trim = _libc_function("malloc_trim")
     if trim is not None:
         trim(0)
+    _map_from(_MAPPED_FROM)
     with open(_CLEAR_REFS, "w") as file:
         file.write("5")
     return _resident_kib("VmRSS") * 1024
@@ -74,8 +89,16 @@ def _resident_kib(field: str) -> int:
     return int(found.group(1))
 
 
+def _map_from(size: int) -> None:
+    """Has glibc map each allocation of `size` bytes or more on its own; does nothing under another C
+    library."""
+    mallopt = _libc_function("mallopt")
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, size)
+
+
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """Returns glibc's `malloc_trim`, or None under another C library."""
-    name = ctypes.util.find_library("c")
-    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """Returns glibc's function `name`, or None under another C library."""
+    library = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(library), name, None) if library else None

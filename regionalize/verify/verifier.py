@@ -142,7 +142,7 @@ def _empty_result(
             dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None
         ),
         # Training only: whether every step's loss is the original's, the time of a step, and the most
-        # memory a step's steady rounds took above what was in use before them (`memory.peak_memory`).
+        # memory a run of steps took above what was in use before it (`_peaks`).
         "losses_equal": None,
         "train_ms_per_step": dict.fromkeys(v.name for v in VARIANTS) if train else None,
         "peak_step_bytes": dict.fromkeys(v.name for v in VARIANTS) if train else None,
@@ -229,6 +229,8 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
 # (ViT, 24 layers); with fifteen of 0.04 s, 1.04x to 1.05x in three processes. A round holds one call
 # or generation at least, so a slow model takes fifteen of each, its depths going on from round to round.
 STEADY_ROUNDS = 15
+# Runs of a training workload (its steps) whose peak memory is measured, per variant, after the timed rounds.
+PEAK_ROUNDS = 2
 
 
 def _performance(subject: Subject, result: dict[str, Any], progress: Progress, skip: tuple[str, ...]) -> None:
@@ -240,7 +242,6 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
     rounds: dict[str, list[float]] = {name: [] for name in ready}
     depths = {name: itertools.cycle(STACK_DEPTHS) for name in ready}
     per_token: dict[str, list[float]] = {name: [] for name in ready}
-    peaks: dict[str, int] = {}
     # The rounds stay in this function: a helper's frame would move every timed call one frame deeper.
     for number in range(STEADY_ROUNDS):
         progress(f"steady state, round {number + 1} of {STEADY_ROUNDS}: {', '.join(ready)}")
@@ -256,17 +257,16 @@ def _performance(subject: Subject, result: dict[str, Any], progress: Progress, s
                     rounds[name].append(whole)
                     per_token[name] += [] if token_ms is None else [token_ms]
                 else:
-                    with peak_memory(subject.device, peaks, name, wanted=isinstance(built.workload, Train)):
-                        us = steady_us(
-                            built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name], **warmup
-                        )
+                    us = steady_us(
+                        built, subject.device, budget_s=0.04, min_calls=1, depths=depths[name], **warmup
+                    )
                     rounds[name].append(us)
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
     _record_steady(result, list(ready), rounds, per_token)
     if result["train_ms_per_step"] is not None:
-        _record_training(result, list(ready), peaks)
+        _record_training(result, list(ready), _peaks(subject, ready, skipped))
     result["skipped"] = skipped
     _record_accounting(result, accounts)
 
@@ -336,6 +336,22 @@ def _record_steady(
         if per_token[name]:
             result["decode_ms_per_token"][name] = statistics.median(per_token[name])
     result["steady_us"] = steady
+
+
+def _peaks(subject: Subject, ready: dict[str, Built], skipped: dict[str, str]) -> dict[str, int]:
+    """Runs each variant's training workload `PEAK_ROUNDS` times more, in turn and untimed, and returns the
+    most memory a run took above what was in use before it; a variant that fails goes to `skipped`. The
+    timed rounds are over: measuring memory changes how the C library allocates (`memory.peak_memory`)."""
+    peaks: dict[str, int] = {}
+    for _ in range(PEAK_ROUNDS):
+        for name, built in list(ready.items()):
+            try:
+                with peak_memory(subject.device, peaks, name):
+                    call(built)
+            except Exception as exc:
+                skipped[name] = f"{type(exc).__name__}: {exc}"
+                del ready[name]
+    return peaks
 
 
 def _record_training(result: dict[str, Any], ready: list[str], peaks: dict[str, int]) -> None:
