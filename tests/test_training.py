@@ -130,6 +130,35 @@ def trains_as_eager(
     assert ran_compiled(account, model) and not account.fell_back_to_eager
 
 
+def saved_activation_bytes(model: nn.Module, batch: dict[str, torch.Tensor]) -> int:
+    """Returns the bytes of the tensors other than parameters that one step's forward keeps for backward."""
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(**batch).loss
+    loss.backward()
+    return sum(kept.values())
+
+
+def test_transformers_checkpointing_keeps_what_eager_checkpointing_keeps() -> None:
+    """A layer whose `forward` is a region still checkpoints: transformers checkpoints a layer only where its
+    wrapper is the class's `forward`, so the activations kept would otherwise be all of them."""
+    original, batch = llama(hidden_size=64, intermediate_size=256)
+    everything = saved_activation_bytes(regionalize.compile_regions(copy.deepcopy(original)), batch)
+    original.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = regionalize.compile_regions(copy.deepcopy(original))
+    for _ in range(2):  # the first step compiles, the second runs what it compiled
+        regional = saved_activation_bytes(model, batch)
+    assert regional <= saved_activation_bytes(original, batch) * 1.5 and regional < everything / 3
+
+
 class Block(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()

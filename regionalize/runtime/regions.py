@@ -59,6 +59,7 @@ class Region(StandIn):
             nested(self.run_static, f"{label}_static"),
         )
         self.forward = copy_for_class(region_forward, plain, __region=self)
+        stand_in_for(plain, self.forward)
 
     def call(self, block: nn.Module, args: Args, kwargs: Kwargs) -> Any:
         """Serves a call of a block that an owner set up."""
@@ -156,6 +157,22 @@ class Region(StandIn):
                 body_template, model_globals, f"{self.label}_grad", __body=self.forward
             )
         return self.grad_frame
+
+
+def stand_in_for(plain: Function, installed: Function) -> None:
+    """Points each cell of `plain`'s closure that holds `plain` itself at `installed`, the `forward` that
+    takes its place on the class.
+
+    transformers wraps a layer class's `forward` so that the layer checkpoints its activations only where
+    the wrapper is still the class's `forward` (`GradientCheckpointingLayer`); without this, a layer whose
+    `forward` is a region would never checkpoint."""
+    for cell in getattr(plain, "__closure__", None) or ():
+        try:
+            holds_plain = cell.cell_contents is plain
+        except ValueError:  # an empty cell
+            continue
+        if holds_plain:
+            cell.cell_contents = installed
 
 
 def region_of(cls: type) -> Region | None:
