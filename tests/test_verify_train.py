@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,10 +13,11 @@ import torch
 from click.testing import CliRunner
 
 from regionalize.bench.memory import peak_memory, resident_peak_available
+from regionalize.bench.session import Built
 from regionalize.bench.workloads import TrainSpec, spec_fields, spec_from_fields
 from regionalize.cli.verify_command import verify as verify_command
 from regionalize.shared.options import Options
-from regionalize.verify import run_verify
+from regionalize.verify import run_verify, verifier
 
 MODELS = Path(__file__).parent / "models"
 EAGER = Options(vendor=True, backend="eager")
@@ -155,3 +157,35 @@ def test_a_model_with_nothing_to_train_is_one_workload_error(tmp_path: Path) -> 
         )  # fmt: skip
     error = json.loads(out.read_text())["error"]
     assert code == 2 and error["stage"] == "workload" and "no trainable parameters" in error["message"]
+
+
+class OneSpike:
+    """A training workload whose first run allocates more than its later runs, as a one-time cost does."""
+
+    grad = True
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, model: torch.nn.Module) -> None:
+        self.runs += 1
+        torch.ones((40 if self.runs == 1 else 10) * 2**20 // 4)
+
+
+class Failing:
+    grad = True
+
+    def run(self, model: torch.nn.Module) -> None:
+        raise RuntimeError("the step failed")
+
+
+@pytest.mark.skipif(not resident_peak_available(), reason="needs Linux's resident peak")
+def test_verify_keeps_the_least_peak_of_its_runs_and_skips_a_variant_that_fails() -> None:
+    ready = {
+        name: Built(torch.nn.Linear(1, 1), (), {}, workload)  # type: ignore[arg-type]  # a workload's shape
+        for name, workload in (("spiky", OneSpike()), ("failing", Failing()))
+    }
+    skipped: dict[str, str] = {}
+    peaks = verifier._peaks(SimpleNamespace(device="cpu"), ready, skipped)  # type: ignore[arg-type]
+    assert 9 * 2**20 <= peaks["spiky"] < 20 * 2**20
+    assert "failing" not in peaks and "failing" not in ready and "the step failed" in skipped["failing"]

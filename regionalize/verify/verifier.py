@@ -142,7 +142,7 @@ def _empty_result(
             dict.fromkeys(v.name for v in VARIANTS if v.time_compile) if generate else None
         ),
         # Training only: whether every step's loss is the original's, the time of a step, and the most
-        # memory a run of steps took above what was in use before it (`_peaks`).
+        # memory a run of steps took above what was in use before it, the least over a few runs (`_peaks`).
         "losses_equal": None,
         "train_ms_per_step": dict.fromkeys(v.name for v in VARIANTS) if train else None,
         "peak_step_bytes": dict.fromkeys(v.name for v in VARIANTS) if train else None,
@@ -230,7 +230,7 @@ def _bypass_equivalent(subject: Subject, original: Built) -> bool | None:
 # or generation at least, so a slow model takes fifteen of each, its depths going on from round to round.
 STEADY_ROUNDS = 15
 # Runs of a training workload (its steps) whose peak memory is measured, per variant, after the timed rounds.
-PEAK_ROUNDS = 2
+PEAK_ROUNDS = 3
 
 
 def _performance(subject: Subject, result: dict[str, Any], progress: Progress, skip: tuple[str, ...]) -> None:
@@ -340,18 +340,23 @@ def _record_steady(
 
 def _peaks(subject: Subject, ready: dict[str, Built], skipped: dict[str, str]) -> dict[str, int]:
     """Runs each variant's training workload `PEAK_ROUNDS` times more, in turn and untimed, and returns the
-    most memory a run took above what was in use before it; a variant that fails goes to `skipped`. The
-    timed rounds are over: measuring memory changes how the C library allocates (`memory.peak_memory`)."""
-    peaks: dict[str, int] = {}
+    least memory a run took above what was in use before it; a variant that fails goes to `skipped`.
+
+    Every run computes the same, so what one run takes above the least is the C library's or a one-time
+    cost, not the steps'. The timed rounds are over: measuring changes how memory is allocated
+    (`memory.peak_memory`)."""
+    runs: dict[str, list[int]] = {}
     for _ in range(PEAK_ROUNDS):
         for name, built in list(ready.items()):
+            peak: dict[str, int] = {}
             try:
-                with peak_memory(subject.device, peaks, name):
+                with peak_memory(subject.device, peak, name):
                     call(built)
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {exc}"
                 del ready[name]
-    return peaks
+            runs.setdefault(name, []).extend(peak.values())
+    return {name: min(values) for name, values in runs.items() if name in ready and values}
 
 
 def _record_training(result: dict[str, Any], ready: list[str], peaks: dict[str, int]) -> None:
