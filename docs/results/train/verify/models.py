@@ -16,14 +16,19 @@ def _inputs() -> tuple[tuple[torch.Tensor], dict[str, torch.Tensor]]:
     return (ids,), {"labels": ids}
 
 
-def qwen3(module: ModuleType) -> tuple[Any, ...]:
+def qwen3(module: ModuleType, layers: int = LAYERS) -> tuple[Any, ...]:
     from transformers import Qwen3Config
 
     config = Qwen3Config(
-        hidden_size=WIDTH, intermediate_size=688, num_hidden_layers=LAYERS, num_attention_heads=8,
+        hidden_size=WIDTH, intermediate_size=688, num_hidden_layers=layers, num_attention_heads=8,
         num_key_value_heads=4, head_dim=32, vocab_size=VOCAB, use_cache=False,
     )  # fmt: skip
     return module.Qwen3ForCausalLM(config), *_inputs()
+
+
+def qwen3_32(module: ModuleType) -> tuple[Any, ...]:
+    """`qwen3` at 32 layers (`train-32.toml`)."""
+    return qwen3(module, 32)
 
 
 def qwen3_checkpointed(module: ModuleType) -> tuple[Any, ...]:
