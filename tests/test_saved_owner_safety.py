@@ -223,6 +223,7 @@ def test_one_bytecode_with_another_constant_is_told_apart(started: Path) -> None
     assert start(started, env={"SCALE": "2"})["saved"] == "loaded"
 
 
+@pytest.mark.same_on_every_torch
 @needs_saving
 @pytest.mark.parametrize("fault", ["write=fail", "write=kill"])
 def test_a_write_that_fails_part_way_leaves_the_file_before_it(started: Path, fault: str) -> None:
@@ -268,6 +269,7 @@ class _Payload:
         return (open, (str(self.marker), "w"))
 
 
+@pytest.mark.same_on_every_torch
 @needs_saving
 def test_a_folder_others_can_write_is_never_loaded_from(started: Path) -> None:
     """A file in a folder that another user could write is not unpickled: one warning, and the owner
@@ -288,6 +290,7 @@ def test_a_folder_others_can_write_is_never_loaded_from(started: Path) -> None:
     assert warning.startswith(f"regionalize: saved compiles not loaded or saved ({why}: whoever can write")
 
 
+@pytest.mark.same_on_every_torch
 @needs_saving
 def test_records_are_data_never_evaluated(started: Path) -> None:
     """A record's path is looked up, never evaluated: a file whose records hold code runs none of it."""

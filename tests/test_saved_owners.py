@@ -420,6 +420,7 @@ def test_a_frame_torch_cannot_load_back_is_not_kept(project: Path) -> None:
     assert start(project)["saved"] == "saved" and start(project)["saved"] == "loaded"
 
 
+@pytest.mark.same_on_every_torch
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_on_unless_turned_off(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Off for the process (`REGIONALIZE_SAVED_OWNERS=0`) or for a model (`saved=False`, which the
@@ -489,6 +490,7 @@ def test_another_torch_loads_nothing(started: Path) -> None:
     assert len(files(started)) == 2
 
 
+@pytest.mark.same_on_every_torch
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_a_damaged_file_is_compiled_again_and_rewritten(started: Path) -> None:
     for damage in ("truncated", "garbage", "empty", "another frame", "records edited"):  # each rewritten
@@ -512,6 +514,7 @@ def test_a_damaged_file_is_compiled_again_and_rewritten(started: Path) -> None:
     assert start(started)["saved"] == "loaded"
 
 
+@pytest.mark.same_on_every_torch
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_two_processes_saving_at_once(project: Path) -> None:
     both = [start(project, wait=False) for _ in range(2)]
@@ -522,6 +525,7 @@ def test_two_processes_saving_at_once(project: Path) -> None:
     assert start(project)["saved"] == "loaded"
 
 
+@pytest.mark.same_on_every_torch
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_a_cache_directory_that_cannot_be_written(project: Path) -> None:
     # Where the owners' folder should be, a file: the save fails as in a read-only directory (the tests may
@@ -617,6 +621,7 @@ def test_guard_bypass_and_cuda_graph_modes_say_why_they_are_not_saved(project: P
     assert not files(project, "")
 
 
+@pytest.mark.same_on_every_torch
 @pytest.mark.skipif(not SAVES, reason="this torch cannot save a compiled frame")
 def test_verify_says_what_each_hot_start_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from regionalize.bench.memory import peak_memory, resident_peak_available
+from regionalize.bench.memory import peak_memory
 from regionalize.bench.session import Built
 from regionalize.bench.workloads import TrainSpec, spec_fields, spec_from_fields
 from regionalize.cli.verify_command import verify as verify_command
@@ -39,10 +39,9 @@ def test_every_steps_loss_and_the_first_steps_gradients_are_compared(tmp_path: P
     assert result["workload"] == {"kind": "train", "steps": 3, "lr": 1e-4}
     assert result["forward"]["compared"] == 1 + 18  # the losses, and each parameter's gradient
     assert result["gradients"]["note"] == "compared in the workload's results"
-    # Each variant's step is timed, and its peak memory measured where the machine can tell.
+    # Each variant's step is timed, and its peak memory measured.
     assert all(result["train_ms_per_step"][name] > 0 for name in ("eager", "full", "regional"))
-    measured = resident_peak_available() or torch.cuda.is_available()
-    assert all((result["peak_step_bytes"][name] is not None) == measured for name in ("eager", "regional"))
+    assert all(result["peak_step_bytes"][name] > 0 for name in ("eager", "full", "regional"))
     assert re.search(r"training losses +PASS +3 steps, equal", table)
     assert "Training step" in table and "Peak memory a step" in table
 
@@ -107,40 +106,45 @@ def test_a_worker_rebuilds_the_spec_it_is_given() -> None:
     assert spec_from_fields(json.loads(json.dumps(spec_fields(spec)))) == spec
 
 
-@pytest.mark.skipif(not resident_peak_available(), reason="needs Linux's resident peak")
-def test_a_cpus_peak_memory_is_what_the_block_allocated_above_what_was_in_use() -> None:
+def test_a_cpus_peak_memory_is_the_most_its_tensors_held_at_once() -> None:
     peaks: dict[str, int] = {}
     mib = 2**20
     with peak_memory("cpu", peaks, "large"):
-        large = torch.ones(25 * mib // 4)  # 25 MiB in one tensor, which malloc maps on its own
+        large = torch.ones(25 * mib // 4)  # 25 MiB in one tensor
         del large
     with peak_memory("cpu", peaks, "small"):
-        small = [torch.ones(16 * 1024 // 4) for _ in range(1600)]  # 25 MiB of 16 KiB tensors from the heap
+        small = [torch.ones(16 * 1024 // 4) for _ in range(1600)]  # 25 MiB of 16 KiB tensors
         del small
     with peak_memory("cpu", peaks, "small"):  # a second block keeps the larger peak
         pass
     with peak_memory("cpu", peaks, "unwanted", wanted=False):
         torch.ones(mib)
-    assert 24 * mib <= peaks["large"] < 40 * mib and 24 * mib <= peaks["small"] < 40 * mib
-    assert "unwanted" not in peaks
+    assert peaks == {"large": 25 * mib, "small": 25 * mib}
 
 
-@pytest.mark.skipif(not resident_peak_available(), reason="needs Linux's resident peak")
-def test_a_cpus_peak_memory_counts_the_tensors_alive_at_once_not_the_holes_they_leave() -> None:
+def test_a_cpus_peak_memory_is_the_same_each_time_whatever_the_heap_kept() -> None:
     mib = 2**20
-    # Freeing a mapped 30 MiB raises glibc's threshold past it, so that left alone, malloc would take the
-    # tensors below from the heap.
-    torch.ones(30 * mib // 4)
-    peaks: dict[str, int] = {}
-    pins = []
-    with peak_memory("cpu", peaks, "growing"):
-        for size in range(8, 16):
-            # Each tensor outgrows the hole its predecessor left, and a small pin keeps that hole from
-            # joining the heap's top: on the heap the holes would stay resident, 92 MiB in all.
-            tensor = torch.ones(size * mib // 4)
-            pins.append(torch.ones(1024))
-            del tensor
-    assert 14 * mib <= peaks["growing"] < 24 * mib
+    measured = []
+    for _ in range(4):
+        # A tensor of 30 MiB between blocks leaves glibc's heap holes that the blocks' tensors could reuse;
+        # the resident peak of the block below grew from 15 MiB to 92 MiB over four rounds.
+        torch.ones(30 * mib // 4)
+        peaks: dict[str, int] = {}
+        pins = []
+        with peak_memory("cpu", peaks, "growing"):
+            for size in range(8, 16):
+                tensor = torch.ones(size * mib // 4)
+                pins.append(torch.ones(1024))
+                del tensor
+        measured.append(peaks["growing"])
+    assert measured == [15 * mib + 8 * 4096] * 4
+
+
+def test_measuring_a_cpus_peak_memory_writes_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    allocated_before = torch.ones(1024)
+    with peak_memory("cpu", {}, "quiet"):
+        del allocated_before  # the profiler warns of a free it never saw allocated
+    assert capfd.readouterr().err == ""
 
 
 def test_a_model_with_nothing_to_train_is_one_workload_error(tmp_path: Path) -> None:
@@ -179,7 +183,6 @@ class Failing:
         raise RuntimeError("the step failed")
 
 
-@pytest.mark.skipif(not resident_peak_available(), reason="needs Linux's resident peak")
 def test_verify_keeps_the_least_peak_of_its_runs_and_skips_a_variant_that_fails() -> None:
     ready = {
         name: Built(torch.nn.Linear(1, 1), (), {}, workload)  # type: ignore[arg-type]  # a workload's shape
@@ -187,5 +190,5 @@ def test_verify_keeps_the_least_peak_of_its_runs_and_skips_a_variant_that_fails(
     }
     skipped: dict[str, str] = {}
     peaks = verifier._peaks(SimpleNamespace(device="cpu"), ready, skipped)  # type: ignore[arg-type]
-    assert 9 * 2**20 <= peaks["spiky"] < 20 * 2**20
+    assert peaks["spiky"] == 10 * 2**20
     assert "failing" not in peaks and "failing" not in ready and "the step failed" in skipped["failing"]

@@ -1,104 +1,76 @@
-"""The peak memory of a stretch of work: CUDA's allocator statistics on a GPU; on a Linux CPU, the process's
-resident peak, which the kernel resets on request.
+"""The peak memory of a stretch of work: the most that torch's allocator held for the tensors the work
+allocated, alive at once. On CUDA that is the caching allocator's own statistic; a CPU keeps none, so torch's
+profiler reports each allocation and free of torch's CPU allocator on this thread, and the running sum's
+largest value is the peak.
 
-On a CPU, torch allocates with the C library's malloc, which keeps freed memory for reuse: the heap's free
-memory is handed back first (`malloc_trim`), so that what the work allocates shows as new resident memory.
-While the work runs, glibc maps every allocation of `_MAPPED_FROM` bytes or more on its own and unmaps it
-when freed (`mallopt`), so the peak counts the tensors alive at once rather than how the heap's holes
-happened to fit them: left to itself, the same training step's peak differed more from one process to the
-next than between compiled forms.
+A CPU process's resident memory is no substitute: it also counts the free memory that the C library's heap
+keeps, so one training step's resident peak measured 15 MiB or 92 MiB in one process, as the heap's free
+chunks happened to fit its tensors or not.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import functools
-import re
-from collections.abc import Callable, Iterator
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
 
 import torch
-
-_STATUS = "/proc/self/status"
-_CLEAR_REFS = "/proc/self/clear_refs"  # "5" resets the resident peak (VmHWM) to what is resident now
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter: the size from which malloc maps an allocation on its own
-_MAPPED_FROM = 64 * 1024
-# glibc's own adjustment raises the threshold towards this as mapped memory is freed; mallopt turns that
-# adjustment off for good, so the threshold goes back to its ceiling once the work is measured.
-_MAPPED_FROM_AFTER = 32 * 1024 * 1024
+from torch.profiler import ProfilerActivity, profile
 
 
 @contextlib.contextmanager
 def peak_memory(device: str, peaks: dict[str, int], name: str, wanted: bool = True) -> Iterator[None]:
-    """Records in `peaks[name]` the most memory the block took above what it found in use, the largest over
-    the blocks so recorded; records nothing where not `wanted` or where the machine cannot tell."""
-    cuda = device == "cuda"
-    if not wanted or not (cuda or resident_peak_available()):
+    """Records in `peaks[name]` the most memory the block's tensors held at once, the largest over the
+    blocks so recorded; records nothing where not `wanted`."""
+    if not wanted:
         yield
         return
-    before = _start_cuda() if cuda else _start_resident()
-    try:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
         yield
-        peak = _cuda_peak() if cuda else _resident_kib("VmHWM") * 1024
-    finally:
-        if not cuda:
-            _map_from(_MAPPED_FROM_AFTER)
-    peaks[name] = max(peaks.get(name, 0), peak - before)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+            yield
+        peak = _largest_running_sum(profiler.profiler.kineto_results.experimental_event_tree())
+    peaks[name] = max(peaks.get(name, 0), peak)
 
 
-def _start_cuda() -> int:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    return torch.cuda.memory_allocated()
+def _largest_running_sum(roots: Iterable[torch._C._profiler._ProfilerEvent]) -> int:
+    """Returns the most bytes that the CPU allocations among the profiled events held at once.
+
+    A free is reported only for a block allocated while profiling, so the sum counts the work's tensors."""
+    changes: list[tuple[int, int]] = []
+    events = list(roots)
+    while events:
+        event = events.pop()
+        events.extend(event.children)
+        fields = event.extra_fields
+        if isinstance(fields, torch._C._profiler._ExtraFields_Allocation) and fields.device.type == "cpu":
+            changes.append((event.start_time_ns, fields.alloc_size))
+    held = peak = 0
+    for _, change in sorted(changes):
+        held += change
+        peak = max(peak, held)
+    return peak
 
 
-def _cuda_peak() -> int:
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated()
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Sends what the block writes to the process's stderr nowhere.
 
-
-def _start_resident() -> int:
-    """Hands the heap's free memory back, has large allocations mapped on their own, resets the resident
-    peak, and returns the resident bytes."""
-    trim = _libc_function("malloc_trim")
-    if trim is not None:
-        trim(0)
-    _map_from(_MAPPED_FROM)
-    with open(_CLEAR_REFS, "w") as file:
-        file.write("5")
-    return _resident_kib("VmRSS") * 1024
-
-
-@functools.cache
-def resident_peak_available() -> bool:
-    """Returns whether this process can reset and read its resident peak (Linux 4.0 and later)."""
-    try:
-        with open(_CLEAR_REFS, "w") as file:
-            file.write("5")
-        return _resident_kib("VmHWM") > 0
-    except (OSError, ValueError):
-        return False
-
-
-def _resident_kib(field: str) -> int:
-    with open(_STATUS) as file:
-        found = re.search(rf"^{field}:\s+(\d+) kB", file.read(), re.MULTILINE)
-    if found is None:
-        raise ValueError(f"no {field} in {_STATUS}")
-    return int(found.group(1))
-
-
-def _map_from(size: int) -> None:
-    """Has glibc map each allocation of `size` bytes or more on its own; does nothing under another C
-    library."""
-    mallopt = _libc_function("mallopt")
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, size)
-
-
-@functools.cache
-def _libc_function(name: str) -> Callable[..., int] | None:
-    """Returns glibc's function `name`, or None under another C library."""
-    library = ctypes.util.find_library("c")
-    return getattr(ctypes.CDLL(library), name, None) if library else None
+    The profiler's C++ side reports its own start and stop, its device probes, and now and then a free of a
+    block it never saw allocated; the runs measured repeat steps already run and shown, so nothing of the
+    work's own is lost."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

@@ -91,7 +91,7 @@ model's status, a timeout or a crash counting as 2.
     "token and decode time per token are measured. train: verify training steps on the factory's inputs "
     "(forward in training mode, the output's loss or a fixed projection of its outputs, backward, an AdamW "
     "step); every step's loss and the first step's gradients must match, the first step and a step's time "
-    "are measured, and a step's peak memory (on CUDA, or a Linux CPU's resident peak).",
+    "are measured, and the most memory a step's tensors hold at once.",
 )
 @click.option(
     "--steps",

@@ -209,7 +209,7 @@ def _decode(result: dict[str, Any]) -> str:
 
 
 def _training(result: dict[str, Any]) -> list[str]:
-    """The time of one training step, and the memory a step took above what it found in use."""
+    """The time of one training step, and the most memory a step's tensors held at once."""
     cells = "   ".join(f"{name} {_millis(ms)}" for name, ms in result["train_ms_per_step"].items())
     lines = [f"{'Training step':<{_LABEL}}{cells}"]
     peaks = result.get("peak_step_bytes") or {}
@@ -217,7 +217,7 @@ def _training(result: dict[str, Any]) -> list[str]:
         cells = "   ".join(f"{name} {_mib(size)}" for name, size in peaks.items())
         lines.append(f"{'Peak memory a step':<{_LABEL}}{cells}")
     else:
-        lines.append(f"{'Peak memory a step':<{_LABEL}}not measured (CUDA, or a Linux CPU, measures it)")
+        lines.append(f"{'Peak memory a step':<{_LABEL}}not measured")
     return lines
 
 

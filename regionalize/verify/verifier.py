@@ -342,9 +342,8 @@ def _peaks(subject: Subject, ready: dict[str, Built], skipped: dict[str, str]) -
     """Runs each variant's training workload `PEAK_ROUNDS` times more, in turn and untimed, and returns the
     least memory a run took above what was in use before it; a variant that fails goes to `skipped`.
 
-    Every run computes the same, so what one run takes above the least is the C library's or a one-time
-    cost, not the steps'. The timed rounds are over: measuring changes how memory is allocated
-    (`memory.peak_memory`)."""
+    Every run computes the same, so what one run takes above the least is a one-time cost, not the steps'.
+    The timed rounds are over: a CPU's measure profiles the run (`memory.peak_memory`)."""
     runs: dict[str, list[int]] = {}
     for _ in range(PEAK_ROUNDS):
         for name, built in list(ready.items()):
