@@ -604,18 +604,22 @@ def test_factory_in_another_file_builds_from_the_module_it_is_given(tmp_path: Pa
         textwrap.dedent("""
         import torch
 
-        def make(module):
-            return module.Stack(3, module.WIDTH), (torch.randn(2, module.WIDTH),)
+        def make(module, depth=3):
+            return module.Stack(depth, module.WIDTH), (torch.randn(2, module.WIDTH),)
 
         def make_without_module():
+            raise AssertionError("never called")
+
+        def make_with_two(module, depth):
             raise AssertionError("never called")
     """)
     )
     code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make", REWRITTEN)
     assert code == 0, result
     assert result["gradients"]["compared"] == 14  # three blocks and the head: the factory's depth
-    code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:make_without_module", REWRITTEN)
-    assert code == 2 and "must take one argument" in result["error"]["message"]
+    for unfit in ("make_without_module", "make_with_two"):
+        code, result, _ = verify(tmp_path, MODELS / "stack.py", f"{factory}:{unfit}", REWRITTEN)
+        assert code == 2 and "must take one argument" in result["error"]["message"], unfit
 
 
 def test_resolve_target_forms(tmp_path: Path) -> None:

@@ -239,10 +239,12 @@ def load_factory(target: Target) -> Callable[[ModuleType], Any]:
     factory = getattr(factory_module, target.factory_name, None)
     if not callable(factory):
         raise VerifyError("factory", f"{home} defines no function {target.factory_name}")
-    if len(inspect.signature(factory).parameters) != 1:
+    try:
+        inspect.signature(factory).bind(factory_module)
+    except TypeError:
         raise VerifyError(
             "factory",
             f"{home}:{target.factory_name} lives outside the model file, so it must take one argument: "
             "the model module to build from (original or rewritten)",
-        )
+        ) from None
     return factory
