@@ -27,7 +27,7 @@ def qwen3(module: ModuleType, layers: int = LAYERS) -> tuple[Any, ...]:
 
 
 def qwen3_32(module: ModuleType) -> tuple[Any, ...]:
-    """`qwen3` at 32 layers (`train-32.toml`)."""
+    """`qwen3` at 32 layers."""
     return qwen3(module, 32)
 
 
