@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from regionalize.bench import memory
 from regionalize.bench.memory import peak_memory
 from regionalize.bench.session import Built
 from regionalize.bench.workloads import TrainSpec, spec_fields, spec_from_fields
@@ -138,6 +141,20 @@ def test_a_cpus_peak_memory_is_the_same_each_time_whatever_the_heap_kept() -> No
                 del tensor
         measured.append(peaks["growing"])
     assert measured == [15 * mib + 8 * 4096] * 4
+
+
+def test_a_torch_whose_profiler_keeps_no_allocation_events_records_no_peak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @contextlib.contextmanager
+    def without_kineto(**_: Any) -> Iterator[SimpleNamespace]:
+        yield SimpleNamespace(profiler=None)  # what a torch built without Kineto leaves to read
+
+    monkeypatch.setattr(memory, "profile", without_kineto)
+    peaks: dict[str, int] = {}
+    with peak_memory("cpu", peaks, "unknown"):
+        torch.ones(1024)
+    assert peaks == {}
 
 
 def test_measuring_a_cpus_peak_memory_writes_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:

@@ -22,7 +22,8 @@ from torch.profiler import ProfilerActivity, profile
 @contextlib.contextmanager
 def peak_memory(device: str, peaks: dict[str, int], name: str, wanted: bool = True) -> Iterator[None]:
     """Records in `peaks[name]` the most memory the block's tensors held at once, the largest over the
-    blocks so recorded; records nothing where not `wanted`."""
+    blocks so recorded; records nothing where not `wanted`, or where this torch's profiler keeps no
+    allocation events."""
     if not wanted:
         yield
         return
@@ -36,7 +37,10 @@ def peak_memory(device: str, peaks: dict[str, int], name: str, wanted: bool = Tr
     else:
         with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
             yield
-        peak = _largest_running_sum(profiler.profiler.kineto_results.experimental_event_tree())
+        results = getattr(profiler.profiler, "kineto_results", None)
+        if results is None:  # a torch built without Kineto keeps no allocation events
+            return
+        peak = _largest_running_sum(results.experimental_event_tree())
     peaks[name] = max(peaks.get(name, 0), peak)
 
 
