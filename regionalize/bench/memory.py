@@ -4,15 +4,13 @@ profiler reports each allocation and free of torch's CPU allocator on this threa
 largest value is the peak.
 
 A CPU process's resident memory is no substitute: it also counts the free memory that the C library's heap
-keeps, so one training step's resident peak measured 15 MiB or 92 MiB in one process, as the heap's free
-chunks happened to fit its tensors or not.
+keeps, which depends on the work that ran before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -70,11 +68,11 @@ def _quiet_stderr() -> Iterator[None]:
     The profiler's C++ side reports its own start and stop, its device probes, and now and then a free of a
     block it never saw allocated; the runs measured repeat steps already run and shown, so nothing of the
     work's own is lost."""
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(sink, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(sink)
