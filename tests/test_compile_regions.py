@@ -194,8 +194,12 @@ def test_outputs_gradients_and_keys_are_the_originals(model: nn.Module) -> None:
             torch.testing.assert_close(model(x), twin(x))
     model(x).sum().backward()
     twin(x).sum().backward()
+    # Inductor's fused backward sums in another order than eager's, and the order follows the CPU's
+    # vector width: through four blocks, some CPUs differ by more than float32's default tolerance.
     for (name, got), want in zip(model.named_parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(got.grad, want.grad, msg=name)
+        torch.testing.assert_close(
+            got.grad, want.grad, atol=1e-4, rtol=1e-4, msg=lambda why, name=name: f"{name}: {why}"
+        )
 
 
 def test_a_transformers_decoder_generates_the_originals_tokens() -> None:

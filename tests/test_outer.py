@@ -116,8 +116,11 @@ def test_gradients_are_the_originals() -> None:
     x = torch.randn(4, 8)
     model(x).square().sum().backward()
     original(x).square().sum().backward()
+    # Inductor's fused backward sums in another order than eager's, which follows the CPU's vector width.
     for (name, p), q in zip(model.named_parameters(), original.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
+        torch.testing.assert_close(
+            p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=lambda why, name=name: f"{name}: {why}"
+        )
 
 
 def test_an_owner_that_cannot_be_compiled_whole_gives_the_stages_back_with_one_warning() -> None:
