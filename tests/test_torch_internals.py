@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import inspect
+import json
+import platform
 import subprocess
 import sys
 import textwrap
@@ -356,6 +358,44 @@ def test_the_cpu_checks_thread_imports_nothing() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"), reason="other CPUs have one instruction set to check"
+)
+def test_the_cpu_check_checks_each_instruction_set_at_once_and_inductors_check_builds_nothing_more() -> None:
+    """Each set's builds (compiler runs of seconds, here a sleep) run in a thread of their own, beside the
+    other sets'; Inductor's check, run after them on the check's thread, finds every answer kept. In a fresh
+    process, where no set is checked yet."""
+    script = textwrap.dedent(
+        """
+        import json, threading, time
+        import torch._inductor.cpu_vec_isa as isa
+        from regionalize.runtime.internals import cpu
+
+        builds = []
+
+        def check_build(self, code):
+            start = time.perf_counter()
+            time.sleep(0.3)
+            builds.append((str(self), threading.current_thread().name, start, time.perf_counter()))
+            return True
+
+        isa.VecISA.check_build = check_build
+        cpu.cpu_check().join(timeout=120)
+        print(json.dumps({"builds": builds, "found": [str(s) for s in isa.valid_vec_isa_list()]}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    if len(run["found"]) < 2:
+        pytest.skip("this CPU reports one instruction set")
+    threads = {name: {thread for s, thread, *_ in run["builds"] if s == name} for name in run["found"]}
+    assert all(len(names) == 1 for names in threads.values())  # a set's builds, one after another
+    assert len(set.union(*threads.values())) == len(run["found"])  # a thread a set
+    assert "regionalize-cpu-check" not in set.union(*threads.values())  # Inductor's check built nothing
+    firsts = [min(b[2:] for b in run["builds"] if b[0] == name) for name in run["found"]]
+    assert max(start for start, _ in firsts) < min(end for _, end in firsts)  # the sets' builds overlap
 
 
 def test_inductor_picks_its_instruction_set_after_the_cpu_check_not_beside_it(

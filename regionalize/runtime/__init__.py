@@ -1,4 +1,4 @@
-# regionalize runtime 31: written by regionalize, which updates it on a later run; do not edit.
+# regionalize runtime 32: written by regionalize, which updates it on a later run; do not edit.
 """Runs the models that regionalize rewrote, with torch alone installed (docs/compile-forms.md).
 
 Each module has one job:

@@ -9,6 +9,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import platform
 import shutil
 import threading
 import types
@@ -56,6 +57,8 @@ def cpu_check() -> threading.Thread:
     def check() -> None:
         # An error here is Inductor's to raise: its own check, uncached, runs again and meets it there.
         with contextlib.suppress(Exception):
+            check_sets_at_once(cpu_vec_isa)
+        with contextlib.suppress(Exception):
             valid_vec_isa_list()
 
     thread = threading.Thread(target=check, name="regionalize-cpu-check", daemon=True)
@@ -63,6 +66,28 @@ def cpu_check() -> threading.Thread:
     # Inductor's cached function, replaced on purpose by a plain one that offers its methods (`after_check`).
     cpu_vec_isa.valid_vec_isa_list = after_check(cpu_vec_isa, valid_vec_isa_list, thread)  # type: ignore[assignment]
     return thread
+
+
+def check_sets_at_once(cpu_vec_isa: types.ModuleType) -> None:
+    """Checks each instruction set that an x86 CPU reports in a thread of its own, as Inductor checks it.
+
+    Each set's check is a few compiler runs of seconds each, which Inductor makes one after another; here
+    they share the cores. Inductor keeps each set's answer, so its own check then builds nothing more."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return  # other CPUs have one set to check
+    reported = cpu_vec_isa.x86_isa_checker()
+    sets = [s for s in cpu_vec_isa.supported_vec_isa_list if all(f in reported for f in str(s).split())]
+    threads = [threading.Thread(target=_check_set, args=(s,), daemon=True) for s in sets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _check_set(isa: VecISA) -> None:
+    """Checks one instruction set, leaving a failure for Inductor's own check to meet again."""
+    with contextlib.suppress(Exception):
+        bool(isa)
 
 
 def after_check(
@@ -96,6 +121,7 @@ def remember_builds() -> Install:
     from torch._inductor.cpu_vec_isa import VecISA
 
     build = VecISA.check_build
+    lock = threading.Lock()  # the sets are checked at once, and each write holds every build before it
 
     def install(known: set[str], learned: Callable[[], None]) -> None:
         def check_build(isa: VecISA, code: str) -> bool:
@@ -104,8 +130,9 @@ def remember_builds() -> Install:
                 return True
             if not build(isa, code):
                 return False
-            known.add(key)
-            learned()
+            with lock:
+                known.add(key)
+                learned()
             return True
 
         VecISA.check_build = check_build  # type: ignore[method-assign,assignment]  # patched on purpose
