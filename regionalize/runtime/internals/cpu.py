@@ -1,4 +1,5 @@
-"""Starts Inductor's check of the CPU's vector instruction sets early, and answers its builds from a file.
+"""Starts Inductor's check of the CPU's vector instruction sets early, each set at once, and answers its
+builds from a file.
 
 The answers come from what worked in an earlier process (`remember_builds`, `../cpu_answers.py`)."""
 
@@ -77,7 +78,10 @@ def check_sets_at_once(cpu_vec_isa: types.ModuleType) -> None:
         return  # other CPUs have one set to check
     reported = cpu_vec_isa.x86_isa_checker()
     sets = [s for s in cpu_vec_isa.supported_vec_isa_list if all(f in reported for f in str(s).split())]
-    threads = [threading.Thread(target=_check_set, args=(s,), daemon=True) for s in sets]
+    threads = [
+        threading.Thread(target=_check_set, args=(s,), name=f"regionalize-cpu-check {s}", daemon=True)
+        for s in sets
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
